@@ -1,0 +1,624 @@
+//! Real `redis-server` processes for tests: [`RedisServer`], configured by
+//! [`RedisConfig`] and [`Persistence`].
+//!
+//! Each server listens on `127.0.0.1` on a free port, keeps its data, log and
+//! stdout/stderr in its own temporary directory, and is killed when the
+//! [`RedisServer`] is dropped or the test process dies (see
+//! [`crate::process`]). It can be frozen ([`RedisServer::pause`]), killed
+//! ([`RedisServer::kill`]) and restarted on the same port and directory
+//! ([`RedisServer::restart`]) to inject faults.
+//!
+//! ```no_run
+//! use fencelock_testkit::{Persistence, RedisConfig, RedisServer};
+//!
+//! let mut server = RedisServer::start_with(RedisConfig {
+//!     persistence: Persistence::AofAlways,
+//!     ..RedisConfig::default()
+//! });
+//! server.cmd(&["SET", "k", "v"]);
+//! server.restart();
+//! assert_eq!(server.query::<Option<String>>(&["GET", "k"]), Some("v".to_owned()));
+//! ```
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::{FromRedisValue, RedisResult, Value};
+use tempfile::TempDir;
+
+use crate::free_port;
+use crate::process::{GuardedChild, try_spawn_guarded};
+
+/// Environment variable that overrides the `redis-server` binary (a path, or
+/// a name looked up on `PATH`).
+pub const REDIS_SERVER_BIN_ENV: &str = "FENCELOCK_REDIS_SERVER_BIN";
+
+const NOT_FOUND_MESSAGE: &str = "redis-server not found on PATH: install it with `apt-get install -y redis-server` (or set FENCELOCK_REDIS_SERVER_BIN)";
+
+/// How long a freshly spawned server has to answer `PING`.
+const READY_DEADLINE: Duration = Duration::from_secs(10);
+/// Per-attempt connect/read timeout of the readiness probe.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Default timeout of [`RedisServer::cmd`] and [`RedisServer::try_cmd`].
+const CMD_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many fresh ports [`RedisServer::start_with`] tries.
+const START_ATTEMPTS: u32 = 5;
+/// How many times [`RedisServer::restart`] retries the same port.
+const RESTART_ATTEMPTS: u32 = 10;
+
+const LOG_FILE: &str = "redis.log";
+const STDOUT_FILE: &str = "redis.stdout";
+const STDERR_FILE: &str = "redis.stderr";
+
+/// What the server persists to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Persistence {
+    /// Nothing: `--save "" --appendonly no`. A restart loses all data.
+    #[default]
+    None,
+    /// Append-only file fsynced on every write:
+    /// `--appendonly yes --appendfsync always`. A restart (even after
+    /// SIGKILL) keeps every acknowledged write.
+    AofAlways,
+    /// Append-only file fsynced once per second:
+    /// `--appendonly yes --appendfsync everysec`.
+    AofEverySec,
+}
+
+impl Persistence {
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Persistence::None => &["--save", "", "--appendonly", "no"],
+            Persistence::AofAlways => &["--appendonly", "yes", "--appendfsync", "always"],
+            Persistence::AofEverySec => &["--appendonly", "yes", "--appendfsync", "everysec"],
+        }
+    }
+}
+
+/// How to start a [`RedisServer`]. `RedisConfig::default()` is an
+/// unauthenticated server without persistence.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// Extra command-line arguments, appended after the testkit's own (so
+    /// they override them), e.g. `["--maxmemory", "10mb"]`.
+    pub extra_args: Vec<String>,
+    /// What the server persists; see [`Persistence`].
+    pub persistence: Persistence,
+    /// If set, the server requires this password (`--requirepass`), and
+    /// [`RedisServer::url`] includes it.
+    pub password: Option<String>,
+}
+
+impl RedisConfig {
+    /// Sets [`RedisConfig::persistence`].
+    pub fn with_persistence(mut self, persistence: Persistence) -> Self {
+        self.persistence = persistence;
+        self
+    }
+
+    /// Sets [`RedisConfig::password`].
+    pub fn with_password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Appends one argument to [`RedisConfig::extra_args`].
+    pub fn with_arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_args.push(arg.into());
+        self
+    }
+}
+
+/// A `redis-server` child process on `127.0.0.1`, in its own temporary
+/// directory. Dropping it kills the process (SIGCONT, SIGKILL, wait) and
+/// removes the directory.
+#[derive(Debug)]
+pub struct RedisServer {
+    /// The current (or last, if killed) process. Dropped before `dir`.
+    child: GuardedChild,
+    port: u16,
+    config: RedisConfig,
+    bin: PathBuf,
+    dir: TempDir,
+}
+
+impl RedisServer {
+    /// Starts a server with [`RedisConfig::default`] and waits until it
+    /// answers `PING`.
+    ///
+    /// # Panics
+    ///
+    /// See [`RedisServer::start_with`].
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(RedisConfig::default())
+    }
+
+    /// Starts a server with `config` on a free port and waits (up to 10 s)
+    /// until it answers `PING`. If the server exits early (for example the
+    /// port was taken in the meantime), retries on a new port, up to 5 times.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `redis-server` cannot be found (see [`REDIS_SERVER_BIN_ENV`]),
+    /// or the server does not become ready; the message includes its log.
+    pub fn start_with(config: RedisConfig) -> RedisServer {
+        let bin = redis_server_bin();
+        let dir = tempfile::Builder::new()
+            .prefix("fencelock-redis-")
+            .tempdir()
+            .expect("failed to create a temporary directory for redis-server");
+        let mut failures = String::new();
+        for attempt in 1..=START_ATTEMPTS {
+            let port = free_port();
+            match launch(&bin, &config, port, dir.path()) {
+                Ok(child) => {
+                    return RedisServer {
+                        child,
+                        port,
+                        config,
+                        bin,
+                        dir,
+                    };
+                }
+                Err(LaunchError::Exited(status)) => {
+                    let _ = writeln!(
+                        failures,
+                        "attempt {attempt}: redis-server on port {port} exited early ({status})"
+                    );
+                }
+                Err(error) => panic!(
+                    "{}",
+                    failure_report(&error.describe(&bin, port), dir.path())
+                ),
+            }
+        }
+        panic!(
+            "{}",
+            failure_report(
+                &format!("redis-server failed to start {START_ATTEMPTS} times:\n{failures}"),
+                dir.path()
+            )
+        )
+    }
+
+    /// A `redis://` URL on a free loopback port where nothing listens, for
+    /// tests of an unreachable server.
+    pub fn client_url_unreachable() -> String {
+        format!("redis://127.0.0.1:{}/", free_port())
+    }
+
+    /// The TCP port the server listens on (stable across
+    /// [`RedisServer::restart`]).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `"127.0.0.1:PORT"`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The URL for clients: `redis://127.0.0.1:PORT/`, or
+    /// `redis://:PASSWORD@127.0.0.1:PORT/` (password percent-encoded) when a
+    /// password is configured.
+    pub fn url(&self) -> String {
+        server_url(self.port, self.config.password.as_deref())
+    }
+
+    /// The process id of the current server process (after
+    /// [`RedisServer::kill`], of the killed one).
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// The configuration the server was started with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// The server's working directory (data files, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The contents of the server's log file (empty if there is none yet).
+    pub fn log(&self) -> String {
+        read_lossy(&self.dir.path().join(LOG_FILE))
+    }
+
+    /// Whether the server process has not exited (a paused server is
+    /// running).
+    pub fn is_running(&mut self) -> bool {
+        self.child.is_running()
+    }
+
+    /// Freezes the server with SIGSTOP: it keeps its port and connections but
+    /// answers nothing until [`RedisServer::resume`]. Returns once the kernel
+    /// reports the process as stopped. Does nothing if it was killed.
+    pub fn pause(&self) {
+        self.child.stop();
+    }
+
+    /// Resumes a server frozen by [`RedisServer::pause`] (SIGCONT).
+    pub fn resume(&self) {
+        self.child.cont();
+    }
+
+    /// Pauses the server until the returned guard is dropped.
+    pub fn pause_guard(&self) -> PausedGuard<'_> {
+        self.pause();
+        PausedGuard { server: self }
+    }
+
+    /// Kills the server with SIGKILL (no shutdown, no final fsync) and reaps
+    /// it. Idempotent.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    /// Kills the server if it is running (SIGKILL), then starts it again on
+    /// the same port, in the same directory, with the same configuration, and
+    /// waits until it answers `PING`. Data survives only as far as the
+    /// [`Persistence`] mode saved it.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server cannot be started on the same port again (after a
+    /// few retries) or does not become ready; the message includes its log.
+    pub fn restart(&mut self) {
+        self.kill();
+        let mut failures = String::new();
+        for attempt in 1..=RESTART_ATTEMPTS {
+            match launch(&self.bin, &self.config, self.port, self.dir.path()) {
+                Ok(child) => {
+                    self.child = child;
+                    return;
+                }
+                Err(LaunchError::Exited(status)) => {
+                    let _ = writeln!(
+                        failures,
+                        "attempt {attempt}: redis-server exited early ({status})"
+                    );
+                    std::thread::sleep(Duration::from_millis(50) * attempt);
+                }
+                Err(error) => panic!(
+                    "{}",
+                    failure_report(&error.describe(&self.bin, self.port), self.dir.path())
+                ),
+            }
+        }
+        panic!(
+            "{}",
+            failure_report(
+                &format!(
+                    "redis-server could not be restarted on port {} after {RESTART_ATTEMPTS} attempts:\n{failures}",
+                    self.port
+                ),
+                self.dir.path()
+            )
+        )
+    }
+
+    /// Runs one command on a fresh synchronous connection (authenticated if
+    /// needed) with a 2 s timeout, e.g. `server.cmd(&["SET", "k", "v"])`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the command fails (connection error, timeout, or an error
+    /// reply); use [`RedisServer::try_cmd`] to inspect errors.
+    pub fn cmd(&self, args: &[&str]) -> Value {
+        self.try_cmd(args)
+            .unwrap_or_else(|error| panic!("redis command {args:?} failed: {error}"))
+    }
+
+    /// Like [`RedisServer::cmd`], converting the reply, e.g.
+    /// `server.query::<Option<String>>(&["GET", "k"])`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the command fails or the reply does not convert to `T`.
+    pub fn query<T: FromRedisValue>(&self, args: &[&str]) -> T {
+        let value = self.cmd(args);
+        redis::from_redis_value(value).unwrap_or_else(|error| {
+            panic!("redis command {args:?}: unexpected reply type: {error}")
+        })
+    }
+
+    /// Runs one command with a 2 s timeout and returns the reply or the error
+    /// (error replies such as `WRONGTYPE` are errors).
+    pub fn try_cmd(&self, args: &[&str]) -> RedisResult<Value> {
+        self.try_cmd_timeout(args, CMD_TIMEOUT)
+    }
+
+    /// Runs one command on a fresh connection; `timeout` bounds the connect
+    /// and, separately, the request (so a paused server fails after about
+    /// `timeout` instead of hanging).
+    ///
+    /// # Panics
+    ///
+    /// Panics if `args` is empty.
+    pub fn try_cmd_timeout(&self, args: &[&str], timeout: Duration) -> RedisResult<Value> {
+        run_cmd(&self.url(), args, timeout)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // SIGCONT + SIGKILL + wait; never panics. The directory is removed
+        // afterwards, when `dir` is dropped.
+        self.kill();
+    }
+}
+
+/// Keeps a [`RedisServer`] paused (SIGSTOP) until dropped, then resumes it.
+/// Created by [`RedisServer::pause_guard`].
+#[derive(Debug)]
+#[must_use = "the server is resumed as soon as the guard is dropped"]
+pub struct PausedGuard<'a> {
+    server: &'a RedisServer,
+}
+
+impl Drop for PausedGuard<'_> {
+    fn drop(&mut self) {
+        self.server.resume();
+    }
+}
+
+/// Why [`launch`] failed.
+enum LaunchError {
+    /// The program could not be spawned.
+    Spawn(io::Error),
+    /// The server exited before answering `PING` (e.g. port in use).
+    Exited(ExitStatus),
+    /// The server is still running but did not answer within the deadline.
+    NotReady(String),
+}
+
+impl LaunchError {
+    fn describe(&self, bin: &Path, port: u16) -> String {
+        match self {
+            LaunchError::Spawn(error) if error.kind() == io::ErrorKind::NotFound => {
+                format!("{NOT_FOUND_MESSAGE} [tried {}]", bin.display())
+            }
+            LaunchError::Spawn(error) => {
+                format!("failed to spawn {}: {error}", bin.display())
+            }
+            LaunchError::Exited(status) => {
+                format!("redis-server on port {port} exited early ({status})")
+            }
+            LaunchError::NotReady(last_error) => format!(
+                "redis-server on port {port} did not answer PING within {READY_DEADLINE:?} (last error: {last_error})"
+            ),
+        }
+    }
+}
+
+/// Spawns one redis-server on `port` and waits until it answers `PING`.
+fn launch(
+    bin: &Path,
+    config: &RedisConfig,
+    port: u16,
+    dir: &Path,
+) -> Result<GuardedChild, LaunchError> {
+    let mut command = Command::new(bin);
+    command
+        .arg("--bind")
+        .arg("127.0.0.1")
+        .arg("--port")
+        .arg(port.to_string())
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(dir.join(LOG_FILE))
+        .args(["--daemonize", "no"])
+        .args(["--enable-debug-command", "yes"])
+        .args(["--protected-mode", "no"])
+        .args(config.persistence.args());
+    if let Some(password) = &config.password {
+        command.arg("--requirepass").arg(password);
+    }
+    command
+        .args(&config.extra_args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(append_file(&dir.join(STDOUT_FILE)))
+        .stderr(append_file(&dir.join(STDERR_FILE)));
+
+    let mut child = try_spawn_guarded(command).map_err(LaunchError::Spawn)?;
+    let url = server_url(port, config.password.as_deref());
+    let deadline = Instant::now() + READY_DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait() {
+            return Err(LaunchError::Exited(status));
+        }
+        let last_error = match probe(&url, child.pid()) {
+            Ok(()) => return Ok(child),
+            Err(error) => error,
+        };
+        if Instant::now() >= deadline {
+            // `child` is killed on drop.
+            return Err(LaunchError::NotReady(last_error));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Checks that the server at `url` is the process `pid` (not another test's
+/// server that took the port) and answers `PING` (not still loading).
+fn probe(url: &str, pid: u32) -> Result<(), String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut con = client
+        .get_connection_with_timeout(PROBE_TIMEOUT)
+        .map_err(|e| e.to_string())?;
+    con.set_read_timeout(Some(PROBE_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    con.set_write_timeout(Some(PROBE_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut con)
+        .map_err(|e| e.to_string())?;
+    let server_pid: Option<u32> = info.get("process_id");
+    if server_pid != Some(pid) {
+        return Err(format!(
+            "the port is served by another process (process_id {server_pid:?}, expected {pid})"
+        ));
+    }
+    redis::cmd("PING")
+        .query::<String>(&mut con)
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn run_cmd(url: &str, args: &[&str], timeout: Duration) -> RedisResult<Value> {
+    let (name, rest) = args
+        .split_first()
+        .expect("a redis command needs at least its name");
+    let client = redis::Client::open(url)?;
+    let mut con = client.get_connection_with_timeout(timeout)?;
+    con.set_read_timeout(Some(timeout))?;
+    con.set_write_timeout(Some(timeout))?;
+    let mut cmd = redis::cmd(name);
+    for arg in rest {
+        cmd.arg(*arg);
+    }
+    cmd.query(&mut con)
+}
+
+fn server_url(port: u16, password: Option<&str>) -> String {
+    match password {
+        Some(password) => format!(
+            "redis://:{}@127.0.0.1:{port}/",
+            percent_encode_userinfo(password)
+        ),
+        None => format!("redis://127.0.0.1:{port}/"),
+    }
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters.
+fn percent_encode_userinfo(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for byte in s.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
+fn append_file(path: &Path) -> File {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|error| panic!("failed to open {}: {error}", path.display()))
+}
+
+fn read_lossy(path: &Path) -> String {
+    std::fs::read(path)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default()
+}
+
+/// `headline`, followed by the server's log, stdout and stderr.
+fn failure_report(headline: &str, dir: &Path) -> String {
+    let mut report = headline.trim_end().to_owned();
+    for name in [LOG_FILE, STDOUT_FILE, STDERR_FILE] {
+        let contents = read_lossy(&dir.join(name));
+        if !contents.trim().is_empty() {
+            let _ = write!(report, "\n--- {name} ---\n{}", contents.trim_end());
+        }
+    }
+    report
+}
+
+/// The `redis-server` binary: [`REDIS_SERVER_BIN_ENV`] if set, else
+/// `redis-server` on `PATH`.
+fn redis_server_bin() -> PathBuf {
+    resolve_bin(
+        std::env::var_os(REDIS_SERVER_BIN_ENV),
+        std::env::var_os("PATH"),
+    )
+}
+
+fn resolve_bin(overridden: Option<OsString>, path: Option<OsString>) -> PathBuf {
+    match overridden.filter(|bin| !bin.is_empty()) {
+        Some(bin) => {
+            let bin = PathBuf::from(bin);
+            if bin.components().count() > 1 {
+                assert!(
+                    is_executable(&bin),
+                    "{REDIS_SERVER_BIN_ENV}={} is not an executable file",
+                    bin.display()
+                );
+                bin
+            } else {
+                find_on_path(&bin, path.as_deref()).unwrap_or_else(|| {
+                    panic!(
+                        "{REDIS_SERVER_BIN_ENV}={} was not found on PATH",
+                        bin.display()
+                    )
+                })
+            }
+        }
+        None => find_on_path(Path::new("redis-server"), path.as_deref())
+            .unwrap_or_else(|| panic!("{NOT_FOUND_MESSAGE}")),
+    }
+}
+
+fn find_on_path(name: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(
+        expected = "redis-server not found on PATH: install it with `apt-get install -y redis-server` (or set FENCELOCK_REDIS_SERVER_BIN)"
+    )]
+    fn missing_binary_panics_with_install_hint() {
+        let empty = tempfile::tempdir().expect("tempdir");
+        resolve_bin(None, Some(empty.path().as_os_str().to_owned()));
+    }
+
+    #[test]
+    #[should_panic(expected = "is not an executable file")]
+    fn override_to_missing_path_panics() {
+        resolve_bin(Some("/nonexistent/redis-server".into()), None);
+    }
+
+    #[test]
+    fn override_path_is_used() {
+        assert_eq!(
+            resolve_bin(Some("/bin/sh".into()), None),
+            PathBuf::from("/bin/sh")
+        );
+    }
+
+    #[test]
+    fn url_encodes_password() {
+        assert_eq!(server_url(7000, None), "redis://127.0.0.1:7000/");
+        assert_eq!(
+            server_url(7000, Some("p@ss:w/rd")),
+            "redis://:p%40ss%3Aw%2Frd@127.0.0.1:7000/"
+        );
+    }
+}

@@ -1,0 +1,410 @@
+//! The client: connection, defaults, and the ways to take a lock.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, LossReason, Result};
+use crate::fence::Fence;
+use crate::keys::{KeyLayout, LockKeys};
+use crate::lease::{Grant, Lease, LeaseHandle, LeaseState, ReleaseOutcome, drift};
+use crate::options::{FenceMode, LockOptions};
+use crate::redis::{ConnSettings, RedisConn, scripts};
+use crate::resource::FencedHash;
+use crate::wait::Backoff;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "lock:";
+
+/// How long a clock-mode fence key is kept after the last grant of its name
+/// (at least; twice the ttl if that is longer). Within this window, fences
+/// stay increasing even if the Redis server's clock steps back.
+pub const FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// A handle to one Redis for taking locks. Cheap to clone; clones share one
+/// multiplexed, auto-reconnecting connection.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// use fencelock::{LockClient, LockOptions};
+///
+/// let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+/// let lease = client.acquire("invoice:42", &LockOptions::default()).await?;
+/// // ... write with lease.fence() and lease.token() ...
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockClient {
+    inner: Arc<ClientInner>,
+}
+
+#[derive(Debug)]
+struct ClientInner {
+    conn: RedisConn,
+    prefix: String,
+    defaults: LockOptions,
+}
+
+/// Builds a [`LockClient`] with a prefix, default options and timeouts.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// use std::time::Duration;
+/// use fencelock::{FenceMode, KeyLayout, LockClient, LockOptions};
+///
+/// let client = LockClient::builder("redis://127.0.0.1:6379")
+///     .prefix("jobs:")
+///     .defaults(LockOptions::default().ttl(Duration::from_secs(30)))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockClientBuilder {
+    url: String,
+    prefix: String,
+    defaults: LockOptions,
+    settings: ConnSettings,
+}
+
+impl LockClientBuilder {
+    /// Key prefix for every lock of this client (default `lock:`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Default options returned by [`LockClient::options`].
+    pub fn defaults(mut self, defaults: LockOptions) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// How long to wait for a TCP connection (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for any single reply (default 5 s). Renewals are also
+    /// bounded by the lease deadline.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.response_timeout = timeout;
+        self
+    }
+
+    /// Connects.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a malformed URL or invalid defaults,
+    /// [`Error::Unreachable`] naming the URL, [`Error::Auth`] when the
+    /// credentials are refused.
+    pub async fn connect(self) -> Result<LockClient> {
+        self.defaults.validate()?;
+        if self.prefix.contains(['{', '}']) {
+            return Err(Error::InvalidOption(format!(
+                "prefix {:?} must not contain braces: they would break the hash tag",
+                self.prefix
+            )));
+        }
+        let conn = RedisConn::connect(&self.url, &self.settings).await?;
+        Ok(LockClient {
+            inner: Arc::new(ClientInner {
+                conn,
+                prefix: self.prefix,
+                defaults: self.defaults,
+            }),
+        })
+    }
+}
+
+/// A snapshot of one lock, from [`LockClient::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockState {
+    /// Nobody holds the lock.
+    Free {
+        /// The last fence issued for the name, if the fence key still exists.
+        last_fence: Option<Fence>,
+    },
+    /// Someone holds the lock.
+    Held {
+        /// The holder's token.
+        token: String,
+        /// The holder's fence (known in the hash-tagged layout; in the guide
+        /// layout, the last fence issued).
+        fence: Option<Fence>,
+        /// Lease time left as Redis sees it (`None` if the key has no expiry,
+        /// which fencelock never creates).
+        remaining: Option<Duration>,
+    },
+}
+
+impl LockClient {
+    /// Connects with default settings (prefix `lock:`, [`LockOptions::default`]).
+    ///
+    /// # Errors
+    /// As [`LockClientBuilder::connect`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::builder(url).connect().await
+    }
+
+    /// Starts a builder for `url` (`redis://[user:password@]host:port[/db]`,
+    /// `rediss://` for TLS).
+    pub fn builder(url: impl Into<String>) -> LockClientBuilder {
+        LockClientBuilder {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_string(),
+            defaults: LockOptions::default(),
+            settings: ConnSettings {
+                connect_timeout: Duration::from_secs(2),
+                response_timeout: Duration::from_secs(5),
+            },
+        }
+    }
+
+    /// The client's default options, to adjust per acquisition.
+    pub fn options(&self) -> LockOptions {
+        self.inner.defaults.clone()
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The Redis URL, without its password.
+    pub fn url(&self) -> &str {
+        self.inner.conn.url()
+    }
+
+    /// The Redis keys of lock `name` in `layout`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`].
+    pub fn keys(&self, name: &str, layout: KeyLayout) -> Result<LockKeys> {
+        LockKeys::new(&self.inner.prefix, layout, name)
+    }
+
+    /// A fenced Redis hash resource at `key` on this client's Redis (the key
+    /// is used as given, without the lock prefix).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty, oversized or malformed key.
+    pub fn fenced_hash(&self, key: &str) -> Result<FencedHash> {
+        FencedHash::new(self.inner.conn.clone(), key)
+    }
+
+    /// Tries once to take lock `name`.
+    ///
+    /// # Errors
+    /// [`Error::Contended`] when someone else holds it; [`Error::GrantTooLate`]
+    /// when the reply came back with too little of the lease left (the grant
+    /// is released again); bad input, wrong key types and connection errors
+    /// as described on [`Error`].
+    ///
+    /// # Cancel safety
+    /// If the future is dropped after the request was sent, the lock may be
+    /// granted with nobody holding the guard; it then expires after its ttl.
+    pub async fn try_acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
+        opts.validate()?;
+        let keys = self.keys(name, opts.layout)?;
+        self.grant(name, keys, opts).await
+    }
+
+    /// Takes lock `name`, waiting up to the options' wait deadline (zero means
+    /// try once) with capped, jittered exponential backoff that never sleeps
+    /// past the holder's reported expiry.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] naming the lock when the wait deadline passed while
+    /// the lock was held ([`Error::Contended`] with a wait of zero); the last
+    /// connection error when Redis stayed unreachable; otherwise as
+    /// [`LockClient::try_acquire`].
+    ///
+    /// # Cancel safety
+    /// As [`LockClient::try_acquire`].
+    pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
+        opts.validate()?;
+        let keys = self.keys(name, opts.layout)?;
+        let started = Instant::now();
+        let give_up = started + opts.wait;
+        let mut backoff = Backoff::new();
+        loop {
+            let delay = match self.grant(name, keys.clone(), opts).await {
+                Ok(lease) => return Ok(lease),
+                Err(e) if opts.wait.is_zero() || !e.is_retryable() => return Err(e),
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    let now = Instant::now();
+                    if now >= give_up {
+                        return Err(match e {
+                            Error::Contended { .. } | Error::GrantTooLate { .. } => {
+                                Error::Timeout {
+                                    name: name.to_string(),
+                                    waited: now - started,
+                                }
+                            }
+                            other => other,
+                        });
+                    }
+                    match e {
+                        // Wake when the holder's lease runs out, if that is sooner.
+                        Error::Contended {
+                            remaining: Some(r), ..
+                        } => delay.min(r + Duration::from_millis(1)),
+                        _ => delay,
+                    }
+                }
+            };
+            tokio::time::sleep(delay.min(give_up - Instant::now())).await;
+        }
+    }
+
+    /// Runs `work` while holding lock `name`, then releases it.
+    ///
+    /// The critical section gets a [`LeaseHandle`] (for `fence()` and
+    /// `token()`). If the lease is lost while `work` runs, `work` is dropped
+    /// (cancelled at its next `.await`) and [`Error::LockLost`] is returned
+    /// with the fence. The lock is released on every path.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+    /// let written = client
+    ///     .with_lock("invoice:42", &client.options(), |lease| async move {
+    ///         // every protected write carries lease.fence()
+    ///         lease.fence()
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`LockClient::acquire`]; [`Error::LockLost`] when the lease was lost
+    /// during `work` or found no longer ours at release (the work may then
+    /// have overlapped with the next holder, and its fenced writes may have
+    /// been refused).
+    pub async fn with_lock<T, F, Fut>(&self, name: &str, opts: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lease = self.acquire(name, opts).await?;
+        let output = {
+            let work = work(lease.handle());
+            tokio::select! {
+                biased;
+                () = lease.lost() => None,
+                out = work => Some(out),
+            }
+        };
+        let handle = lease.handle();
+        let released = lease.release().await;
+        match (output, released) {
+            (Some(out), Ok(ReleaseOutcome::Released)) => Ok(out),
+            (Some(_), Ok(ReleaseOutcome::NotOurs(reason))) => Err(handle.state.loss_error(reason)),
+            (Some(_), Err(e)) => Err(e),
+            (None, _) => Err(handle.state.loss_error(LossReason::DeadlinePassed)),
+        }
+    }
+
+    /// Reads the current state of lock `name` (one atomic script).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::WrongType`] and connection errors.
+    pub async fn inspect(&self, name: &str, layout: KeyLayout) -> Result<LockState> {
+        let keys = self.keys(name, layout)?;
+        let (value, pttl, fence): (Option<String>, i64, Option<String>) = self
+            .inner
+            .conn
+            .run(&scripts::INSPECT, &[&keys.lock, &keys.fence], &[])
+            .await?;
+        let last_fence = fence.and_then(|f| f.parse::<Fence>().ok());
+        Ok(match value {
+            None => LockState::Free { last_fence },
+            Some(v) => {
+                let (token, fence) = match (layout, v.rsplit_once(':')) {
+                    (KeyLayout::HashTagged, Some((t, f))) => (t.to_string(), f.parse().ok()),
+                    _ => (v, last_fence),
+                };
+                LockState::Held {
+                    token,
+                    fence,
+                    remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+                }
+            }
+        })
+    }
+
+    /// One grant attempt.
+    async fn grant(&self, name: &str, keys: LockKeys, opts: &LockOptions) -> Result<Lease> {
+        let token = uuid::Uuid::new_v4().to_string();
+        let ttl = opts.ttl;
+        let ttl_ms = ttl.as_millis().to_string();
+        let retention = match (opts.fence_mode, opts.layout) {
+            (FenceMode::Clock, KeyLayout::HashTagged) => FENCE_RETENTION.max(ttl * 2).as_millis(),
+            // The guide's Python workers INCR the fence key: it must never expire.
+            _ => 0,
+        }
+        .to_string();
+        let sent = Instant::now();
+        let (granted, n): (i64, i64) = self
+            .inner
+            .conn
+            .run(
+                &scripts::GRANT,
+                &[&keys.lock, &keys.fence],
+                &[
+                    &token,
+                    &ttl_ms,
+                    opts.fence_mode.as_arg(),
+                    LockKeys::value_format(opts.layout),
+                    &retention,
+                ],
+            )
+            .await?;
+        if granted != 1 {
+            tracing::debug!(lock = %name, "contended");
+            return Err(Error::Contended {
+                name: name.to_string(),
+                remaining: u64::try_from(n).ok().map(Duration::from_millis),
+            });
+        }
+        let fence = Fence::new(
+            u64::try_from(n).map_err(|_| Error::UnexpectedReply(format!("negative fence {n}")))?,
+        );
+        let value = match opts.layout {
+            KeyLayout::HashTagged => format!("{token}:{fence}"),
+            KeyLayout::Guide => token.clone(),
+        };
+        let elapsed = sent.elapsed();
+        let deadline = sent + ttl - drift(ttl);
+        let state = LeaseState::new(
+            self.inner.conn.clone(),
+            Grant {
+                name: name.to_string(),
+                keys,
+                token,
+                value,
+                fence,
+                ttl,
+                deadline,
+            },
+        );
+        // A reply that used up most of the lease is useless and dangerous: the
+        // holder would start work with almost no time left (etcd #11456).
+        if deadline.saturating_duration_since(Instant::now()) < ttl / 10 {
+            let _ = state.release_once().await;
+            return Err(Error::GrantTooLate {
+                name: name.to_string(),
+                elapsed,
+                ttl,
+            });
+        }
+        tracing::debug!(lock = %name, %fence, "acquired");
+        Ok(Lease::start(state, opts.renewal_interval()))
+    }
+}

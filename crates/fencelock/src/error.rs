@@ -1,0 +1,194 @@
+//! The one error type of the library.
+
+use std::time::Duration;
+
+use crate::fence::Fence;
+
+/// Everything that can go wrong when taking, keeping or using a lock.
+///
+/// Use the predicates ([`Error::is_retryable`], [`Error::is_contended`],
+/// [`Error::is_lost`]) rather than matching variants where you can: the enum is
+/// `#[non_exhaustive]` and grows with new backends.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A lock or resource name was rejected before anything was sent.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The rejected name (possibly truncated for display).
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// An option (ttl, renewal interval, fence, URL, …) was rejected before
+    /// anything was sent.
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+
+    /// `try_acquire` (or `acquire` with a wait of zero) found the lock held.
+    #[error("lock {name:?} is held by another holder (its lease ends in {remaining:?})")]
+    Contended {
+        /// The lock name.
+        name: String,
+        /// The current holder's remaining lease as reported by Redis, if known.
+        remaining: Option<Duration>,
+    },
+
+    /// `acquire` waited for its whole wait deadline without getting the lock.
+    #[error("timed out after {waited:?} waiting for lock {name:?}")]
+    Timeout {
+        /// The lock name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// A grant arrived with too little validity left to be useful (the reply
+    /// took most of the ttl). The grant was released again.
+    #[error("lock {name:?} was granted too late: the reply took {elapsed:?} of a {ttl:?} lease")]
+    GrantTooLate {
+        /// The lock name.
+        name: String,
+        /// Time from sending the grant request to receiving its reply.
+        elapsed: Duration,
+        /// The requested lease ttl.
+        ttl: Duration,
+    },
+
+    /// The lease was lost while the holder still worked: renewal failed, the
+    /// local deadline passed, or the lock was no longer ours at release.
+    #[error("lock {name:?} (fence {fence}) was lost while held: {reason}")]
+    LockLost {
+        /// The lock name.
+        name: String,
+        /// The fence of the lost lease; writes carrying it may be rejected.
+        fence: Fence,
+        /// What revealed the loss.
+        reason: LossReason,
+    },
+
+    /// A key that fencelock uses holds a value of another Redis type (or a
+    /// fence key holds a non-integer). Nothing was overwritten.
+    #[error(
+        "key {key:?} holds data fencelock did not write ({detail}); nothing was changed - remove or rename it, or choose another prefix"
+    )]
+    WrongType {
+        /// The offending key.
+        key: String,
+        /// The server's message.
+        detail: String,
+    },
+
+    /// Redis could not be reached (connection refused, timed out, dropped).
+    #[error("cannot reach Redis at {url}: {source}")]
+    Unreachable {
+        /// The URL, with any password removed.
+        url: String,
+        /// The underlying client error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// Redis refused the credentials.
+    #[error("Redis at {url} refused authentication: {source}")]
+    Auth {
+        /// The URL, with any password removed.
+        url: String,
+        /// The underlying client error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// Any other error reported by Redis or the client.
+    #[error("Redis error: {0}")]
+    Redis(#[source] redis::RedisError),
+
+    /// Redis answered a script with a reply of an unexpected shape.
+    #[error("unexpected reply from Redis: {0}")]
+    UnexpectedReply(String),
+}
+
+/// Why a lease was declared lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// Renewal found the lock expired (absent) in Redis.
+    Expired,
+    /// Renewal or release found another holder's token in the lock.
+    TakenOver,
+    /// The local monotonic deadline passed before a renewal succeeded
+    /// (Redis slow or unreachable, or this process was paused).
+    DeadlinePassed,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossReason::Expired => "the lock expired in Redis",
+            LossReason::TakenOver => "another holder took the lock",
+            LossReason::DeadlinePassed => "the lease deadline passed before renewal succeeded",
+        })
+    }
+}
+
+impl Error {
+    /// True when trying again later may succeed: contention, timeouts, late
+    /// grants and transient connection problems. False for bad input, wrong
+    /// key types, authentication failures and lost leases.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Contended { .. }
+            | Error::Timeout { .. }
+            | Error::GrantTooLate { .. }
+            | Error::Unreachable { .. } => true,
+            Error::Redis(e) => is_transient(e),
+            _ => false,
+        }
+    }
+
+    /// True when the lock was held by someone else (`Contended` or `Timeout`).
+    pub fn is_contended(&self) -> bool {
+        matches!(self, Error::Contended { .. } | Error::Timeout { .. })
+    }
+
+    /// True when a lease this caller held was lost.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::LockLost { .. })
+    }
+
+    /// True when the input was rejected before anything was sent.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, Error::InvalidName { .. } | Error::InvalidOption(_))
+    }
+
+    /// True when Redis could not be reached or refused the credentials.
+    pub fn is_connection(&self) -> bool {
+        match self {
+            Error::Unreachable { .. } | Error::Auth { .. } => true,
+            Error::Redis(e) => is_transient(e),
+            _ => false,
+        }
+    }
+}
+
+/// Connection-level failures that a reconnect may cure.
+pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::BusyLoading
+                    | redis::ServerErrorKind::TryAgain
+                    | redis::ServerErrorKind::ClusterDown
+                    | redis::ServerErrorKind::MasterDown
+                    | redis::ServerErrorKind::ReadOnly
+            )
+        )
+}
+
+/// Convenience alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

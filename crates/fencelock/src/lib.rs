@@ -1,0 +1,95 @@
+//! # fencelock
+//!
+//! A distributed lock on Redis with **fencing tokens**. A lease alone cannot
+//! stop a worker that paused past its lease (GC, a blocked event loop, a slow
+//! call) from writing after someone else took over; a fence checked by the
+//! storage can. fencelock gives you both halves:
+//!
+//! - an atomic grant that sets the lock *and* mints its fence in one script,
+//!   ownership-checked release and renewal, background renewal every ttl/3
+//!   and a loss signal that fires at once;
+//! - fenced writes to a Redis hash ([`FencedHash`]) that refuse stale fences.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), fencelock::Error> {
+//! use std::time::Duration;
+//! use fencelock::LockClient;
+//!
+//! let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let invoice = client.fenced_hash("invoice:42:data")?;
+//! let opts = client.options().ttl(Duration::from_secs(10));
+//! client
+//!     .with_lock("invoice:42", &opts, |lease| async move {
+//!         // Every protected write carries the fence; a stale holder is refused.
+//!         invoice.write(lease.fence(), lease.token(), "closed").await
+//!     })
+//!     .await??;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Safety rules (never traded for speed)
+//!
+//! 1. One atomic grant: lock and fence in one script; a retried grant with
+//!    the same token returns the same fence.
+//! 2. Release and extend compare the stored value first; extend never
+//!    re-creates an expired lock.
+//! 3. Fences never go backwards for a name in the default [`FenceMode::Clock`]
+//!    (`max(last + 1, server time in µs)`), even when Redis loses the fence key.
+//!    This assumes the Redis server's clock does not step back by more than
+//!    the time between two grants, or by more than [`FENCE_RETENTION`] after
+//!    the last grant.
+//! 4. The resource decides: a write is accepted iff its fence is greater than
+//!    the stored one, or equal and from the same holder token.
+//! 5. Validity comes from the local monotonic clock, starting when the grant
+//!    was *sent*, minus a drift margin; a grant that arrives too late is
+//!    released and reported as [`Error::GrantTooLate`].
+//! 6. Loss is loud: [`LeaseHandle::lost`] completes at once, and
+//!    [`LockClient::with_lock`] cancels the critical section and returns
+//!    [`Error::LockLost`].
+//!
+//! ## Module map
+//!
+//! | module | concern |
+//! |---|---|
+//! | `client` | [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `inspect` |
+//! | `lease` | [`Lease`] guard and [`LeaseHandle`]: fence, token, `remaining`, `lost`, `extend`, `release` |
+//! | `renew` | the keeper task: renewal every interval and the deadline watchdog |
+//! | `wait` | backoff with jitter while a lock is held |
+//! | `options` | [`LockOptions`], [`Renewal`], [`FenceMode`] and their limits |
+//! | `keys` | name checks and [`KeyLayout`]: the Redis keys of a lock |
+//! | `fence` | the [`Fence`] newtype |
+//! | `redis` | the connection and the Lua scripts (called by SHA, `NOSCRIPT` reloads) |
+//! | `resource` | fenced resources: [`FencedHash`], [`WriteOutcome`] |
+//! | `error` | [`Error`] and [`LossReason`] |
+//!
+//! ## Key layouts
+//!
+//! [`KeyLayout::HashTagged`] (default) uses `lock:{NAME}` and
+//! `lock:{NAME}:fence`, Cluster-safe. [`KeyLayout::Guide`] uses `lock:NAME` and
+//! `lock:NAME:fence` with the bare token as value, so workers written from the
+//! guide in Python exclude fencelock workers on the same names.
+//!
+//! ## Dropping a lease
+//!
+//! Dropping a [`Lease`] without [`Lease::release`] stops its renewal at once
+//! and sends a best-effort release when a tokio runtime is running;
+//! otherwise the lock expires after its ttl. It never panics.
+
+mod client;
+mod error;
+mod fence;
+mod keys;
+mod lease;
+mod options;
+mod redis;
+mod renew;
+mod resource;
+mod wait;
+
+pub use client::{DEFAULT_PREFIX, FENCE_RETENTION, LockClient, LockClientBuilder, LockState};
+pub use error::{Error, LossReason, Result};
+pub use fence::Fence;
+pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
+pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
+pub use options::{FenceMode, LockOptions, MAX_TTL, MIN_TTL, Renewal};
+pub use resource::{FencedHash, HashState, WriteOutcome};

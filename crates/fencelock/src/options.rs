@@ -1,0 +1,230 @@
+//! Per-acquire options: lease ttl, wait deadline, renewal, layout, fence mode.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::keys::KeyLayout;
+
+/// Shortest accepted lease. Below this, ordinary scheduling and network
+/// jitter would lose leases constantly (the guide's "very short TTLs").
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+
+/// Longest accepted lease (30 days). Longer leases keep a crashed holder's
+/// lock for longer than any job should; use renewal instead.
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// How fences are minted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum FenceMode {
+    /// `fence = max(last_fence + 1, Redis server TIME in µs)`, computed inside
+    /// the grant script. Fences stay strictly increasing even when the fence
+    /// key is lost (Redis restarted without persistence, failover to a lagging
+    /// replica, eviction), provided the Redis server's clock does not step
+    /// back. The fence key expires after a retention period, so no key is left
+    /// behind per name forever.
+    #[default]
+    Clock,
+    /// Plain `INCR`: fences 1, 2, 3 … as in the guide. Requires a durable
+    /// Redis (AOF `appendfsync always`): a lost counter re-issues old fences.
+    /// Resources that check the holder as well (all fencelock resources do)
+    /// still refuse a re-issued fence from a different holder.
+    Counter,
+}
+
+impl FenceMode {
+    /// Parses `clock` or `counter`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "clock" => Some(FenceMode::Clock),
+            "counter" => Some(FenceMode::Counter),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_arg(self) -> &'static str {
+        match self {
+            FenceMode::Clock => "clock",
+            FenceMode::Counter => "counter",
+        }
+    }
+}
+
+/// Background renewal of a held lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Renewal {
+    /// Renew every third of the ttl (the default).
+    #[default]
+    Auto,
+    /// Renew at this interval (must be shorter than the ttl).
+    Every(Duration),
+    /// Never renew: the lease ends after its ttl. The loss signal still fires
+    /// when the local deadline passes.
+    Off,
+}
+
+/// Options for one acquisition. Start from [`LockOptions::default`] (or the
+/// client's defaults) and change what you need:
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::{LockOptions, Renewal};
+///
+/// let opts = LockOptions::default()
+///     .ttl(Duration::from_secs(30))
+///     .wait(Duration::from_secs(5))
+///     .renewal(Renewal::Every(Duration::from_secs(5)));
+/// assert_eq!(opts.ttl_value(), Duration::from_secs(30));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOptions {
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) renewal: Renewal,
+    pub(crate) layout: KeyLayout,
+    pub(crate) fence_mode: FenceMode,
+}
+
+impl Default for LockOptions {
+    /// ttl 10 s, wait 10 s, renewal every ttl/3, hash-tagged keys, clock fences.
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_secs(10),
+            wait: Duration::from_secs(10),
+            renewal: Renewal::Auto,
+            layout: KeyLayout::HashTagged,
+            fence_mode: FenceMode::Clock,
+        }
+    }
+}
+
+impl LockOptions {
+    /// Sets the lease ttl (between [`MIN_TTL`] and [`MAX_TTL`]).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets how long `acquire` waits for a held lock; zero means "try once".
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Sets background renewal.
+    pub fn renewal(mut self, renewal: Renewal) -> Self {
+        self.renewal = renewal;
+        self
+    }
+
+    /// Sets the key layout.
+    pub fn layout(mut self, layout: KeyLayout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Sets the fence mode.
+    pub fn fence_mode(mut self, mode: FenceMode) -> Self {
+        self.fence_mode = mode;
+        self
+    }
+
+    /// The lease ttl.
+    pub fn ttl_value(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The wait deadline.
+    pub fn wait_value(&self) -> Duration {
+        self.wait
+    }
+
+    /// The renewal setting.
+    pub fn renewal_value(&self) -> Renewal {
+        self.renewal
+    }
+
+    /// The key layout.
+    pub fn layout_value(&self) -> KeyLayout {
+        self.layout
+    }
+
+    /// The fence mode.
+    pub fn fence_mode_value(&self) -> FenceMode {
+        self.fence_mode
+    }
+
+    /// The renewal interval these options give, or `None` when renewal is off.
+    pub fn renewal_interval(&self) -> Option<Duration> {
+        match self.renewal {
+            Renewal::Auto => Some(self.ttl / 3),
+            Renewal::Every(every) => Some(every),
+            Renewal::Off => None,
+        }
+    }
+
+    /// Checks the options; every acquisition does this before sending anything.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] naming the bad value.
+    pub fn validate(&self) -> Result<()> {
+        if self.ttl < MIN_TTL {
+            return Err(Error::InvalidOption(format!(
+                "ttl {:?} is below the minimum of {MIN_TTL:?}: leases that short are lost to ordinary scheduling delays",
+                self.ttl
+            )));
+        }
+        if self.ttl > MAX_TTL {
+            return Err(Error::InvalidOption(format!(
+                "ttl {:?} is above the maximum of 30 days: use renewal for long work",
+                self.ttl
+            )));
+        }
+        if let Renewal::Every(every) = self.renewal
+            && (every.is_zero() || every >= self.ttl)
+        {
+            return Err(Error::InvalidOption(format!(
+                "renewal interval {every:?} must be above zero and shorter than the ttl {:?}",
+                self.ttl
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_ttls_outside_the_range_and_bad_intervals() {
+        let base = LockOptions::default();
+        assert!(base.clone().ttl(Duration::ZERO).validate().is_err());
+        assert!(
+            base.clone()
+                .ttl(Duration::from_millis(9))
+                .validate()
+                .is_err()
+        );
+        assert!(
+            base.clone()
+                .ttl(MAX_TTL + Duration::from_secs(1))
+                .validate()
+                .is_err()
+        );
+        assert!(
+            base.clone()
+                .renewal(Renewal::Every(Duration::from_secs(10)))
+                .validate()
+                .is_err()
+        );
+        assert!(
+            base.clone()
+                .renewal(Renewal::Every(Duration::ZERO))
+                .validate()
+                .is_err()
+        );
+        assert!(base.ttl(MIN_TTL).validate().is_ok());
+    }
+}

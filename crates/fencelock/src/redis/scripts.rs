@@ -1,0 +1,29 @@
+//! The Lua scripts. Each `.lua` file documents its KEYS, ARGV and replies.
+//!
+//! `redis::Script` computes the SHA once; calls use `EVALSHA` and fall back to
+//! `SCRIPT LOAD` on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a failover),
+//! so a flushed script cache is never mistaken for "not held".
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Grant + fence in one atomic step.
+pub(crate) static GRANT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/grant.lua")));
+
+/// Compare-and-delete.
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+
+/// Compare-and-pexpire.
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
+
+/// Fenced write / fence registration on a Redis hash resource.
+pub(crate) static FENCED_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
+
+/// Atomic snapshot of a lock for status.
+pub(crate) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));

@@ -1,0 +1,73 @@
+//! The keeper task of a lease: background renewal and the deadline watchdog.
+//!
+//! One task per lease. It renews every interval (compare-and-pexpire), moves
+//! the local deadline forward on success, and declares the lease lost at once
+//! when Redis says it is no longer ours, or when the local monotonic deadline
+//! passes before a renewal succeeded (Redis paused or unreachable, or this
+//! process stalled). With renewal off it only watches the deadline.
+//!
+//! It stops as soon as the lease is released or dropped; the release waits
+//! for it first, so no renewal is sent after a release.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until, timeout_at};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::LossReason;
+use crate::lease::{ExtendReply, LeaseState};
+
+/// Delay before retrying a renewal that failed with a transient error.
+fn retry_delay(interval: Duration) -> Duration {
+    (interval / 4).max(Duration::from_millis(5))
+}
+
+pub(crate) async fn keep(
+    state: Arc<LeaseState>,
+    interval: Option<Duration>,
+    stop: CancellationToken,
+) {
+    let mut next = interval.map(|i| Instant::now() + i);
+    loop {
+        let deadline = state.deadline();
+        let wake = match next {
+            Some(n) => n.min(deadline),
+            None => deadline,
+        };
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            () = sleep_until(wake) => {}
+        }
+        // Re-read: a manual extend may have moved the deadline meanwhile.
+        let deadline = state.deadline();
+        if Instant::now() >= deadline {
+            state.mark_lost(LossReason::DeadlinePassed);
+            return;
+        }
+        let Some(every) = interval else { continue };
+        if Instant::now() < next.unwrap_or(deadline) {
+            continue;
+        }
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            reply = timeout_at(deadline, state.extend_once()) => match reply {
+                Err(_deadline_passed) => {
+                    state.mark_lost(LossReason::DeadlinePassed);
+                    return;
+                }
+                Ok(Ok(ExtendReply::Extended)) => next = Some(Instant::now() + every),
+                Ok(Ok(ExtendReply::NotOurs(reason))) => {
+                    state.mark_lost(reason);
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(lock = %state.name, error = %e, "renewal failed; retrying until the deadline");
+                    next = Some(Instant::now() + retry_delay(every));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! A Redis hash guarded by fences (the guide's step 3).
+
+use crate::error::{Error, Result};
+use crate::fence::Fence;
+use crate::keys::{KeyLayout, validate_name};
+use crate::redis::{RedisConn, scripts};
+use crate::resource::WriteOutcome;
+
+/// A Redis hash with fields `value`, `fence` and `holder`, written only
+/// through the fence check. Compatible with the guide's hash (`fence`,
+/// `value`); a hash without `holder` is read as "holder unknown", so an equal
+/// fence is then refused.
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+/// let lease = client.acquire("invoice:42", &client.options()).await?;
+/// let invoice = client.fenced_hash("invoice:42:data")?;
+/// if !invoice.write(lease.fence(), lease.token(), "closed").await?.is_accepted() {
+///     // a newer holder exists: stop, do not retry the write
+/// }
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FencedHash {
+    conn: RedisConn,
+    key: String,
+}
+
+/// What a [`FencedHash`] holds.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct HashState {
+    /// The stored value, if any.
+    pub value: Option<String>,
+    /// The highest accepted fence, if any.
+    pub fence: Option<Fence>,
+    /// The token of the holder that wrote `fence`, if recorded.
+    pub holder: Option<String>,
+}
+
+impl FencedHash {
+    pub(crate) fn new(conn: RedisConn, key: &str) -> Result<Self> {
+        validate_name(key, KeyLayout::Guide)?;
+        Ok(FencedHash {
+            conn,
+            key: key.to_string(),
+        })
+    }
+
+    /// The hash's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Writes `value` if `fence` (held by `holder`) is not stale.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] if the key is not a hash; connection errors. A
+    /// stale fence is not an error but [`WriteOutcome::Rejected`].
+    pub async fn write(&self, fence: Fence, holder: &str, value: &str) -> Result<WriteOutcome> {
+        self.call(fence, holder, "write", value).await
+    }
+
+    /// Records `fence` and `holder` without changing the value, under the same
+    /// rule as [`FencedHash::write`]. Do this *before reading* in a
+    /// read-modify-write: once registered, a stale holder's write can no
+    /// longer land between your read and your write (a lost update that a
+    /// write-only check allows).
+    ///
+    /// # Errors
+    /// As [`FencedHash::write`].
+    pub async fn register(&self, fence: Fence, holder: &str) -> Result<WriteOutcome> {
+        self.call(fence, holder, "register", "").await
+    }
+
+    /// Registers the fence, reads the value, computes the new one with
+    /// `update` and writes it: a read-modify-write that loses no update to a
+    /// stale holder.
+    ///
+    /// # Errors
+    /// As [`FencedHash::write`].
+    pub async fn update(
+        &self,
+        fence: Fence,
+        holder: &str,
+        update: impl FnOnce(Option<&str>) -> String,
+    ) -> Result<WriteOutcome> {
+        let registered = self.register(fence, holder).await?;
+        if !registered.is_accepted() {
+            return Ok(registered);
+        }
+        let current = self.read().await?;
+        let next = update(current.value.as_deref());
+        self.write(fence, holder, &next).await
+    }
+
+    /// Reads value, fence and holder.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] if the key is not a hash; connection errors.
+    pub async fn read(&self) -> Result<HashState> {
+        let (value, fence, holder): (Option<String>, Option<String>, Option<String>) = self
+            .conn
+            .cmd(
+                redis::cmd("HMGET")
+                    .arg(&self.key)
+                    .arg("value")
+                    .arg("fence")
+                    .arg("holder"),
+            )
+            .await
+            .map_err(|e| self.name_key(e))?;
+        Ok(HashState {
+            value,
+            fence: parse_fence(fence)?,
+            holder,
+        })
+    }
+
+    async fn call(
+        &self,
+        fence: Fence,
+        holder: &str,
+        op: &str,
+        value: &str,
+    ) -> Result<WriteOutcome> {
+        if holder.is_empty() {
+            return Err(Error::InvalidOption(
+                "the holder token of a fenced write is empty".into(),
+            ));
+        }
+        let (accepted, stored, stored_holder): (i64, Option<String>, Option<String>) = self
+            .conn
+            .run(
+                &scripts::FENCED_WRITE,
+                &[&self.key],
+                &[&fence.to_string(), holder, op, value],
+            )
+            .await?;
+        if accepted == 1 {
+            tracing::debug!(resource = %self.key, %fence, op, "fenced write accepted");
+            Ok(WriteOutcome::Accepted)
+        } else {
+            let current_fence = parse_fence(stored)?;
+            tracing::warn!(resource = %self.key, %fence, current = ?current_fence, op, "fenced write rejected as stale: a holder outlived its lease");
+            Ok(WriteOutcome::Rejected {
+                current_fence,
+                current_holder: stored_holder,
+            })
+        }
+    }
+
+    fn name_key(&self, e: Error) -> Error {
+        match e {
+            Error::WrongType { detail, .. } => Error::WrongType {
+                key: self.key.clone(),
+                detail,
+            },
+            other => other,
+        }
+    }
+}
+
+fn parse_fence(raw: Option<String>) -> Result<Option<Fence>> {
+    raw.map(|s| {
+        s.parse::<Fence>()
+            .map_err(|_| Error::UnexpectedReply(format!("resource fence {s:?} is not an integer")))
+    })
+    .transpose()
+}
