@@ -1,0 +1,146 @@
+//! A lock worker in its own process, driven line by line over stdin, so tests
+//! can freeze a real holder with SIGSTOP (renewal task included).
+//!
+//! Usage: `fencelock-worker REDIS_URL [guide|default] [clock|counter]`
+//!
+//! Commands (one per line) and replies (one line each on stdout):
+//! - `acquire NAME TTL_MS WAIT_MS renew|norenew` → `acquired FENCE TOKEN`,
+//!   `contended` or `error MESSAGE`
+//! - `write RESOURCE VALUE` (with the held fence and token) → `accepted` or
+//!   `rejected CURRENT_FENCE`
+//! - `lost` → `lost REASON` or `held REMAINING_MS`
+//! - `wait-lost TIMEOUT_MS` → `lost REASON` or `held REMAINING_MS`
+//! - `release` → `released` or `not-ours REASON`
+//! - `quit`
+//!
+//! It prints `ready` once connected.
+#![allow(clippy::print_stdout)]
+
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use fencelock::{FenceMode, KeyLayout, Lease, LockClient, ReleaseOutcome, Renewal, WriteOutcome};
+
+fn reply(line: impl AsRef<str>) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", line.as_ref());
+    let _ = out.flush();
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(url) = args.get(1).cloned() else {
+        eprintln!("usage: fencelock-worker REDIS_URL [guide|default] [clock|counter]");
+        std::process::exit(64);
+    };
+    let layout = args
+        .get(2)
+        .and_then(|s| KeyLayout::parse(s))
+        .unwrap_or_default();
+    let mode = args
+        .get(3)
+        .and_then(|s| FenceMode::parse(s))
+        .unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(serve(url, layout, mode));
+}
+
+async fn serve(url: String, layout: KeyLayout, mode: FenceMode) {
+    let client = match LockClient::connect(&url).await {
+        Ok(c) => c,
+        Err(e) => {
+            reply(format!("error {e}"));
+            return;
+        }
+    };
+    reply("ready");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lease: Option<Lease> = None;
+    while let Some(line) = rx.recv().await {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["acquire", name, ttl, wait, renew] => {
+                let (Ok(ttl), Ok(wait)) = (ttl.parse::<u64>(), wait.parse::<u64>()) else {
+                    reply("error bad numbers");
+                    continue;
+                };
+                let opts = client
+                    .options()
+                    .ttl(Duration::from_millis(ttl))
+                    .wait(Duration::from_millis(wait))
+                    .layout(layout)
+                    .fence_mode(mode)
+                    .renewal(if *renew == "renew" {
+                        Renewal::Auto
+                    } else {
+                        Renewal::Off
+                    });
+                match client.acquire(name, &opts).await {
+                    Ok(l) => {
+                        reply(format!("acquired {} {}", l.fence(), l.token()));
+                        lease = Some(l);
+                    }
+                    Err(e) if e.is_contended() => reply("contended"),
+                    Err(e) => reply(format!("error {e}")),
+                }
+            }
+            ["write", resource, value] => {
+                let Some(l) = &lease else {
+                    reply("error no lease");
+                    continue;
+                };
+                let outcome = match client.fenced_hash(resource) {
+                    Ok(r) => r.write(l.fence(), l.token(), value).await,
+                    Err(e) => Err(e),
+                };
+                match outcome {
+                    Ok(WriteOutcome::Accepted) => reply("accepted"),
+                    Ok(WriteOutcome::Rejected { current_fence, .. }) => reply(format!(
+                        "rejected {}",
+                        current_fence.map(|f| f.to_string()).unwrap_or_default()
+                    )),
+                    Ok(other) => reply(format!("error {other:?}")),
+                    Err(e) => reply(format!("error {e}")),
+                }
+            }
+            ["lost"] => reply(lost_line(lease.as_ref())),
+            ["wait-lost", timeout] => {
+                if let (Some(l), Ok(ms)) = (&lease, timeout.parse::<u64>()) {
+                    let _ = tokio::time::timeout(Duration::from_millis(ms), l.lost()).await;
+                }
+                reply(lost_line(lease.as_ref()));
+            }
+            ["release"] => match lease.take() {
+                Some(l) => match l.release().await {
+                    Ok(ReleaseOutcome::Released) => reply("released"),
+                    Ok(ReleaseOutcome::NotOurs(reason)) => reply(format!("not-ours {reason:?}")),
+                    Ok(other) => reply(format!("error {other:?}")),
+                    Err(e) => reply(format!("error {e}")),
+                },
+                None => reply("error no lease"),
+            },
+            ["quit"] => break,
+            _ => reply(format!("error unknown command {line:?}")),
+        }
+    }
+}
+
+fn lost_line(lease: Option<&Lease>) -> String {
+    match lease {
+        Some(l) if l.is_lost() => format!("lost {:?}", l.loss_reason()),
+        Some(l) => format!("held {}", l.remaining().as_millis()),
+        None => "error no lease".into(),
+    }
+}
