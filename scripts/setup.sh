@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what fencelock's demo and tests need and is missing on this machine
+# (Debian/Ubuntu). Safe to run again: it only installs what is absent.
+set -euo pipefail
+
+need_pkgs=()
+command -v redis-server   >/dev/null 2>&1 || need_pkgs+=(redis-server)
+command -v redis-sentinel >/dev/null 2>&1 || need_pkgs+=(redis-sentinel)
+command -v redis-cli      >/dev/null 2>&1 || need_pkgs+=(redis-tools)
+
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "setup: installing ${need_pkgs[*]}" >&2
+  as_root=()
+  [ "$(id -u)" -eq 0 ] || as_root=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+# The Debian packages also install services; fencelock never uses them (tests
+# start their own servers on free ports), and a default one on 6379 is not
+# ours to rely on.
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found; install Rust (https://rustup.rs) first" >&2
+  exit 1
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "setup: installing cargo-nextest" >&2
+  cargo install cargo-nextest --locked
+fi
