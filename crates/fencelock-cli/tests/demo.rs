@@ -24,13 +24,20 @@ fn text(out: &Output) -> (String, String) {
 fn demo_on_a_private_server_shows_the_stale_write_refused() {
     let out = fencelock(&["demo"]).output().expect("run fencelock demo");
     let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     assert!(stdout.contains("A   acquired, fence 1"), "{stdout}");
     assert!(stdout.contains("B   acquired, fence 2"), "{stdout}");
     assert!(stdout.contains("with fence 2 -> accepted"), "{stdout}");
     assert!(stdout.contains("with fence 1 -> REJECTED"), "{stdout}");
     assert!(stdout.contains("release -> not ours"), "{stdout}");
-    assert!(stdout.contains("value \"closed by B\", fence 2"), "{stdout}");
+    assert!(
+        stdout.contains("value \"closed by B\", fence 2"),
+        "{stdout}"
+    );
 
     // The private server is gone: its port refuses connections.
     let port = stdout
@@ -54,7 +61,11 @@ fn demo_on_a_given_server_in_clock_mode() {
         .output()
         .expect("run fencelock demo");
     let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     assert!(stdout.contains("REJECTED as stale"), "{stdout}");
     let locks: Vec<String> = server.query(&["KEYS", "lock:*"]);
     assert!(
@@ -73,7 +84,10 @@ fn demo_without_redis_server_says_how_to_install_it() {
         .expect("run fencelock demo");
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(78), "{stderr}");
-    assert!(stderr.contains("apt-get install -y redis-server"), "{stderr}");
+    assert!(
+        stderr.contains("apt-get install -y redis-server"),
+        "{stderr}"
+    );
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
 }
 
@@ -81,7 +95,9 @@ fn demo_without_redis_server_says_how_to_install_it() {
 #[test]
 fn demo_with_unreachable_redis_exits_69_naming_the_url() {
     let url = RedisServer::client_url_unreachable();
-    let out = fencelock(&["--redis", &url, "demo"]).output().expect("run fencelock demo");
+    let out = fencelock(&["--redis", &url, "demo"])
+        .output()
+        .expect("run fencelock demo");
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(69), "{stderr}");
     let shown = url.trim_end_matches('/');

@@ -13,6 +13,9 @@
 //! - [`process`]: [`spawn_guarded`] runs any [`std::process::Command`] as a
 //!   [`GuardedChild`] (signals, `wait_timeout`, piped stdin/stdout for driving
 //!   a worker process line by line), plus [`process_alive`].
+//! - [`worker`]: [`Worker`] drives a `fencelock-worker` process (a lease
+//!   holder in its own process, line protocol on stdin/stdout) so tests can
+//!   freeze a real holder with SIGSTOP.
 //! - [`free_port`]: a free loopback port for servers, or for URLs where
 //!   nothing listens ([`RedisServer::client_url_unreachable`]).
 //!
@@ -34,11 +37,13 @@
 pub mod process;
 pub mod redis_server;
 mod spawner;
+pub mod worker;
 
 use std::net::TcpListener;
 
 pub use process::{GuardedChild, process_alive, spawn_guarded, try_spawn_guarded};
 pub use redis_server::{PausedGuard, Persistence, RedisConfig, RedisServer};
+pub use worker::Worker;
 
 /// Returns a TCP port on `127.0.0.1` that was free a moment ago: binds port
 /// 0, reads the port the kernel chose, and closes the listener. Never returns

@@ -212,7 +212,7 @@ impl LockClient {
     pub async fn try_acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
         let keys = self.keys(name, opts.layout)?;
-        self.grant(name, keys, opts).await
+        self.grant(name, keys, &new_token(), opts).await
     }
 
     /// Takes lock `name`, waiting up to the options' wait deadline (zero means
@@ -233,8 +233,12 @@ impl LockClient {
         let started = Instant::now();
         let give_up = started + opts.wait;
         let mut backoff = Backoff::new();
+        // One token for every attempt of this call: if an attempt was granted
+        // but its reply was lost, the next attempt gets the same grant back
+        // (same fence) instead of leaving an orphaned lock until its ttl.
+        let token = new_token();
         loop {
-            let delay = match self.grant(name, keys.clone(), opts).await {
+            let delay = match self.grant(name, keys.clone(), &token, opts).await {
                 Ok(lease) => return Ok(lease),
                 Err(e) if opts.wait.is_zero() || !e.is_retryable() => return Err(e),
                 Err(e) => {
@@ -340,8 +344,13 @@ impl LockClient {
     }
 
     /// One grant attempt.
-    async fn grant(&self, name: &str, keys: LockKeys, opts: &LockOptions) -> Result<Lease> {
-        let token = uuid::Uuid::new_v4().to_string();
+    async fn grant(
+        &self,
+        name: &str,
+        keys: LockKeys,
+        token: &str,
+        opts: &LockOptions,
+    ) -> Result<Lease> {
         let ttl = opts.ttl;
         let ttl_ms = ttl.as_millis().to_string();
         let retention = match (opts.fence_mode, opts.layout) {
@@ -358,7 +367,7 @@ impl LockClient {
                 &scripts::GRANT,
                 &[&keys.lock, &keys.fence],
                 &[
-                    &token,
+                    token,
                     &ttl_ms,
                     opts.fence_mode.as_arg(),
                     LockKeys::value_format(opts.layout),
@@ -378,7 +387,7 @@ impl LockClient {
         );
         let value = match opts.layout {
             KeyLayout::HashTagged => format!("{token}:{fence}"),
-            KeyLayout::Guide => token.clone(),
+            KeyLayout::Guide => token.to_string(),
         };
         let elapsed = sent.elapsed();
         let deadline = sent + ttl - drift(ttl);
@@ -387,7 +396,7 @@ impl LockClient {
             Grant {
                 name: name.to_string(),
                 keys,
-                token,
+                token: token.to_string(),
                 value,
                 fence,
                 ttl,
@@ -406,5 +415,59 @@ impl LockClient {
         }
         tracing::debug!(lock = %name, %fence, "acquired");
         Ok(Lease::start(state, opts.renewal_interval()))
+    }
+}
+
+/// A fresh holder token: 122 random bits, hyphenated like the guide's
+/// `str(uuid.uuid4())`.
+fn new_token() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fencelock_testkit::RedisServer;
+
+    /// A retried grant with the same token (its first reply lost) returns the
+    /// same fence, mints nothing new and restarts the lease; a different token
+    /// is refused.
+    #[tokio::test]
+    async fn a_retried_grant_returns_the_same_fence() -> Result<()> {
+        let server = RedisServer::start();
+        let client = LockClient::connect(&server.url()).await?;
+        for (layout, mode) in [
+            (KeyLayout::HashTagged, FenceMode::Clock),
+            (KeyLayout::HashTagged, FenceMode::Counter),
+            (KeyLayout::Guide, FenceMode::Counter),
+            (KeyLayout::Guide, FenceMode::Clock),
+        ] {
+            let name = format!("retry-{layout:?}-{mode:?}");
+            let opts = LockOptions::default()
+                .ttl(Duration::from_secs(5))
+                .renewal(crate::Renewal::Off)
+                .layout(layout)
+                .fence_mode(mode);
+            let keys = client.keys(&name, layout)?;
+            let token = new_token();
+            let first = client.grant(&name, keys.clone(), &token, &opts).await?;
+            let fence_key_before: Option<String> = server.query(&["GET", &keys.fence]);
+            server.cmd(&["PEXPIRE", &keys.lock, "1000"]);
+            let again = client.grant(&name, keys.clone(), &token, &opts).await?;
+            assert_eq!(first.fence(), again.fence(), "{layout:?} {mode:?}");
+            let fence_key_after: Option<String> = server.query(&["GET", &keys.fence]);
+            assert_eq!(fence_key_before, fence_key_after, "no new fence minted");
+            let pttl: i64 = server.query(&["PTTL", &keys.lock]);
+            assert!(pttl > 4000, "the retry restarted the lease (pttl {pttl})");
+            let other = client.grant(&name, keys, &new_token(), &opts).await;
+            assert!(matches!(other, Err(Error::Contended { .. })), "{other:?}");
+            // Both guards name the same grant: the first release deletes it.
+            assert_eq!(again.release().await?, ReleaseOutcome::Released);
+            assert_eq!(
+                first.release().await?,
+                ReleaseOutcome::NotOurs(LossReason::Expired)
+            );
+        }
+        Ok(())
     }
 }

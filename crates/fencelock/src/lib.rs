@@ -93,3 +93,8 @@ pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
 pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use options::{FenceMode, LockOptions, MAX_TTL, MIN_TTL, Renewal};
 pub use resource::{FencedHash, HashState, WriteOutcome};
+
+/// The README's examples, compiled as doc-tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

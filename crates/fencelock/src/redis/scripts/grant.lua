@@ -17,13 +17,21 @@ local token = ARGV[1]
 local held = redis.call('GET', KEYS[1])
 local last = redis.call('GET', KEYS[2])
 if held then
+  -- A retry of a grant that already succeeded (its reply was lost): return
+  -- the same fence instead of minting another, and restart the lease so it
+  -- lasts at least ttl from this retry, which the client measures from.
+  local mine = nil
   if ARGV[4] == 'tagged' then
     local prefix = token .. ':'
     if string.sub(held, 1, #prefix) == prefix then
-      return {1, tonumber(string.sub(held, #prefix + 1))}
+      mine = tonumber(string.sub(held, #prefix + 1))
     end
   elseif held == token and last then
-    return {1, tonumber(last)}
+    mine = tonumber(last)
+  end
+  if mine then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, mine}
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
