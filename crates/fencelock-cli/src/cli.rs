@@ -1,5 +1,7 @@
 //! Command-line syntax.
 
+use std::time::Duration;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Distributed locks with fencing tokens on Redis.
@@ -8,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "fencelock",
     version,
     about = "Distributed locks with fencing tokens on Redis",
-    after_help = "Examples:\n  fencelock demo                       # the guide's scenario on a private redis-server\n  fencelock --redis redis://10.0.0.5:6379 demo --fence-mode clock\n\nExit codes: 0 ok, 1 check failed, 64 usage, 69 Redis unreachable, 70 internal error, 78 bad configuration."
+    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable,\n       127 not found, 75 lock not acquired (--conflict-exit-code), 76 lock lost\n       while the command ran\n  write: 0 accepted, 3 rejected as stale\n  all: 64 usage, 69 Redis unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a key of the wrong type, redis-server missing)"
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -20,13 +22,14 @@ pub(crate) struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// Redis URL (redis://[user:password@]host:port[/db], rediss:// for TLS).
-    /// `demo` starts a private redis-server when this is not given.
-    #[arg(long, global = true, env = "FENCELOCK_REDIS_URL")]
+    /// Redis URL (redis://[user:password@]host:port[/db], rediss:// for TLS)
+    /// [default: redis://127.0.0.1:6379; `demo` and `bench` start a private
+    /// redis-server instead]
+    #[arg(long, global = true, env = "FENCELOCK_REDIS_URL", value_name = "URL")]
     pub(crate) redis: Option<String>,
 
     /// Key prefix of the locks.
-    #[arg(long, global = true, default_value = fencelock::DEFAULT_PREFIX)]
+    #[arg(long, global = true, default_value = fencelock::DEFAULT_PREFIX, value_name = "PREFIX")]
     pub(crate) prefix: String,
 
     /// Key layout: `default` (lock:{NAME}, Cluster-safe) or `guide` (lock:NAME,
@@ -79,6 +82,30 @@ impl From<FenceModeArg> for fencelock::FenceMode {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Run a command while holding a lock: acquire, run it (no shell unless
+    /// -c), renew in the background, stop it if the lock is lost, release.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+
+    /// Show whether a lock is held, by whom, its fence and the time left.
+    #[command(
+        after_help = "Examples:\n  fencelock status nightly-report\n  fencelock status invoice:42 --json\n\nExit code 0 whether held or free; read `held` in --json output."
+    )]
+    Status(StatusArgs),
+
+    /// Read a fenced Redis hash resource: value, fence, holder.
+    #[command(
+        after_help = "Examples:\n  fencelock read invoice:42\n  fencelock read invoice:42 --json"
+    )]
+    Read(ReadArgs),
+
+    /// Write a fenced Redis hash resource: accepted only if the fence is newer
+    /// than the stored one (or equal and from the same holder).
+    #[command(
+        after_help = "Examples:\n  fencelock write invoice:42 closed --fence 1796030814974827 --holder 3f2a…\n  # inside `fencelock run`, --fence and --holder default to the lock's own:\n  fencelock run invoice-42 -- sh -c 'fencelock write invoice:42 closed'\n\nExit codes: 0 accepted, 3 rejected as stale (a newer holder wrote)."
+    )]
+    Write(WriteArgs),
+
     /// Reproduce the guide's scenario on a real Redis and print the timeline:
     /// worker A stalls past its 300 ms lease, B takes over and writes, A's
     /// stale write is refused and its release leaves B's lock alone.
@@ -88,19 +115,116 @@ pub(crate) enum Command {
     Demo(DemoArgs),
 }
 
+const RUN_HELP: &str = "\
+The command gets these environment variables:
+  FENCELOCK_NAME, FENCELOCK_KEY, FENCELOCK_TOKEN, FENCELOCK_FENCE,
+  FENCELOCK_TTL_MS, FENCELOCK_REDIS_URL
+Pass FENCELOCK_FENCE with every write the lock protects (`fencelock write`
+uses it and FENCELOCK_TOKEN by default).
+
+SIGINT, SIGTERM and SIGHUP are forwarded to the command (SIGINT only when
+stdin is not a terminal: a terminal's Ctrl-C already reaches it). If the lock
+is lost, the command gets SIGTERM, then SIGKILL after --kill-grace.
+
+Exit codes: the command's own; 128+N if it died of signal N; 126 not
+executable; 127 not found; 75 lock not acquired (--conflict-exit-code);
+76 lock lost while the command ran; 69 Redis unreachable; 64 usage.
+
+Examples:
+  fencelock run nightly-report -- ./report.sh --date today
+  fencelock run --no-wait --conflict-exit-code 0 cleanup -- ./cleanup.sh
+  fencelock run --ttl 30s --wait 2m migrate -c 'make migrate && make seed'";
+
+/// Options of `run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Lock name, e.g. nightly-report or invoice:42.
+    pub(crate) name: String,
+
+    /// Lease ttl; renewed every third of it while the command runs.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) ttl: Duration,
+
+    /// How long to wait for the lock if it is held.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
+    pub(crate) wait: Duration,
+
+    /// Try once; do not wait if the lock is held.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+
+    /// Exit code when the lock is not acquired.
+    #[arg(long, default_value_t = 75, value_name = "N")]
+    pub(crate) conflict_exit_code: u8,
+
+    /// After a lost lock, time between SIGTERM and SIGKILL for the command.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) kill_grace: Duration,
+
+    /// Run STRING with `sh -c` instead of a command and arguments.
+    #[arg(short = 'c', value_name = "STRING", conflicts_with = "command")]
+    pub(crate) shell: Option<String>,
+
+    /// No progress line while waiting.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub(crate) command: Vec<String>,
+}
+
+/// Options of `status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Lock name.
+    pub(crate) name: String,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `read`.
+#[derive(Debug, Args)]
+pub(crate) struct ReadArgs {
+    /// The resource's Redis key.
+    pub(crate) resource: String,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `write`.
+#[derive(Debug, Args)]
+pub(crate) struct WriteArgs {
+    /// The resource's Redis key.
+    pub(crate) resource: String,
+    /// The value to store.
+    pub(crate) value: String,
+    /// The writer's fence (inside `fencelock run`: the lock's own).
+    #[arg(long, env = "FENCELOCK_FENCE", value_name = "N")]
+    pub(crate) fence: fencelock::Fence,
+    /// The writer's holder token (inside `fencelock run`: the lock's own).
+    #[arg(long, env = "FENCELOCK_TOKEN", value_name = "TOKEN")]
+    pub(crate) holder: String,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// Options of `demo`.
 #[derive(Debug, Args)]
 pub(crate) struct DemoArgs {
     /// Lease ttl of both workers.
     #[arg(long, default_value = "300ms", value_parser = parse_duration)]
-    pub(crate) ttl: std::time::Duration,
+    pub(crate) ttl: Duration,
 
     /// How long worker A stalls (must exceed the ttl to show the takeover).
     #[arg(long, default_value = "400ms", value_parser = parse_duration)]
-    pub(crate) pause: std::time::Duration,
+    pub(crate) pause: Duration,
 }
 
 /// Parses `300ms`, `10s`, `2m`, `1h30m`.
-pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 300ms, 10s, 2m)"))
 }

@@ -3,17 +3,25 @@
 //! | module | concern |
 //! |---|---|
 //! | `cli` | command-line syntax (clap) and global options |
+//! | `connect` | global options to a connected client and lock options |
+//! | `run` | `fencelock run`: a supervised command under a lock |
+//! | `inspect` | `status`, `read`, `write` |
 //! | `exit` | exit codes (sysexits-style, as in the README) |
+//! | `child` | child processes that die with `fencelock` |
 //! | `private_redis` | a private redis-server for commands run without `--redis` |
 //! | `demo` | `fencelock demo`: the guide's scenario with a printed timeline |
 
 // A command-line tool prints its results on stdout.
 #![allow(clippy::print_stdout)]
 
+mod child;
 mod cli;
+mod connect;
 mod demo;
 mod exit;
+mod inspect;
 mod private_redis;
+mod run;
 
 use std::process::ExitCode;
 
@@ -24,15 +32,23 @@ use crate::cli::{Cli, Command};
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // Usage errors are one line that says what to do, like every error.
+            let rendered = e.render().to_string();
+            let first = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid usage");
+            eprintln!(
+                "fencelock: {} (see fencelock --help)",
+                first.trim_start_matches("error: ")
+            );
+            return ExitCode::from(exit::USAGE);
+        }
         Err(e) => {
-            let code = if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            };
-            // clap formats help, version and usage errors itself.
+            // --help and --version.
             let _ = e.print();
-            return ExitCode::from(code);
+            return ExitCode::from(exit::OK);
         }
     };
     tracing_subscriber::fmt()
@@ -42,7 +58,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -54,6 +70,10 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match &cli.command {
+            Command::Run(args) => run::run(&cli.global, args).await,
+            Command::Status(args) => inspect::status(&cli.global, args).await,
+            Command::Read(args) => inspect::read(&cli.global, args).await,
+            Command::Write(args) => inspect::write(&cli.global, args).await,
             Command::Demo(args) => demo::run(&cli.global, args).await,
         }
     });

@@ -46,7 +46,7 @@ impl PrivateRedis {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true);
-        die_with_parent(&mut cmd);
+        crate::child::die_with_parent(&mut cmd);
         let child = cmd.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 exit::fail(
@@ -101,19 +101,6 @@ impl PrivateRedis {
     /// Stops the server and waits for it.
     pub(crate) async fn stop(mut self) {
         let _ = self.child.kill().await;
-    }
-}
-
-/// Asks the kernel to kill the child when this process dies, so a private
-/// server never outlives an interrupted command.
-fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: the closure runs between fork and exec and only makes the
-    // async-signal-safe prctl system call.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)
-        });
     }
 }
 

@@ -27,7 +27,7 @@ pub enum Error {
     InvalidOption(String),
 
     /// `try_acquire` (or `acquire` with a wait of zero) found the lock held.
-    #[error("lock {name:?} is held by another holder (its lease ends in {remaining:?})")]
+    #[error("lock {name:?} is held by another holder{}", lease_left(remaining))]
     Contended {
         /// The lock name.
         name: String,
@@ -107,6 +107,36 @@ pub enum Error {
     /// Redis answered a script with a reply of an unexpected shape.
     #[error("unexpected reply from Redis: {0}")]
     UnexpectedReply(String),
+
+    /// A fenced table lacks the `lock_fence` / `lock_holder` columns. Nothing
+    /// was written.
+    #[error(
+        "table {table} has no lock_fence/lock_holder columns, so it cannot check fences: run the migration first (FencedTable::add_fence_columns, or `ALTER TABLE {table} ADD COLUMN IF NOT EXISTS lock_fence bigint, ADD COLUMN IF NOT EXISTS lock_holder text`)"
+    )]
+    MissingFenceColumns {
+        /// The table, as given (quoted as sent to the database).
+        table: String,
+    },
+
+    /// A fenced update or registration named a row that does not exist.
+    /// Nothing was written; use an insert-or-update (`upsert`) for rows that
+    /// may not exist yet.
+    #[error("no row with {key_column} = {key} in table {table}; nothing was written")]
+    RowNotFound {
+        /// The table.
+        table: String,
+        /// The key column.
+        key_column: String,
+        /// The key that was looked up, as shown by its `Debug` form.
+        key: String,
+    },
+
+    /// Any error reported by Postgres or the Postgres client (connection
+    /// lost, statement failed, ...). A fenced statement that failed with this
+    /// error wrote nothing: each is one atomic statement.
+    #[cfg(feature = "postgres")]
+    #[error("Postgres error: {0}")]
+    Postgres(#[source] sqlx::Error),
 }
 
 /// Why a lease was declared lost.
@@ -122,6 +152,13 @@ pub enum LossReason {
     DeadlinePassed,
 }
 
+fn lease_left(remaining: &Option<Duration>) -> String {
+    match remaining {
+        Some(r) => format!(" (its lease ends in {} ms)", r.as_millis()),
+        None => String::new(),
+    }
+}
+
 impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -134,8 +171,10 @@ impl std::fmt::Display for LossReason {
 
 impl Error {
     /// True when trying again later may succeed: contention, timeouts, late
-    /// grants and transient connection problems. False for bad input, wrong
-    /// key types, authentication failures and lost leases.
+    /// grants and transient connection problems (Redis or Postgres; for
+    /// Postgres also serialization failures and deadlocks). False for bad
+    /// input, wrong key types, authentication failures, lost leases and
+    /// resource setup errors.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Contended { .. }
@@ -143,6 +182,8 @@ impl Error {
             | Error::GrantTooLate { .. }
             | Error::Unreachable { .. } => true,
             Error::Redis(e) => is_transient(e),
+            #[cfg(feature = "postgres")]
+            Error::Postgres(e) => pg_is_transient(e),
             _ => false,
         }
     }
@@ -162,13 +203,27 @@ impl Error {
         matches!(self, Error::InvalidName { .. } | Error::InvalidOption(_))
     }
 
-    /// True when Redis could not be reached or refused the credentials.
+    /// True when Redis could not be reached or refused the credentials, or
+    /// the connection to Postgres failed or was lost (for a fenced Postgres
+    /// statement: it was rolled back, nothing was written).
     pub fn is_connection(&self) -> bool {
         match self {
             Error::Unreachable { .. } | Error::Auth { .. } => true,
             Error::Redis(e) => is_transient(e),
+            #[cfg(feature = "postgres")]
+            Error::Postgres(e) => pg_is_connection(e),
             _ => false,
         }
+    }
+
+    /// True when a fenced resource is not set up for fencing or lacks the
+    /// addressed record ([`Error::MissingFenceColumns`],
+    /// [`Error::RowNotFound`]): fix the data or the schema, do not retry.
+    pub fn is_resource_setup(&self) -> bool {
+        matches!(
+            self,
+            Error::MissingFenceColumns { .. } | Error::RowNotFound { .. }
+        )
     }
 }
 
@@ -188,6 +243,32 @@ pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
                     | redis::ServerErrorKind::ReadOnly
             )
         )
+}
+
+/// Postgres failures where the connection (not the statement) failed:
+/// I/O errors, pool timeouts, and SQLSTATE class 08 (connection exception)
+/// and 57P01–57P03 (the server is shutting down, the backend was terminated,
+/// or the server cannot accept connections yet).
+#[cfg(feature = "postgres")]
+pub(crate) fn pg_is_connection(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
+/// Postgres failures that a retry may cure: connection failures, and
+/// serialization failures / deadlocks (40001, 40P01) and too many connections
+/// (53300).
+#[cfg(feature = "postgres")]
+pub(crate) fn pg_is_transient(e: &sqlx::Error) -> bool {
+    pg_is_connection(e)
+        || matches!(e, sqlx::Error::Database(db) if db
+            .code()
+            .is_some_and(|code| matches!(&*code, "40001" | "40P01" | "53300")))
 }
 
 /// Convenience alias used throughout the crate.

@@ -1,0 +1,263 @@
+//! `fencelock run`: a command under a lock, supervised.
+//!
+//! Acquire (with a progress line while waiting), start the command directly
+//! (no shell unless `-c`), renew in the background, forward signals, stop the
+//! command if the lock is lost (SIGTERM, then SIGKILL after the grace), and
+//! always release on the way out.
+
+use std::io::IsTerminal;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use fencelock::{Lease, LockClient, LockState, ReleaseOutcome};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+
+use crate::cli::{Global, RunArgs};
+use crate::{connect, exit};
+
+/// Exit code when the lock was lost while the command ran.
+pub(crate) const LOST: u8 = 76;
+
+pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
+    let (program, program_args) = command_line(args)?;
+    let client = connect::client(global).await?;
+    let opts = connect::options(global, &client)
+        .ttl(args.ttl)
+        .wait(if args.no_wait {
+            Duration::ZERO
+        } else {
+            args.wait
+        });
+    opts.validate()?;
+    if args.kill_grace >= args.ttl * 10 {
+        // Not an error: but a grace much longer than the lease lets a stale
+        // command run on for long after another holder started.
+        tracing::warn!("--kill-grace is more than 10x the ttl");
+    }
+
+    let mut signals = Signals::new()?;
+    let lease = tokio::select! {
+        lease = acquire_with_progress(&client, &args.name, &opts, args.quiet) => lease,
+        sig = signals.next() => return Ok(128 + sig as u8),
+    };
+    let lease = match lease {
+        Ok(lease) => lease,
+        Err(e) if e.is_contended() => {
+            if !args.quiet {
+                eprintln!("fencelock: {e}");
+            }
+            return Ok(args.conflict_exit_code);
+        }
+        Err(e) => return Err(e.into()),
+    };
+
+    // Without a terminal, the command gets a process group of its own, so a
+    // lost lock stops the whole command tree (a shell's children included),
+    // not just its first process. With a terminal it stays in our foreground
+    // group so job control and terminal input keep working.
+    let own_group = !std::io::stdin().is_terminal();
+    let mut cmd = Command::new(&program);
+    if own_group {
+        cmd.process_group(0);
+    }
+    crate::child::die_with_parent(&mut cmd);
+    cmd.args(&program_args)
+        .env("FENCELOCK_NAME", &args.name)
+        .env("FENCELOCK_KEY", lease.key())
+        .env("FENCELOCK_TOKEN", lease.token())
+        .env("FENCELOCK_FENCE", lease.fence().to_string())
+        .env("FENCELOCK_TTL_MS", lease.ttl().as_millis().to_string())
+        .env("FENCELOCK_REDIS_URL", connect::url(global))
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
+    let child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = lease.release().await;
+            return Ok(match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    eprintln!("fencelock: {program}: command not found");
+                    127
+                }
+                _ => {
+                    eprintln!("fencelock: {program}: cannot execute: {e}");
+                    126
+                }
+            });
+        }
+    };
+    supervise(child, own_group, lease, &mut signals, args.kill_grace).await
+}
+
+/// The program and its arguments, from `-c STRING` or `-- CMD ARGS…`.
+fn command_line(args: &RunArgs) -> anyhow::Result<(String, Vec<String>)> {
+    if let Some(script) = &args.shell {
+        return Ok(("sh".into(), vec!["-c".into(), script.clone()]));
+    }
+    match args.command.split_first() {
+        Some((program, rest)) => Ok((program.clone(), rest.to_vec())),
+        None => Err(exit::fail(
+            exit::USAGE,
+            "no command given: use `fencelock run NAME -- CMD ARGS…` or `fencelock run NAME -c 'STRING'`",
+        )),
+    }
+}
+
+/// Waits for the command, the loss of the lock, or a signal to forward.
+async fn supervise(
+    mut child: Child,
+    own_group: bool,
+    lease: Lease,
+    signals: &mut Signals,
+    grace: Duration,
+) -> anyhow::Result<u8> {
+    // A negative pid addresses the child's whole process group.
+    let target = child
+        .id()
+        .map(|id| Pid::from_raw(if own_group { -(id as i32) } else { id as i32 }));
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status?,
+            () = lease.lost() => {
+                let reason = lease.loss_reason().map(|r| r.to_string()).unwrap_or_default();
+                eprintln!(
+                    "fencelock: lock {:?} (fence {}) was lost while the command ran ({reason}); stopping it",
+                    lease.name(),
+                    lease.fence()
+                );
+                stop_child(&mut child, target, grace).await;
+                let _ = lease.release().await;
+                return Ok(LOST);
+            }
+            sig = signals.next() => {
+                if let Some(target) = target
+                    && signals.should_forward(sig)
+                {
+                    let _ = kill(target, sig);
+                }
+            }
+        }
+    };
+    let name = lease.name().to_string();
+    let fence = lease.fence();
+    match lease.release().await {
+        Ok(ReleaseOutcome::Released) => {}
+        Ok(ReleaseOutcome::NotOurs(reason)) => {
+            eprintln!(
+                "fencelock: lock {name:?} (fence {fence}) was no longer ours when the command ended ({reason}): it may have overlapped with another holder"
+            );
+            return Ok(LOST);
+        }
+        Ok(other) => tracing::warn!(?other, "unexpected release outcome"),
+        Err(e) => {
+            // The lock expires by itself after its ttl.
+            eprintln!("fencelock: warning: could not release lock {name:?}: {e}");
+        }
+    }
+    Ok(exit_code(status))
+}
+
+/// SIGTERM, then SIGKILL if the command is still running after `grace`.
+/// `target` is the child or its process group.
+async fn stop_child(child: &mut Child, target: Option<Pid>, grace: Duration) {
+    let Some(target) = target else { return };
+    let _ = kill(target, Signal::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = kill(target, Signal::SIGKILL);
+        let _ = child.wait().await;
+    } else if target.as_raw() < 0 {
+        // The first process ended; stop whatever it left behind in its group.
+        let _ = kill(target, Signal::SIGKILL);
+    }
+}
+
+/// The command's exit code, or 128+N if it died of signal N.
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        (None, None) => exit::SOFTWARE,
+    }
+}
+
+/// Acquires, printing "waiting for NAME, held by TOKEN…, N s" on stderr
+/// while the wait lasts longer than a second.
+async fn acquire_with_progress(
+    client: &LockClient,
+    name: &str,
+    opts: &fencelock::LockOptions,
+    quiet: bool,
+) -> fencelock::Result<Lease> {
+    let acquire = client.acquire(name, opts);
+    tokio::pin!(acquire);
+    let started = Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let mut next_report = started + Duration::from_secs(1);
+    let mut reported = false;
+    let result = loop {
+        tokio::select! {
+            result = &mut acquire => break result,
+            () = tokio::time::sleep_until(next_report), if !quiet => {
+                let holder = match client.inspect(name, opts.layout_value()).await {
+                    Ok(LockState::Held { token, .. }) => token.chars().take(8).collect::<String>() + "…",
+                    Ok(_) => "nobody (being taken)".to_string(),
+                    Err(_) => "unknown".to_string(),
+                };
+                let line = format!(
+                    "fencelock: waiting for {name}, held by {holder}, {} s",
+                    started.elapsed().as_secs()
+                );
+                if tty {
+                    eprint!("\r\x1b[2K{line}");
+                } else {
+                    eprintln!("{line}");
+                }
+                reported = true;
+                // On a terminal the line is redrawn every second; in logs, every 10 s.
+                next_report += Duration::from_secs(if tty { 1 } else { 10 });
+            }
+        }
+    };
+    if reported && tty {
+        eprintln!();
+    }
+    result
+}
+
+/// The signals `run` handles.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    /// stdin is a terminal: its Ctrl-C already reached the command.
+    interactive: bool,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+            interactive: std::io::stdin().is_terminal(),
+        })
+    }
+
+    async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.term.recv() => Signal::SIGTERM,
+            _ = self.hup.recv() => Signal::SIGHUP,
+        }
+    }
+
+    fn should_forward(&self, sig: Signal) -> bool {
+        !(sig == Signal::SIGINT && self.interactive)
+    }
+}
