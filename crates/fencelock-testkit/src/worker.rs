@@ -203,7 +203,12 @@ pub fn worker_bin() -> PathBuf {
     let candidates = exe
         .parent()
         .into_iter()
-        .flat_map(|dir| [dir.parent().map(|p| p.to_path_buf()), Some(dir.to_path_buf())])
+        .flat_map(|dir| {
+            [
+                dir.parent().map(|p| p.to_path_buf()),
+                Some(dir.to_path_buf()),
+            ]
+        })
         .flatten()
         .map(|dir| dir.join("fencelock-worker"));
     for candidate in candidates {

@@ -10,7 +10,8 @@ use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, LockKeys};
 use crate::lease::{Grant, Lease, LeaseHandle, LeaseState, ReleaseOutcome, drift};
-use crate::options::{FenceMode, LockOptions};
+use crate::notify::{Waiter, Wakeups};
+use crate::options::{FenceMode, LockOptions, WaitMode};
 use crate::redis::{ConnSettings, RedisConn, scripts};
 use crate::resource::FencedHash;
 use crate::wait::Backoff;
@@ -46,6 +47,10 @@ struct ClientInner {
     conn: RedisConn,
     prefix: String,
     defaults: LockOptions,
+    /// Names this client's waiters in wait queues and wake-up channels.
+    client_id: String,
+    /// The pub/sub connection, opened when a waiter first needs it.
+    wakeups: tokio::sync::OnceCell<Wakeups>,
 }
 
 /// Builds a [`LockClient`] with a prefix, default options and timeouts.
@@ -116,6 +121,8 @@ impl LockClientBuilder {
                 conn,
                 prefix: self.prefix,
                 defaults: self.defaults,
+                client_id: uuid::Uuid::new_v4().simple().to_string(),
+                wakeups: tokio::sync::OnceCell::new(),
             }),
         })
     }
@@ -212,7 +219,7 @@ impl LockClient {
     pub async fn try_acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
         let keys = self.keys(name, opts.layout)?;
-        self.grant(name, keys, &new_token(), opts).await
+        self.grant(name, keys, &new_token(), opts, "").await
     }
 
     /// Takes lock `name`, waiting up to the options' wait deadline (zero means
@@ -232,40 +239,82 @@ impl LockClient {
         let keys = self.keys(name, opts.layout)?;
         let started = Instant::now();
         let give_up = started + opts.wait;
-        let mut backoff = Backoff::new();
         // One token for every attempt of this call: if an attempt was granted
         // but its reply was lost, the next attempt gets the same grant back
         // (same fence) instead of leaving an orphaned lock until its ttl.
         let token = new_token();
-        loop {
-            let delay = match self.grant(name, keys.clone(), &token, opts).await {
-                Ok(lease) => return Ok(lease),
-                Err(e) if opts.wait.is_zero() || !e.is_retryable() => return Err(e),
+        // Notify and fair waiters register before their first attempt, so a
+        // release that happens right after a refused attempt wakes them.
+        let waiter = match (opts.wait_mode, opts.wait.is_zero()) {
+            (WaitMode::Poll, _) | (_, true) => None,
+            _ => match self.register_waiter(&keys).await {
+                Ok(w) => Some(w),
                 Err(e) => {
-                    let delay = backoff.next_delay();
-                    let now = Instant::now();
-                    if now >= give_up {
-                        return Err(match e {
-                            Error::Contended { .. } | Error::GrantTooLate { .. } => {
-                                Error::Timeout {
-                                    name: name.to_string(),
-                                    waited: now - started,
-                                }
-                            }
-                            other => other,
-                        });
-                    }
-                    match e {
-                        // Wake when the holder's lease runs out, if that is sooner.
-                        Error::Contended {
-                            remaining: Some(r), ..
-                        } => delay.min(r + Duration::from_millis(1)),
-                        _ => delay,
+                    tracing::warn!(lock = %name, error = %e, "cannot subscribe for wake-ups; polling instead");
+                    None
+                }
+            },
+        };
+        let mut queued = QueuedGuard::new(self, &keys, waiter.as_ref());
+        let mut backoff = Backoff::new();
+        loop {
+            let member = waiter.as_ref().map_or("", |w| w.member());
+            let error = match self.grant(name, keys.clone(), &token, opts, member).await {
+                Ok(lease) => {
+                    queued.disarm();
+                    return Ok(lease);
+                }
+                Err(e) if opts.wait.is_zero() || !e.is_retryable() => return Err(e),
+                Err(e) => e,
+            };
+            let now = Instant::now();
+            if now >= give_up {
+                return Err(match error {
+                    Error::Contended { .. } | Error::GrantTooLate { .. } => Error::Timeout {
+                        name: name.to_string(),
+                        waited: now - started,
+                    },
+                    other => other,
+                });
+            }
+            let delay = match (&waiter, &error) {
+                // Queued: woken by the release; otherwise retry when the
+                // holder's lease runs out, and often enough to renew our place.
+                (Some(_), Error::Contended { remaining, .. }) => remaining
+                    .map_or(opts.waiter_lease / 3, |r| r + Duration::from_millis(1))
+                    .min(opts.waiter_lease / 3),
+                (
+                    None,
+                    Error::Contended {
+                        remaining: Some(r), ..
+                    },
+                ) => backoff.next_delay().min(*r + Duration::from_millis(1)),
+                _ => backoff.next_delay(),
+            };
+            let sleep = tokio::time::sleep(delay.min(give_up - now));
+            match &waiter {
+                Some(w) => {
+                    tokio::select! {
+                        () = w.woken() => {}
+                        () = sleep => {}
                     }
                 }
-            };
-            tokio::time::sleep(delay.min(give_up - Instant::now())).await;
+                None => sleep.await,
+            }
         }
+    }
+
+    /// Registers a waiter for wake-ups on lock `keys`, opening the client's
+    /// pub/sub connection on first use.
+    async fn register_waiter(&self, keys: &LockKeys) -> Result<Waiter> {
+        let wakeups = self
+            .inner
+            .wakeups
+            .get_or_try_init(|| Wakeups::connect(&self.inner.conn, self.inner.client_id.clone()))
+            .await?;
+        wakeups
+            .register(&format!("{}{}", keys.wake_prefix, self.inner.client_id))
+            .await
     }
 
     /// Runs `work` while holding lock `name`, then releases it.
@@ -350,6 +399,7 @@ impl LockClient {
         keys: LockKeys,
         token: &str,
         opts: &LockOptions,
+        member: &str,
     ) -> Result<Lease> {
         let ttl = opts.ttl;
         let ttl_ms = ttl.as_millis().to_string();
@@ -365,13 +415,16 @@ impl LockClient {
             .conn
             .run(
                 &scripts::GRANT,
-                &[&keys.lock, &keys.fence],
+                &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
                 &[
                     token,
                     &ttl_ms,
                     opts.fence_mode.as_arg(),
                     LockKeys::value_format(opts.layout),
                     &retention,
+                    opts.wait_mode.as_arg(),
+                    member,
+                    &opts.waiter_lease.as_millis().to_string(),
                 ],
             )
             .await?;
@@ -424,6 +477,54 @@ fn new_token() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+/// Leaves the wait queue when an acquisition that may be queued ends without
+/// the lock (timeout, error, or the future dropped), so a fair queue is not
+/// held up by a waiter that is gone. Best effort: the waiter lease removes
+/// the entry anyway.
+struct QueuedGuard {
+    leave: Option<(RedisConn, LockKeys, String)>,
+}
+
+impl QueuedGuard {
+    fn new(client: &LockClient, keys: &LockKeys, waiter: Option<&Waiter>) -> Self {
+        QueuedGuard {
+            leave: waiter.map(|w| {
+                (
+                    client.inner.conn.clone(),
+                    keys.clone(),
+                    w.member().to_string(),
+                )
+            }),
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.leave = None;
+    }
+}
+
+impl Drop for QueuedGuard {
+    fn drop(&mut self) {
+        let Some((conn, keys, member)) = self.leave.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _: Result<i64> = conn
+                    .run(
+                        &scripts::LEAVE,
+                        &[&keys.lock, &keys.queue, &keys.waiters],
+                        &[&member, &keys.wake_prefix, PUBLISH],
+                    )
+                    .await;
+            });
+        }
+    }
+}
+
+/// The publish command of wake-ups on a single Redis (Cluster uses SPUBLISH).
+pub(crate) const PUBLISH: &str = "PUBLISH";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,16 +551,16 @@ mod tests {
                 .fence_mode(mode);
             let keys = client.keys(&name, layout)?;
             let token = new_token();
-            let first = client.grant(&name, keys.clone(), &token, &opts).await?;
+            let first = client.grant(&name, keys.clone(), &token, &opts, "").await?;
             let fence_key_before: Option<String> = server.query(&["GET", &keys.fence]);
             server.cmd(&["PEXPIRE", &keys.lock, "1000"]);
-            let again = client.grant(&name, keys.clone(), &token, &opts).await?;
+            let again = client.grant(&name, keys.clone(), &token, &opts, "").await?;
             assert_eq!(first.fence(), again.fence(), "{layout:?} {mode:?}");
             let fence_key_after: Option<String> = server.query(&["GET", &keys.fence]);
             assert_eq!(fence_key_before, fence_key_after, "no new fence minted");
             let pttl: i64 = server.query(&["PTTL", &keys.lock]);
             assert!(pttl > 4000, "the retry restarted the lease (pttl {pttl})");
-            let other = client.grant(&name, keys, &new_token(), &opts).await;
+            let other = client.grant(&name, keys, &new_token(), &opts, "").await;
             assert!(matches!(other, Err(Error::Contended { .. })), "{other:?}");
             // Both guards name the same grant: the first release deletes it.
             assert_eq!(again.release().await?, ReleaseOutcome::Released);

@@ -42,6 +42,13 @@ pub struct LockKeys {
     pub lock: String,
     /// The key holding the last fence issued for the name.
     pub fence: String,
+    /// The wait queue of the notify and fair wait modes (a sorted set).
+    pub queue: String,
+    /// The waiters' leases (a sorted set next to the queue).
+    pub waiters: String,
+    /// Prefix of the per-client wake-up channels: a release wakes the head
+    /// waiter `CLIENT:WAITER` by publishing `WAITER` on `wake_prefix + CLIENT`.
+    pub wake_prefix: String,
 }
 
 impl LockKeys {
@@ -56,8 +63,13 @@ impl LockKeys {
             KeyLayout::HashTagged => format!("{prefix}{{{name}}}"),
             KeyLayout::Guide => format!("{prefix}{name}"),
         };
-        let fence = format!("{lock}:fence");
-        Ok(LockKeys { lock, fence })
+        Ok(LockKeys {
+            fence: format!("{lock}:fence"),
+            queue: format!("{lock}:queue"),
+            waiters: format!("{lock}:waiters"),
+            wake_prefix: format!("{lock}:wake:"),
+            lock,
+        })
     }
 
     /// Whether the lock value carries the fence (`TOKEN:FENCE`) or is the bare

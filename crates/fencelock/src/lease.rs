@@ -142,9 +142,14 @@ impl LeaseState {
 
     /// One compare-and-delete.
     pub(crate) async fn release_once(&self) -> Result<ReleaseOutcome> {
+        let keys = &self.keys;
         let r: i64 = self
             .conn
-            .run(&scripts::RELEASE, &[&self.keys.lock], &[&self.value])
+            .run(
+                &scripts::RELEASE,
+                &[&keys.lock, &keys.queue, &keys.waiters],
+                &[&self.value, &keys.wake_prefix, crate::client::PUBLISH],
+            )
             .await?;
         Ok(match r {
             1 => ReleaseOutcome::Released,

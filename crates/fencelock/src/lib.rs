@@ -54,13 +54,39 @@
 //! | `client` | [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `inspect` |
 //! | `lease` | [`Lease`] guard and [`LeaseHandle`]: fence, token, `remaining`, `lost`, `extend`, `release` |
 //! | `renew` | the keeper task: renewal every interval and the deadline watchdog |
-//! | `wait` | backoff with jitter while a lock is held |
+//! | `wait` | backoff with jitter while a lock is held (poll mode) |
+//! | `notify` | wake-ups through one pub/sub connection per client (notify and fair modes) |
 //! | `options` | [`LockOptions`], [`Renewal`], [`FenceMode`] and their limits |
 //! | `keys` | name checks and [`KeyLayout`]: the Redis keys of a lock |
 //! | `fence` | the [`Fence`] newtype |
 //! | `redis` | the connection and the Lua scripts (called by SHA, `NOSCRIPT` reloads) |
-//! | `resource` | fenced resources: [`FencedHash`], [`WriteOutcome`] |
+//! | `resource` | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`] |
+//! | `resource::postgres` | feature `postgres`: fenced Postgres rows, `FencedTable`, `SetClause` (sqlx) |
 //! | `error` | [`Error`] and [`LossReason`] |
+//!
+//! ## Fenced resources
+//!
+//! The fence only protects writes that the resource checks. A write is
+//! accepted iff its fence is greater than the stored one, or equal and from
+//! the same holder token ([`fence_accepts`]); a stale write is
+//! [`WriteOutcome::Rejected`], never an error. Ready-made:
+//!
+//! - [`FencedHash`]: a Redis hash (`value`, `fence`, `holder`), written by one
+//!   script.
+//! - `FencedTable` (feature `postgres`, on by default in the CLI): rows of a
+//!   Postgres table with two added columns, `lock_fence bigint` and
+//!   `lock_holder text` (migration SQL and `add_fence_columns` provided);
+//!   fenced `update`, `upsert` and `register`, each one statement. A missing
+//!   row and a table without the columns are typed errors.
+//! - Anything else with a conditional write (an object store's `If-Match`, a
+//!   version column, a compare-and-set) implements the [`Fenced`] trait; its
+//!   docs show how.
+//!
+//! For read-modify-write, either compute the new value inside the resource
+//! in one conditional statement (`SET v = v + 1`), or register the fence at
+//! the resource before reading ([`FencedHash::register`],
+//! `FencedTable::register`); otherwise a stale write landing between your
+//! read and your write is a lost update.
 //!
 //! ## Key layouts
 //!
@@ -80,6 +106,7 @@ mod error;
 mod fence;
 mod keys;
 mod lease;
+mod notify;
 mod options;
 mod redis;
 mod renew;
@@ -91,8 +118,18 @@ pub use error::{Error, LossReason, Result};
 pub use fence::Fence;
 pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
 pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
-pub use options::{FenceMode, LockOptions, MAX_TTL, MIN_TTL, Renewal};
-pub use resource::{FencedHash, HashState, WriteOutcome};
+pub use options::{
+    DEFAULT_WAITER_LEASE, FenceMode, LockOptions, MAX_TTL, MIN_TTL, Renewal, WaitMode,
+};
+#[cfg(feature = "postgres")]
+pub use resource::postgres::{
+    FENCE_COLUMN, FencedRow, FencedTable, HOLDER_COLUMN, RowFence, SetClause,
+};
+pub use resource::{Fenced, FencedHash, HashState, WriteOutcome, fence_accepts};
+/// The sqlx version fencelock's Postgres resource is built on (feature
+/// `postgres`), so a `PgPool` from it always fits [`FencedTable::new`].
+#[cfg(feature = "postgres")]
+pub use sqlx;
 
 /// The README's examples, compiled as doc-tests so they cannot rot.
 #[cfg(doctest)]

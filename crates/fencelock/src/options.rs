@@ -50,6 +50,56 @@ impl FenceMode {
     }
 }
 
+/// How `acquire` waits while a lock is held.
+///
+/// All modes are equally safe; they differ in latency, fairness and Redis
+/// work. Use one mode for all workers of a name: a `poll` or `notify` grant
+/// does not honour a `fair` queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WaitMode {
+    /// Retry with capped exponential backoff and jitter (4 ms doubling to
+    /// 200 ms), never sleeping past the holder's expiry. No queue, no
+    /// subscription; a waiter notices a release up to 200 ms late.
+    Poll,
+    /// Waiters queue; a release wakes the head waiter at once through
+    /// pub/sub (one message per release, however many wait). Any worker may
+    /// take a free lock, so the releasing worker often takes it back. A
+    /// waiter also retries when the holder's lease runs out and at least
+    /// every third of its waiter lease, so a lost message or a crashed
+    /// holder never stalls it.
+    #[default]
+    Notify,
+    /// First come, first served: a free lock is granted only to the head of
+    /// the queue. A waiter that crashes or gives up leaves the queue within
+    /// its waiter lease, so it never blocks the ones behind it for longer.
+    Fair,
+}
+
+impl WaitMode {
+    /// Parses `poll`, `notify` or `fair`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "poll" => Some(WaitMode::Poll),
+            "notify" => Some(WaitMode::Notify),
+            "fair" => Some(WaitMode::Fair),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_arg(self) -> &'static str {
+        match self {
+            WaitMode::Poll => "poll",
+            WaitMode::Notify => "notify",
+            WaitMode::Fair => "fair",
+        }
+    }
+}
+
+/// Default waiter lease: how long a queued waiter keeps its place without
+/// renewing it (it renews every third of it while waiting).
+pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(1);
+
 /// Background renewal of a held lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -84,10 +134,13 @@ pub struct LockOptions {
     pub(crate) renewal: Renewal,
     pub(crate) layout: KeyLayout,
     pub(crate) fence_mode: FenceMode,
+    pub(crate) wait_mode: WaitMode,
+    pub(crate) waiter_lease: Duration,
 }
 
 impl Default for LockOptions {
-    /// ttl 10 s, wait 10 s, renewal every ttl/3, hash-tagged keys, clock fences.
+    /// ttl 10 s, wait 10 s, renewal every ttl/3, hash-tagged keys, clock
+    /// fences, notify wait mode with a 1 s waiter lease.
     fn default() -> Self {
         LockOptions {
             ttl: Duration::from_secs(10),
@@ -95,6 +148,8 @@ impl Default for LockOptions {
             renewal: Renewal::Auto,
             layout: KeyLayout::HashTagged,
             fence_mode: FenceMode::Clock,
+            wait_mode: WaitMode::Notify,
+            waiter_lease: DEFAULT_WAITER_LEASE,
         }
     }
 }
@@ -128,6 +183,28 @@ impl LockOptions {
     pub fn fence_mode(mut self, mode: FenceMode) -> Self {
         self.fence_mode = mode;
         self
+    }
+
+    /// Sets how `acquire` waits.
+    pub fn wait_mode(mut self, mode: WaitMode) -> Self {
+        self.wait_mode = mode;
+        self
+    }
+
+    /// Sets the waiter lease of the notify and fair modes (at least 30 ms).
+    pub fn waiter_lease(mut self, lease: Duration) -> Self {
+        self.waiter_lease = lease;
+        self
+    }
+
+    /// The wait mode.
+    pub fn wait_mode_value(&self) -> WaitMode {
+        self.wait_mode
+    }
+
+    /// The waiter lease.
+    pub fn waiter_lease_value(&self) -> Duration {
+        self.waiter_lease
     }
 
     /// The lease ttl.
@@ -179,6 +256,12 @@ impl LockOptions {
             return Err(Error::InvalidOption(format!(
                 "ttl {:?} is above the maximum of 30 days: use renewal for long work",
                 self.ttl
+            )));
+        }
+        if self.waiter_lease < Duration::from_millis(30) || self.waiter_lease > MAX_TTL {
+            return Err(Error::InvalidOption(format!(
+                "waiter lease {:?} must be between 30 ms and 30 days",
+                self.waiter_lease
             )));
         }
         if let Renewal::Every(every) = self.renewal

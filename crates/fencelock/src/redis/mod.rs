@@ -26,6 +26,9 @@ pub(crate) struct RedisConn {
     manager: ConnectionManager,
     /// The URL without its password, for error messages.
     url: String,
+    /// Kept to open the client's pub/sub connection when first needed.
+    client: redis::Client,
+    settings: ConnSettings,
 }
 
 impl std::fmt::Debug for RedisConn {
@@ -51,13 +54,55 @@ impl RedisConn {
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(500));
-        let manager = ConnectionManager::new_with_config(client, config)
+        let manager = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(|e| connect_error(&shown, e))?;
+        // The manager only opens a socket (and AUTHs if the URL has a
+        // password): a server that requires a password, or one that accepts
+        // TCP but answers nothing, would only fail at the first lock call
+        // (a grant without AUTH is even cut off as "unauthenticated multibulk
+        // length"). One PING makes `connect` fail fast with Auth/Unreachable.
+        redis::cmd("PING")
+            .query_async::<String>(&mut manager.clone())
             .await
             .map_err(|e| connect_error(&shown, e))?;
         Ok(RedisConn {
             manager,
             url: shown,
+            client,
+            settings: settings.clone(),
         })
+    }
+
+    /// Opens a second, RESP3 connection for pub/sub: pushes go to `sender`,
+    /// and subscriptions are restored automatically after a reconnect.
+    pub(crate) async fn connect_pubsub(
+        &self,
+        sender: impl redis::aio::AsyncPushSender,
+    ) -> Result<ConnectionManager> {
+        let info = self.client.get_connection_info().clone();
+        let redis_settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.set_redis_settings(redis_settings))
+            .map_err(|e| connect_error(&self.url, e))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.settings.connect_timeout))
+            .set_response_timeout(Some(self.settings.response_timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500))
+            .set_push_sender(sender)
+            .set_automatic_resubscription();
+        ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| connect_error(&self.url, e))
+    }
+
+    /// Maps a client error on the pub/sub connection.
+    pub(crate) fn error(&self, e: redis::RedisError) -> Error {
+        self.map_error(e, &[])
     }
 
     /// The URL without its password.
@@ -152,14 +197,16 @@ pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***@{host}{path}")
+    // Everything before the last '@' is credentials, even when a raw
+    // (not percent-encoded) password contains '/', '?' or '#': a URL that
+    // fails to parse is shown in the error, so it must be redacted too.
+    match rest.rsplit_once('@') {
+        Some((userinfo, host_and_path)) => {
+            let user = userinfo
+                .split([':', '/', '?', '#'])
+                .next()
+                .unwrap_or_default();
+            format!("{scheme}://{user}:***@{host_and_path}")
         }
         None => url.to_string(),
     }
@@ -174,5 +221,7 @@ mod tests {
         assert_eq!(redact("redis://127.0.0.1:7000/"), "redis://127.0.0.1:7000/");
         assert_eq!(redact("redis://:pw@h:1/0"), "redis://:***@h:1/0");
         assert_eq!(redact("rediss://u:p@h:1"), "rediss://u:***@h:1");
+        assert_eq!(redact("redis://:a/b@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact("redis://u:a#b?c@h:1"), "redis://u:***@h:1");
     }
 }

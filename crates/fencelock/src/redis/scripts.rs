@@ -27,3 +27,7 @@ pub(crate) static FENCED_WRITE: LazyLock<Script> =
 /// Atomic snapshot of a lock for status.
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
+
+/// A waiter leaves the wait queue.
+pub(crate) static LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/leave.lua")));

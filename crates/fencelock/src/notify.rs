@@ -1,0 +1,178 @@
+//! Wake-ups for waiting acquisitions (the notify and fair wait modes).
+//!
+//! A client keeps ONE pub/sub connection, opened when it first waits, shared
+//! by all its waiters. Each waiter has an id; a queued waiter is the member
+//! `CLIENT:WAITER` of a lock's wait queue, and a release wakes the head by
+//! publishing `WAITER` on the channel `WAKE_PREFIX + CLIENT` of that lock.
+//! The client subscribes to that channel once per lock name it waits on, so
+//! a release sends one message to one connection, however many wait.
+//!
+//! Messages can be lost (pub/sub is at-most-once, e.g. across a reconnect);
+//! waiters never rely on them alone: they also retry when the holder's lease
+//! runs out and every third of their waiter lease. After a disconnection all
+//! waiters are woken to retry at once, and subscriptions are restored.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redis::aio::ConnectionManager;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::Notify;
+
+use crate::error::Result;
+use crate::redis::RedisConn;
+
+/// Channels kept subscribed with no waiter before idle ones are dropped.
+const MAX_IDLE_CHANNELS: usize = 256;
+
+#[derive(Debug, Default)]
+struct WakeState {
+    waiters: HashMap<u64, Arc<Notify>>,
+    /// Subscribed channel -> number of registered waiters on it.
+    channels: HashMap<String, usize>,
+    next_id: u64,
+}
+
+fn lock(state: &Mutex<WakeState>) -> MutexGuard<'_, WakeState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The client's pub/sub connection and its waiters.
+pub(crate) struct Wakeups {
+    client_id: String,
+    conn: ConnectionManager,
+    source: RedisConn,
+    state: Arc<Mutex<WakeState>>,
+}
+
+impl std::fmt::Debug for Wakeups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wakeups")
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Wakeups {
+    /// Opens the pub/sub connection.
+    pub(crate) async fn connect(source: &RedisConn, client_id: String) -> Result<Self> {
+        let state = Arc::new(Mutex::new(WakeState::default()));
+        let dispatch = state.clone();
+        let sender = move |push: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
+            deliver(&dispatch, push);
+            Ok(())
+        };
+        let conn = source.connect_pubsub(sender).await?;
+        Ok(Wakeups {
+            client_id,
+            conn,
+            source: source.clone(),
+            state,
+        })
+    }
+
+    /// Registers a waiter on `channel`, subscribing to it first if this
+    /// client is not subscribed yet (the subscription is confirmed before
+    /// this returns, so no wake-up sent after it can be missed).
+    pub(crate) async fn register(&self, channel: &str) -> Result<Waiter> {
+        let (subscribe, idle) = {
+            let mut st = lock(&self.state);
+            let subscribed = st.channels.contains_key(channel);
+            let idle: Vec<String> = if !subscribed && st.channels.len() >= MAX_IDLE_CHANNELS {
+                st.channels
+                    .iter()
+                    .filter(|(_, n)| **n == 0)
+                    .map(|(c, _)| c.clone())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            for c in &idle {
+                st.channels.remove(c);
+            }
+            (!subscribed, idle)
+        };
+        let mut conn = self.conn.clone();
+        for c in idle {
+            // Best effort: an extra subscription only costs a little memory.
+            let _ = conn.unsubscribe(&c).await;
+        }
+        if subscribe {
+            conn.subscribe(channel)
+                .await
+                .map_err(|e| self.source.error(e))?;
+        }
+        let mut st = lock(&self.state);
+        *st.channels.entry(channel.to_string()).or_insert(0) += 1;
+        st.next_id += 1;
+        let id = st.next_id;
+        let notify = Arc::new(Notify::new());
+        st.waiters.insert(id, notify.clone());
+        Ok(Waiter {
+            member: format!("{}:{id}", self.client_id),
+            id,
+            notify,
+            channel: channel.to_string(),
+            state: self.state.clone(),
+        })
+    }
+}
+
+/// Routes a push message to its waiter.
+fn deliver(state: &Mutex<WakeState>, push: PushInfo) {
+    match push.kind {
+        PushKind::Message | PushKind::SMessage => {
+            let id = match push.data.get(1) {
+                Some(Value::BulkString(bytes)) => std::str::from_utf8(bytes)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok()),
+                _ => None,
+            };
+            if let Some(id) = id
+                && let Some(notify) = lock(state).waiters.get(&id)
+            {
+                notify.notify_one();
+            }
+        }
+        PushKind::Disconnection => {
+            // Wake-ups may have been lost while disconnected: everyone retries.
+            for notify in lock(state).waiters.values() {
+                notify.notify_one();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// One waiting acquisition's registration. Dropping it unregisters.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    member: String,
+    id: u64,
+    notify: Arc<Notify>,
+    channel: String,
+    state: Arc<Mutex<WakeState>>,
+}
+
+impl Waiter {
+    /// This waiter's member in the wait queue (`CLIENT:WAITER`).
+    pub(crate) fn member(&self) -> &str {
+        &self.member
+    }
+
+    /// Completes when a release woke this waiter (or one already did since
+    /// the last call).
+    pub(crate) async fn woken(&self) {
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut st = lock(&self.state);
+        st.waiters.remove(&self.id);
+        if let Some(n) = st.channels.get_mut(&self.channel) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
