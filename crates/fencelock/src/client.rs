@@ -9,9 +9,9 @@ use tokio::time::Instant;
 use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, LockKeys};
-use crate::lease::{Grant, Lease, LeaseHandle, LeaseState, ReleaseOutcome, drift};
+use crate::lease::{Grant, Lease, LeaseHandle, LeaseState, MintArgs, ReleaseOutcome, drift};
 use crate::notify::{Waiter, Wakeups};
-use crate::options::{FenceMode, LockOptions, WaitMode};
+use crate::options::{LockOptions, WaitMode};
 use crate::redis::{ConnSettings, RedisConn, scripts};
 use crate::resource::FencedHash;
 use crate::wait::Backoff;
@@ -255,11 +255,23 @@ impl LockClient {
                 }
             },
         };
-        let mut queued = QueuedGuard::new(self, &keys, waiter.as_ref());
+        // Fair waiters carry what a release needs to hand the lock over.
+        let member = match (&waiter, opts.wait_mode) {
+            (Some(w), WaitMode::Fair) => format!(
+                "{}:{}:{}:{token}",
+                w.member(),
+                opts.ttl.as_millis(),
+                opts.waiter_lease.as_millis()
+            ),
+            (Some(w), _) => w.member().to_string(),
+            (None, _) => String::new(),
+        };
+        let mut queued = QueuedGuard::new(self, &keys, &member, &token, opts);
         let mut backoff = Backoff::new();
+        let mut refused_at = None;
         loop {
-            let member = waiter.as_ref().map_or("", |w| w.member());
-            let error = match self.grant(name, keys.clone(), &token, opts, member).await {
+            let attempt_at = Instant::now();
+            let error = match self.grant(name, keys.clone(), &token, opts, &member).await {
                 Ok(lease) => {
                     queued.disarm();
                     return Ok(lease);
@@ -267,6 +279,9 @@ impl LockClient {
                 Err(e) if opts.wait.is_zero() || !e.is_retryable() => return Err(e),
                 Err(e) => e,
             };
+            if matches!(error, Error::Contended { .. }) {
+                refused_at = Some(attempt_at);
+            }
             let now = Instant::now();
             if now >= give_up {
                 return Err(match error {
@@ -292,14 +307,20 @@ impl LockClient {
                 _ => backoff.next_delay(),
             };
             let sleep = tokio::time::sleep(delay.min(give_up - now));
-            match &waiter {
-                Some(w) => {
-                    tokio::select! {
-                        () = w.woken() => {}
-                        () = sleep => {}
-                    }
-                }
-                None => sleep.await,
+            let Some(w) = &waiter else {
+                sleep.await;
+                continue;
+            };
+            let handed = tokio::select! {
+                handed = w.woken() => handed,
+                () = sleep => None,
+            };
+            if let (Some(fence), Some(refused_at)) = (handed, refused_at)
+                && let Some(lease) =
+                    self.handed_over(name, &keys, &token, Fence::new(fence), opts, refused_at)
+            {
+                queued.disarm();
+                return Ok(lease);
             }
         }
     }
@@ -402,26 +423,21 @@ impl LockClient {
         member: &str,
     ) -> Result<Lease> {
         let ttl = opts.ttl;
-        let ttl_ms = ttl.as_millis().to_string();
-        let retention = match (opts.fence_mode, opts.layout) {
-            (FenceMode::Clock, KeyLayout::HashTagged) => FENCE_RETENTION.max(ttl * 2).as_millis(),
-            // The guide's Python workers INCR the fence key: it must never expire.
-            _ => 0,
-        }
-        .to_string();
+        let mint = MintArgs::new(opts);
         let sent = Instant::now();
         let (granted, n): (i64, i64) = self
             .inner
             .conn
             .run(
-                &scripts::GRANT,
-                &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
+                &scripts::LOCK,
+                &keys.all(),
                 &[
+                    "grant",
                     token,
-                    &ttl_ms,
-                    opts.fence_mode.as_arg(),
-                    LockKeys::value_format(opts.layout),
-                    &retention,
+                    &ttl.as_millis().to_string(),
+                    mint.fence_mode,
+                    mint.format,
+                    &mint.retention,
                     opts.wait_mode.as_arg(),
                     member,
                     &opts.waiter_lease.as_millis().to_string(),
@@ -438,13 +454,67 @@ impl LockClient {
         let fence = Fence::new(
             u64::try_from(n).map_err(|_| Error::UnexpectedReply(format!("negative fence {n}")))?,
         );
+        let state = self.lease_state(name, keys, token, fence, opts, sent + ttl - drift(ttl));
+        // A reply that used up most of the lease is useless and dangerous: the
+        // holder would start work with almost no time left (etcd #11456).
+        if state.deadline().saturating_duration_since(Instant::now()) < ttl / 10 {
+            let _ = state.release_once().await;
+            return Err(Error::GrantTooLate {
+                name: name.to_string(),
+                elapsed: sent.elapsed(),
+                ttl,
+            });
+        }
+        tracing::debug!(lock = %name, %fence, "acquired");
+        Ok(Lease::start(state, opts.renewal_interval(), false))
+    }
+
+    /// A lease for a lock that a release handed over to this (fair) waiter.
+    ///
+    /// The hand-over set the lock for min(ttl, waiter lease) at some moment
+    /// after `refused_at`, when this waiter's last refused attempt was sent
+    /// (that attempt ran before the hand-over, or it would have found the
+    /// lock ours). So `refused_at` is a safe start for the local deadline.
+    /// The keeper renews at once to the full ttl. Returns `None` if too little
+    /// of that provisional lease is left; the next attempt then picks the
+    /// lock up through the retry path (same token, same fence).
+    fn handed_over(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        token: &str,
+        fence: Fence,
+        opts: &LockOptions,
+        refused_at: Instant,
+    ) -> Option<Lease> {
+        let provisional = opts.ttl.min(opts.waiter_lease);
+        let deadline = refused_at + provisional - drift(provisional);
+        if deadline.saturating_duration_since(Instant::now()) < provisional / 4 {
+            return None;
+        }
+        let state = self.lease_state(name, keys.clone(), token, fence, opts, deadline);
+        tracing::debug!(lock = %name, %fence, "acquired by hand-over");
+        Some(Lease::start(
+            state,
+            opts.renewal_interval(),
+            provisional < opts.ttl,
+        ))
+    }
+
+    fn lease_state(
+        &self,
+        name: &str,
+        keys: LockKeys,
+        token: &str,
+        fence: Fence,
+        opts: &LockOptions,
+        deadline: Instant,
+    ) -> LeaseState {
         let value = match opts.layout {
             KeyLayout::HashTagged => format!("{token}:{fence}"),
             KeyLayout::Guide => token.to_string(),
         };
-        let elapsed = sent.elapsed();
-        let deadline = sent + ttl - drift(ttl);
-        let state = LeaseState::new(
+        LeaseState::new(
             self.inner.conn.clone(),
             Grant {
                 name: name.to_string(),
@@ -452,22 +522,11 @@ impl LockClient {
                 token: token.to_string(),
                 value,
                 fence,
-                ttl,
+                ttl: opts.ttl,
                 deadline,
+                mint: MintArgs::new(opts),
             },
-        );
-        // A reply that used up most of the lease is useless and dangerous: the
-        // holder would start work with almost no time left (etcd #11456).
-        if deadline.saturating_duration_since(Instant::now()) < ttl / 10 {
-            let _ = state.release_once().await;
-            return Err(Error::GrantTooLate {
-                name: name.to_string(),
-                elapsed,
-                ttl,
-            });
-        }
-        tracing::debug!(lock = %name, %fence, "acquired");
-        Ok(Lease::start(state, opts.renewal_interval()))
+        )
     }
 }
 
@@ -479,20 +538,33 @@ fn new_token() -> String {
 
 /// Leaves the wait queue when an acquisition that may be queued ends without
 /// the lock (timeout, error, or the future dropped), so a fair queue is not
-/// held up by a waiter that is gone. Best effort: the waiter lease removes
-/// the entry anyway.
+/// held up by a waiter that is gone, and a lock handed over to it meanwhile
+/// is passed on. Best effort: the waiter lease removes the entry anyway.
 struct QueuedGuard {
-    leave: Option<(RedisConn, LockKeys, String)>,
+    leave: Option<(RedisConn, LockKeys, [String; 5])>,
 }
 
 impl QueuedGuard {
-    fn new(client: &LockClient, keys: &LockKeys, waiter: Option<&Waiter>) -> Self {
+    fn new(
+        client: &LockClient,
+        keys: &LockKeys,
+        member: &str,
+        token: &str,
+        opts: &LockOptions,
+    ) -> Self {
+        let mint = MintArgs::new(opts);
         QueuedGuard {
-            leave: waiter.map(|w| {
+            leave: (!member.is_empty()).then(|| {
                 (
                     client.inner.conn.clone(),
                     keys.clone(),
-                    w.member().to_string(),
+                    [
+                        member.to_string(),
+                        token.to_string(),
+                        mint.fence_mode.to_string(),
+                        mint.format.to_string(),
+                        mint.retention,
+                    ],
                 )
             }),
         }
@@ -505,16 +577,26 @@ impl QueuedGuard {
 
 impl Drop for QueuedGuard {
     fn drop(&mut self) {
-        let Some((conn, keys, member)) = self.leave.take() else {
+        let Some((conn, keys, [member, token, fence_mode, format, retention])) = self.leave.take()
+        else {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let _: Result<i64> = conn
                     .run(
-                        &scripts::LEAVE,
-                        &[&keys.lock, &keys.queue, &keys.waiters],
-                        &[&member, &keys.wake_prefix, PUBLISH],
+                        &scripts::LOCK,
+                        &keys.all(),
+                        &[
+                            "leave",
+                            &member,
+                            &token,
+                            &fence_mode,
+                            &format,
+                            &retention,
+                            &keys.wake_prefix,
+                            PUBLISH,
+                        ],
                     )
                     .await;
             });
@@ -528,6 +610,7 @@ pub(crate) const PUBLISH: &str = "PUBLISH";
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::FenceMode;
     use fencelock_testkit::RedisServer;
 
     /// A retried grant with the same token (its first reply lost) returns the

@@ -72,6 +72,11 @@ impl LockKeys {
         })
     }
 
+    /// The four keys of the lock script, in its KEYS order.
+    pub(crate) fn all(&self) -> [&str; 4] {
+        [&self.lock, &self.fence, &self.queue, &self.waiters]
+    }
+
     /// Whether the lock value carries the fence (`TOKEN:FENCE`) or is the bare
     /// token, as the grant script expects it.
     pub(crate) fn value_format(layout: KeyLayout) -> &'static str {

@@ -45,6 +45,35 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
+/// How fences are minted for a name: passed to every script call that may
+/// grant (a release or a leave can hand the lock over to the next waiter).
+#[derive(Debug, Clone)]
+pub(crate) struct MintArgs {
+    pub(crate) fence_mode: &'static str,
+    pub(crate) format: &'static str,
+    /// Fence key retention in ms ("0": the fence key never expires).
+    pub(crate) retention: String,
+}
+
+impl MintArgs {
+    pub(crate) fn new(opts: &crate::options::LockOptions) -> Self {
+        let retention = match (opts.fence_mode_value(), opts.layout_value()) {
+            (crate::options::FenceMode::Clock, crate::keys::KeyLayout::HashTagged) => {
+                crate::client::FENCE_RETENTION
+                    .max(opts.ttl_value() * 2)
+                    .as_millis()
+            }
+            // The guide's Python workers INCR the fence key: it must never expire.
+            _ => 0,
+        };
+        MintArgs {
+            fence_mode: opts.fence_mode_value().as_arg(),
+            format: LockKeys::value_format(opts.layout_value()),
+            retention: retention.to_string(),
+        }
+    }
+}
+
 /// What the grant script returned, ready to become a lease.
 #[derive(Debug)]
 pub(crate) struct Grant {
@@ -55,6 +84,7 @@ pub(crate) struct Grant {
     pub(crate) fence: Fence,
     pub(crate) ttl: Duration,
     pub(crate) deadline: Instant,
+    pub(crate) mint: MintArgs,
 }
 
 /// Shared state of one lease, owned by the guard, its handles and the keeper.
@@ -68,6 +98,7 @@ pub(crate) struct LeaseState {
     pub(crate) value: String,
     pub(crate) fence: Fence,
     pub(crate) ttl: Duration,
+    mint: MintArgs,
     /// Local monotonic deadline: when the lease must be assumed gone.
     deadline: Mutex<Instant>,
     lost: CancellationToken,
@@ -84,6 +115,7 @@ impl LeaseState {
             value: grant.value,
             fence: grant.fence,
             ttl: grant.ttl,
+            mint: grant.mint,
             deadline: Mutex::new(grant.deadline),
             lost: CancellationToken::new(),
             loss: OnceLock::new(),
@@ -143,12 +175,21 @@ impl LeaseState {
     /// One compare-and-delete.
     pub(crate) async fn release_once(&self) -> Result<ReleaseOutcome> {
         let keys = &self.keys;
+        let mint = &self.mint;
         let r: i64 = self
             .conn
             .run(
-                &scripts::RELEASE,
-                &[&keys.lock, &keys.queue, &keys.waiters],
-                &[&self.value, &keys.wake_prefix, crate::client::PUBLISH],
+                &scripts::LOCK,
+                &keys.all(),
+                &[
+                    "release",
+                    &self.value,
+                    mint.fence_mode,
+                    mint.format,
+                    &mint.retention,
+                    &keys.wake_prefix,
+                    crate::client::PUBLISH,
+                ],
             )
             .await?;
         Ok(match r {
@@ -286,10 +327,17 @@ impl Deref for Lease {
 
 impl Lease {
     /// Starts the keeper task (renewal and deadline watchdog) for a new grant.
-    pub(crate) fn start(state: LeaseState, renew_every: Option<Duration>) -> Self {
+    /// `renew_now`: the lease is provisional (handed over for less than its
+    /// ttl) and is renewed to the full ttl at once.
+    pub(crate) fn start(state: LeaseState, renew_every: Option<Duration>, renew_now: bool) -> Self {
         let state = Arc::new(state);
         let stop = CancellationToken::new();
-        let keeper = tokio::spawn(crate::renew::keep(state.clone(), renew_every, stop.clone()));
+        let keeper = tokio::spawn(crate::renew::keep(
+            state.clone(),
+            renew_every,
+            renew_now,
+            stop.clone(),
+        ));
         Lease {
             handle: LeaseHandle { state },
             stop,

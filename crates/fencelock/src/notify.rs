@@ -2,8 +2,9 @@
 //!
 //! A client keeps ONE pub/sub connection, opened when it first waits, shared
 //! by all its waiters. Each waiter has an id; a queued waiter is the member
-//! `CLIENT:WAITER` of a lock's wait queue, and a release wakes the head by
-//! publishing `WAITER` on the channel `WAKE_PREFIX + CLIENT` of that lock.
+//! `CLIENT:WAITER…` of a lock's wait queue, and a release wakes the head by
+//! publishing `WAITER` on the channel `WAKE_PREFIX + CLIENT` of that lock, or
+//! `WAITER FENCE` when it handed the lock over to a fair waiter.
 //! The client subscribes to that channel once per lock name it waits on, so
 //! a release sends one message to one connection, however many wait.
 //!
@@ -25,9 +26,16 @@ use crate::redis::RedisConn;
 /// Channels kept subscribed with no waiter before idle ones are dropped.
 const MAX_IDLE_CHANNELS: usize = 256;
 
+/// Where a waiter is woken, and told the fence of a lock handed to it.
+#[derive(Debug, Default)]
+struct Slot {
+    notify: Notify,
+    handed: Mutex<Option<u64>>,
+}
+
 #[derive(Debug, Default)]
 struct WakeState {
-    waiters: HashMap<u64, Arc<Notify>>,
+    waiters: HashMap<u64, Arc<Slot>>,
     /// Subscribed channel -> number of registered waiters on it.
     channels: HashMap<String, usize>,
     next_id: u64,
@@ -106,12 +114,12 @@ impl Wakeups {
         *st.channels.entry(channel.to_string()).or_insert(0) += 1;
         st.next_id += 1;
         let id = st.next_id;
-        let notify = Arc::new(Notify::new());
-        st.waiters.insert(id, notify.clone());
+        let slot = Arc::new(Slot::default());
+        st.waiters.insert(id, slot.clone());
         Ok(Waiter {
             member: format!("{}:{id}", self.client_id),
             id,
-            notify,
+            slot,
             channel: channel.to_string(),
             state: self.state.clone(),
         })
@@ -122,22 +130,28 @@ impl Wakeups {
 fn deliver(state: &Mutex<WakeState>, push: PushInfo) {
     match push.kind {
         PushKind::Message | PushKind::SMessage => {
-            let id = match push.data.get(1) {
-                Some(Value::BulkString(bytes)) => std::str::from_utf8(bytes)
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok()),
+            // "WAITER" (wake up and retry) or "WAITER FENCE" (the lock was
+            // handed over to this waiter with that fence).
+            let payload = match push.data.get(1) {
+                Some(Value::BulkString(bytes)) => std::str::from_utf8(bytes).ok(),
                 _ => None,
             };
+            let mut words = payload.unwrap_or_default().split(' ');
+            let id = words.next().and_then(|w| w.parse::<u64>().ok());
+            let fence = words.next().and_then(|w| w.parse::<u64>().ok());
             if let Some(id) = id
-                && let Some(notify) = lock(state).waiters.get(&id)
+                && let Some(slot) = lock(state).waiters.get(&id)
             {
-                notify.notify_one();
+                if let Some(fence) = fence {
+                    *slot.handed.lock().unwrap_or_else(|p| p.into_inner()) = Some(fence);
+                }
+                slot.notify.notify_one();
             }
         }
         PushKind::Disconnection => {
             // Wake-ups may have been lost while disconnected: everyone retries.
-            for notify in lock(state).waiters.values() {
-                notify.notify_one();
+            for slot in lock(state).waiters.values() {
+                slot.notify.notify_one();
             }
         }
         _ => {}
@@ -149,21 +163,27 @@ fn deliver(state: &Mutex<WakeState>, push: PushInfo) {
 pub(crate) struct Waiter {
     member: String,
     id: u64,
-    notify: Arc<Notify>,
+    slot: Arc<Slot>,
     channel: String,
     state: Arc<Mutex<WakeState>>,
 }
 
 impl Waiter {
-    /// This waiter's member in the wait queue (`CLIENT:WAITER`).
+    /// This waiter's id in the wait queue (`CLIENT:WAITER`); fair waiters
+    /// append their ttl, waiter lease and token to it.
     pub(crate) fn member(&self) -> &str {
         &self.member
     }
 
     /// Completes when a release woke this waiter (or one already did since
-    /// the last call).
-    pub(crate) async fn woken(&self) {
-        self.notify.notified().await;
+    /// the last call), with the fence if the lock was handed over to it.
+    pub(crate) async fn woken(&self) -> Option<u64> {
+        self.slot.notify.notified().await;
+        self.slot
+            .handed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 }
 

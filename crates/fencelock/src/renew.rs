@@ -26,8 +26,30 @@ fn retry_delay(interval: Duration) -> Duration {
 pub(crate) async fn keep(
     state: Arc<LeaseState>,
     interval: Option<Duration>,
+    renew_now: bool,
     stop: CancellationToken,
 ) {
+    if renew_now {
+        // A handed-over lease starts short: bring it to the full ttl first
+        // (even with renewal off, the lease is owed its ttl once).
+        let deadline = state.deadline();
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            reply = timeout_at(deadline, state.extend_once()) => match reply {
+                Err(_deadline_passed) => {
+                    state.mark_lost(LossReason::DeadlinePassed);
+                    return;
+                }
+                Ok(Ok(ExtendReply::NotOurs(reason))) => {
+                    state.mark_lost(reason);
+                    return;
+                }
+                // Extended, or a transient error: the loop below retries.
+                Ok(_) => {}
+            }
+        }
+    }
     let mut next = interval.map(|i| Instant::now() + i);
     loop {
         let deadline = state.deadline();

@@ -8,13 +8,10 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Grant + fence in one atomic step.
-pub(crate) static GRANT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/grant.lua")));
-
-/// Compare-and-delete.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+/// Grant (lock + fence in one atomic step), release (compare-and-delete, then
+/// hand over or wake the next waiter) and leave (a waiter gives up).
+pub(crate) static LOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/lock.lua")));
 
 /// Compare-and-pexpire.
 pub(crate) static EXTEND: LazyLock<Script> =
@@ -27,7 +24,3 @@ pub(crate) static FENCED_WRITE: LazyLock<Script> =
 /// Atomic snapshot of a lock for status.
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
-
-/// A waiter leaves the wait queue.
-pub(crate) static LEAVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/leave.lua")));
