@@ -106,6 +106,13 @@ pub(crate) enum Command {
     )]
     Write(WriteArgs),
 
+    /// Measure speed and fairness against a real Redis (a private one unless
+    /// --redis is given), next to that Redis's own round-trip rate.
+    #[command(
+        after_help = "Examples:\n  fencelock bench\n  fencelock bench --scenario contended --mode notify,fair --workers 32 --json\n  fencelock bench --scenario contended --plot waits.svg\n\nExit code 1 if two holders ever overlapped."
+    )]
+    Bench(BenchArgs),
+
     /// Reproduce the guide's scenario on a real Redis and print the timeline:
     /// worker A stalls past its 300 ms lease, B takes over and writes, A's
     /// stale write is refused and its release leaves B's lock alone.
@@ -210,6 +217,67 @@ pub(crate) struct WriteArgs {
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// Options of `bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Scenarios to run, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ScenarioArg::Uncontended, ScenarioArg::Contended, ScenarioArg::Many])]
+    pub(crate) scenario: Vec<ScenarioArg>,
+    /// Measuring time of each scenario (and of each wait mode).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) duration: Duration,
+    /// Workers of the contended scenario, each with its own connections.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) workers: usize,
+    /// How long each contended worker holds the lock.
+    #[arg(long, default_value = "1ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) hold: Duration,
+    /// Wait modes of the contended scenario, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [WaitModeArg::Poll, WaitModeArg::Notify, WaitModeArg::Fair])]
+    pub(crate) mode: Vec<WaitModeArg>,
+    /// Tasks (and names) of the many scenario.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) tasks: usize,
+    /// One JSON object per line per scenario (and per wait mode) on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Write an SVG of the acquire-wait and handoff distributions per mode.
+    #[arg(long, value_name = "FILE.svg")]
+    pub(crate) plot: Option<std::path::PathBuf>,
+}
+
+/// Benchmark scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ScenarioArg {
+    /// One connection, acquire + release of one name.
+    Uncontended,
+    /// Workers contending for one name.
+    Contended,
+    /// Many tasks on many names sharing one client.
+    Many,
+}
+
+/// Wait modes on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum WaitModeArg {
+    /// Backoff with jitter.
+    Poll,
+    /// Pub/sub wake-up of the head waiter.
+    Notify,
+    /// First come, first served.
+    Fair,
+}
+
+impl From<WaitModeArg> for fencelock::WaitMode {
+    fn from(m: WaitModeArg) -> Self {
+        match m {
+            WaitModeArg::Poll => fencelock::WaitMode::Poll,
+            WaitModeArg::Notify => fencelock::WaitMode::Notify,
+            WaitModeArg::Fair => fencelock::WaitMode::Fair,
+        }
+    }
 }
 
 /// Options of `demo`.

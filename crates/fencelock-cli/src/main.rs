@@ -9,11 +9,13 @@
 //! | `exit` | exit codes (sysexits-style, as in the README) |
 //! | `child` | child processes that die with `fencelock` |
 //! | `private_redis` | a private redis-server for commands run without `--redis` |
+//! | `bench` | `fencelock bench`: speed and fairness next to Redis's own round trip |
 //! | `demo` | `fencelock demo`: the guide's scenario with a printed timeline |
 
 // A command-line tool prints its results on stdout.
 #![allow(clippy::print_stdout)]
 
+mod bench;
 mod child;
 mod cli;
 mod connect;
@@ -58,10 +60,13 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // One thread for the commands (children forked from it die with it, see
+    // `child`); the benchmark needs real parallelism between its workers.
+    let mut builder = match &cli.command {
+        Command::Bench(_) => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("fencelock: cannot start the async runtime: {e}");
@@ -74,6 +79,7 @@ fn main() -> ExitCode {
             Command::Status(args) => inspect::status(&cli.global, args).await,
             Command::Read(args) => inspect::read(&cli.global, args).await,
             Command::Write(args) => inspect::write(&cli.global, args).await,
+            Command::Bench(args) => bench::run(&cli.global, args).await,
             Command::Demo(args) => demo::run(&cli.global, args).await,
         }
     });

@@ -1,0 +1,292 @@
+//! The benchmark scenarios of DESIGN.md §6.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use fencelock::{LockClient, LockOptions, WaitMode};
+use tokio::time::Instant;
+
+use super::measure::{ServerCounters, hold_for, jain, ping_rate, ping_rate_parallel, quantile};
+
+/// Settings shared by the scenarios.
+#[derive(Debug, Clone)]
+pub(crate) struct Setup {
+    pub(crate) url: String,
+    pub(crate) prefix: String,
+    pub(crate) duration: Duration,
+    pub(crate) options: LockOptions,
+}
+
+impl Setup {
+    async fn client(&self) -> anyhow::Result<LockClient> {
+        Ok(LockClient::builder(&self.url)
+            .prefix(&self.prefix)
+            .defaults(self.options.clone())
+            .connect()
+            .await?)
+    }
+}
+
+/// One connection, one name, acquire + release in sequence.
+#[derive(Debug, Clone)]
+pub(crate) struct Uncontended {
+    pub(crate) cycles_per_s: f64,
+    pub(crate) redis_ping_per_s: f64,
+    pub(crate) ratio_to_bound: f64,
+    pub(crate) mode: WaitMode,
+}
+
+pub(crate) async fn uncontended(setup: &Setup, run_id: &str) -> anyhow::Result<Uncontended> {
+    let ping = ping_rate(&setup.url, setup.duration / 2).await?;
+    let client = setup.client().await?;
+    let opts = client.options();
+    let name = format!("bench:{run_id}:uncontended");
+    // Warm up: scripts loaded, connections open.
+    for _ in 0..100 {
+        client.acquire(&name, &opts).await?.release().await?;
+    }
+    let started = Instant::now();
+    let mut n = 0u64;
+    while started.elapsed() < setup.duration {
+        client.acquire(&name, &opts).await?.release().await?;
+        n += 1;
+    }
+    let cycles = n as f64 / started.elapsed().as_secs_f64();
+    Ok(Uncontended {
+        cycles_per_s: cycles,
+        redis_ping_per_s: ping,
+        ratio_to_bound: cycles / (ping / 2.0),
+        mode: opts.wait_mode_value(),
+    })
+}
+
+/// Workers with their own connections contending for one name.
+#[derive(Debug, Clone)]
+pub(crate) struct Contended {
+    pub(crate) mode: WaitMode,
+    pub(crate) workers: usize,
+    pub(crate) hold_ms: f64,
+    pub(crate) real_hold_ms: f64,
+    pub(crate) completions: u64,
+    pub(crate) completions_per_s: f64,
+    pub(crate) utilization: f64,
+    pub(crate) waits_ms: Vec<f64>,
+    pub(crate) handoffs_ms: Vec<f64>,
+    pub(crate) jain_fairness: f64,
+    pub(crate) commands_per_completion: f64,
+    pub(crate) redis_cpu_ms_per_1k: f64,
+    pub(crate) overlaps: u64,
+    pub(crate) same_worker_share: f64,
+}
+
+impl Contended {
+    pub(crate) fn wait_ms(&self, q: f64) -> f64 {
+        quantile(&self.waits_ms, q)
+    }
+
+    pub(crate) fn handoff_ms(&self, q: f64) -> f64 {
+        quantile(&self.handoffs_ms, q)
+    }
+}
+
+/// One completed critical section.
+#[derive(Debug, Clone, Copy)]
+struct Section {
+    worker: usize,
+    requested: Instant,
+    granted: Instant,
+    released: Instant,
+}
+
+pub(crate) async fn contended(
+    setup: &Setup,
+    run_id: &str,
+    mode: WaitMode,
+    workers: usize,
+    hold: Duration,
+) -> anyhow::Result<Contended> {
+    let name = format!("bench:{run_id}:contended:{}", mode_name(mode));
+    let opts = setup
+        .options
+        .clone()
+        .wait_mode(mode)
+        .wait(Duration::from_secs(60));
+    let mut clients = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        clients.push(setup.client().await?);
+    }
+    let inside = Arc::new(AtomicI64::new(0));
+    let overlaps = Arc::new(AtomicI64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let before = ServerCounters::read(&setup.url).await?;
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(worker, client)| {
+            let (name, opts, inside, overlaps, stop) = (
+                name.clone(),
+                opts.clone(),
+                inside.clone(),
+                overlaps.clone(),
+                stop.clone(),
+            );
+            tokio::spawn(async move {
+                let mut sections = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let requested = Instant::now();
+                    let lease = client.acquire(&name, &opts).await?;
+                    let granted = Instant::now();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    hold_for(hold).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    let released = Instant::now();
+                    lease.release().await?;
+                    sections.push(Section {
+                        worker,
+                        requested,
+                        granted,
+                        released,
+                    });
+                }
+                anyhow::Ok(sections)
+            })
+        })
+        .collect();
+    tokio::time::sleep(setup.duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut sections = Vec::new();
+    for t in tasks {
+        sections.extend(t.await??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let after = ServerCounters::read(&setup.url).await?;
+    let (commands, cpu_s) = before.delta(after);
+
+    sections.sort_by_key(|s| s.granted);
+    let completions = sections.len() as u64;
+    let held: f64 = sections
+        .iter()
+        .map(|s| (s.released - s.granted).as_secs_f64())
+        .sum();
+    let mut waits_ms: Vec<f64> = sections
+        .iter()
+        .map(|s| (s.granted - s.requested).as_secs_f64() * 1e3)
+        .collect();
+    waits_ms.sort_by(f64::total_cmp);
+    let mut handoffs_ms = Vec::new();
+    let mut same = 0u64;
+    for pair in sections.windows(2) {
+        if pair[0].worker == pair[1].worker {
+            same += 1;
+        } else {
+            handoffs_ms.push(
+                pair[1]
+                    .granted
+                    .saturating_duration_since(pair[0].released)
+                    .as_secs_f64()
+                    * 1e3,
+            );
+        }
+    }
+    handoffs_ms.sort_by(f64::total_cmp);
+    let mut counts = vec![0u64; workers];
+    for s in &sections {
+        counts[s.worker] += 1;
+    }
+    let per_1k = |x: f64| {
+        if completions == 0 {
+            f64::NAN
+        } else {
+            x / completions as f64 * 1000.0
+        }
+    };
+    Ok(Contended {
+        mode,
+        workers,
+        hold_ms: hold.as_secs_f64() * 1e3,
+        real_hold_ms: if completions == 0 {
+            0.0
+        } else {
+            held / completions as f64 * 1e3
+        },
+        completions,
+        completions_per_s: completions as f64 / elapsed,
+        utilization: held / elapsed,
+        waits_ms,
+        handoffs_ms,
+        jain_fairness: jain(&counts),
+        commands_per_completion: per_1k(commands as f64) / 1000.0,
+        redis_cpu_ms_per_1k: per_1k(cpu_s * 1e3),
+        overlaps: overlaps.load(Ordering::SeqCst) as u64,
+        same_worker_share: if completions < 2 {
+            0.0
+        } else {
+            same as f64 / (completions - 1) as f64
+        },
+    })
+}
+
+/// Many tasks on many names, all sharing one client (one multiplexed
+/// connection).
+#[derive(Debug, Clone)]
+pub(crate) struct Many {
+    pub(crate) tasks: usize,
+    pub(crate) cycles_per_s: f64,
+    pub(crate) redis_ping_c64_per_s: f64,
+    pub(crate) ratio_to_bound: f64,
+    pub(crate) redis_cpu_us_per_cycle: f64,
+    pub(crate) commands_per_cycle: f64,
+}
+
+pub(crate) async fn many(setup: &Setup, run_id: &str, tasks: usize) -> anyhow::Result<Many> {
+    let ping = ping_rate_parallel(&setup.url, tasks, setup.duration / 2).await?;
+    let client = setup.client().await?;
+    let opts = client.options();
+    let stop = Arc::new(AtomicBool::new(false));
+    let before = ServerCounters::read(&setup.url).await?;
+    let started = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|i| {
+            let (client, opts, stop) = (client.clone(), opts.clone(), stop.clone());
+            let name = format!("bench:{run_id}:many:{i}");
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    client.acquire(&name, &opts).await?.release().await?;
+                    n += 1;
+                }
+                anyhow::Ok(n)
+            })
+        })
+        .collect();
+    tokio::time::sleep(setup.duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0u64;
+    for h in handles {
+        total += h.await??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let after = ServerCounters::read(&setup.url).await?;
+    let (commands, cpu_s) = before.delta(after);
+    let cycles = total as f64 / elapsed;
+    Ok(Many {
+        tasks,
+        cycles_per_s: cycles,
+        redis_ping_c64_per_s: ping,
+        ratio_to_bound: cycles / (ping / 2.0),
+        redis_cpu_us_per_cycle: cpu_s * 1e6 / total.max(1) as f64,
+        commands_per_cycle: commands as f64 / total.max(1) as f64,
+    })
+}
+
+pub(crate) fn mode_name(mode: WaitMode) -> &'static str {
+    match mode {
+        WaitMode::Poll => "poll",
+        WaitMode::Fair => "fair",
+        _ => "notify",
+    }
+}
