@@ -95,6 +95,15 @@
 //! `lock:NAME:fence` with the bare token as value, so workers written from the
 //! guide in Python exclude fencelock workers on the same names.
 //!
+//! ## Waiting
+//!
+//! [`WaitMode::Notify`] (default): waiters queue and a release wakes the head
+//! through one pub/sub connection per client. [`WaitMode::Fair`]: the release
+//! hands the lock (with a freshly minted fence) straight to the head of the
+//! queue, first come first served. [`WaitMode::Poll`]: backoff with jitter,
+//! no queue. Every mode also retries when the holder's lease runs out, so a
+//! lost message or a crashed holder never stalls a waiter.
+//!
 //! ## Dropping a lease
 //!
 //! Dropping a [`Lease`] without [`Lease::release`] stops its renewal at once
