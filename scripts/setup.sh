@@ -7,6 +7,9 @@ need_pkgs=()
 command -v redis-server   >/dev/null 2>&1 || need_pkgs+=(redis-server)
 command -v redis-sentinel >/dev/null 2>&1 || need_pkgs+=(redis-sentinel)
 command -v redis-cli      >/dev/null 2>&1 || need_pkgs+=(redis-tools)
+# The Postgres tests (feature `postgres`) run initdb and postgres themselves.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
+  || command -v initdb    >/dev/null 2>&1 || need_pkgs+=(postgresql)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "setup: installing ${need_pkgs[*]}" >&2

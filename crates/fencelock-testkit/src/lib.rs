@@ -16,6 +16,11 @@
 //! - [`worker`]: [`Worker`] drives a `fencelock-worker` process (a lease
 //!   holder in its own process, line protocol on stdin/stdout) so tests can
 //!   freeze a real holder with SIGSTOP.
+//! - [`postgres`]: [`PgServer`] initialises and starts a PostgreSQL server
+//!   on a free loopback port in its own temporary directory (as the
+//!   `postgres` user when the tests run as root), with a trusted superuser
+//!   URL, [`PgServer::create_database`], [`PgServer::psql`] and
+//!   [`PgServer::pause`] / [`PgServer::resume`].
 //! - [`free_port`]: a free loopback port for servers, or for URLs where
 //!   nothing listens ([`RedisServer::client_url_unreachable`]).
 //!
@@ -34,6 +39,7 @@
 //! [`FENCELOCK_REDIS_SERVER_BIN`](redis_server::REDIS_SERVER_BIN_ENV)
 //! environment variable. Linux only.
 
+pub mod postgres;
 pub mod process;
 pub mod redis_server;
 mod spawner;
@@ -41,6 +47,7 @@ pub mod worker;
 
 use std::net::TcpListener;
 
+pub use postgres::{PgPausedGuard, PgServer, remove_leftovers};
 pub use process::{GuardedChild, process_alive, spawn_guarded, try_spawn_guarded};
 pub use redis_server::{PausedGuard, Persistence, RedisConfig, RedisServer};
 pub use worker::Worker;

@@ -114,7 +114,7 @@ pub enum Error {
         "table {table} has no lock_fence/lock_holder columns, so it cannot check fences: run the migration first (FencedTable::add_fence_columns, or `ALTER TABLE {table} ADD COLUMN IF NOT EXISTS lock_fence bigint, ADD COLUMN IF NOT EXISTS lock_holder text`)"
     )]
     MissingFenceColumns {
-        /// The table, as given (quoted as sent to the database).
+        /// The table name, as given.
         table: String,
     },
 
@@ -132,8 +132,10 @@ pub enum Error {
     },
 
     /// Any error reported by Postgres or the Postgres client (connection
-    /// lost, statement failed, ...). A fenced statement that failed with this
-    /// error wrote nothing: each is one atomic statement.
+    /// lost, statement failed, ...). Fenced statements are atomic: nothing was
+    /// written in part. A statement that failed in the database wrote
+    /// nothing; after a lost connection ([`Error::is_connection`]) the
+    /// outcome is unknown, as with any database call whose reply is lost.
     #[cfg(feature = "postgres")]
     #[error("Postgres error: {0}")]
     Postgres(#[source] sqlx::Error),
@@ -204,8 +206,9 @@ impl Error {
     }
 
     /// True when Redis could not be reached or refused the credentials, or
-    /// the connection to Postgres failed or was lost (for a fenced Postgres
-    /// statement: it was rolled back, nothing was written).
+    /// the connection to Postgres failed or was lost (a fenced Postgres
+    /// statement is atomic, but whether it committed before the loss is
+    /// unknown).
     pub fn is_connection(&self) -> bool {
         match self {
             Error::Unreachable { .. } | Error::Auth { .. } => true,
@@ -253,9 +256,9 @@ pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
 pub(crate) fn pg_is_connection(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => true,
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|code| code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")),
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+        }),
         _ => false,
     }
 }

@@ -2,17 +2,27 @@
 //!
 //! A lease cannot stop a holder that does not know it lost the lock; only the
 //! resource can, by refusing writes that carry an older fence. The rule
-//! (DESIGN.md §2.4): a write is accepted iff its fence is greater than the
-//! stored fence, or equal to it *and* from the same holder token.
+//! (DESIGN.md §2.4, [`fence_accepts`]): a write is accepted iff its fence is
+//! greater than the stored fence, or equal to it *and* from the same holder
+//! token. A resource that has no fence yet accepts any write.
 //!
 //! Rejections are a normal outcome ([`WriteOutcome::Rejected`]), not an
 //! error: they mean a holder outlived its lease and the resource protected
 //! the newer holder's work.
+//!
+//! Ready-made resources: [`FencedHash`] (a Redis hash) and, with the
+//! `postgres` feature, `FencedTable` (rows of a Postgres table). Anything
+//! else that can do a conditional write implements [`Fenced`].
 
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 mod redis_hash;
 
 pub use redis_hash::{FencedHash, HashState};
 
+use std::future::Future;
+
+use crate::error::Result;
 use crate::fence::Fence;
 
 /// The result of a fenced write or fence registration.
@@ -35,4 +45,191 @@ impl WriteOutcome {
     pub fn is_accepted(&self) -> bool {
         matches!(self, WriteOutcome::Accepted)
     }
+}
+
+/// The resource rule of DESIGN.md §2.4: may a write carrying `fence` from
+/// `holder` replace what was written under `stored` by `stored_holder`?
+///
+/// - nothing stored yet (`stored == None`): yes;
+/// - `fence > stored`: yes (a newer holder);
+/// - `fence == stored`: only if `stored_holder` is known and equals `holder`
+///   (the same holder writing again). Two *different* holders can be issued
+///   the same fence after the lock service lost its counter; the guide's
+///   `fence >= stored` would accept both;
+/// - `fence < stored`: no (a stale holder).
+///
+/// Implementations of [`Fenced`] must apply exactly this rule, atomically
+/// with the write.
+///
+/// ```
+/// use fencelock::{Fence, fence_accepts};
+///
+/// let (f33, f34) = (Fence::new(33), Fence::new(34));
+/// assert!(fence_accepts(None, None, f33, "a"));
+/// assert!(fence_accepts(Some(f33), Some("a"), f34, "b"));
+/// assert!(!fence_accepts(Some(f34), Some("b"), f33, "a"));
+/// assert!(fence_accepts(Some(f34), Some("b"), f34, "b"));
+/// assert!(!fence_accepts(Some(f34), Some("b"), f34, "c"));
+/// assert!(!fence_accepts(Some(f34), None, f34, "b"));
+/// ```
+pub fn fence_accepts(
+    stored: Option<Fence>,
+    stored_holder: Option<&str>,
+    fence: Fence,
+    holder: &str,
+) -> bool {
+    match stored {
+        None => true,
+        Some(stored) if fence > stored => true,
+        Some(stored) if fence == stored => stored_holder == Some(holder),
+        Some(_) => false,
+    }
+}
+
+/// A resource that refuses stale writes: anything that can make a write
+/// conditional on what it stores — a row with a fence column, an object
+/// store's `If-Match`, a version column, a compare-and-set.
+///
+/// A write takes the lease's [`Fence`] and holder token (`lease.fence()`,
+/// `lease.token()`) and returns [`WriteOutcome::Accepted`] when it was applied,
+/// or [`WriteOutcome::Rejected`] with the resource's current fence and holder
+/// when it was refused as stale. Errors are for failures (connection lost,
+/// bad input), never for a stale fence, and a write that returns an error
+/// must not have been applied partially.
+///
+/// # Implementing it
+///
+/// The resource must store the fence and holder of the last accepted write
+/// next to the data, and check [`fence_accepts`] and write **in one atomic
+/// step** (one conditional statement, one script, one conditional request);
+/// a check followed by a separate write lets a stale holder slip in between.
+///
+/// The method returns `impl Future + Send` rather than being an `async fn`
+/// so that generic callers can rely on the future being `Send` (and
+/// `tokio::spawn` it); an `async fn` in a public trait cannot promise that.
+/// Implementations may still be written as `async fn`, as below.
+///
+/// A compare-and-set cell (in memory here; the same shape fits any store
+/// with an atomic conditional write):
+///
+/// ```
+/// use std::sync::Mutex;
+/// use fencelock::{Fence, Fenced, Result, WriteOutcome, fence_accepts};
+///
+/// #[derive(Default)]
+/// struct Cell {
+///     // value, fence of the last accepted write, its holder
+///     state: Mutex<(String, Option<Fence>, Option<String>)>,
+/// }
+///
+/// impl Fenced for Cell {
+///     type Write = str;
+///
+///     async fn fenced_write(&self, fence: Fence, holder: &str, value: &str) -> Result<WriteOutcome> {
+///         // The mutex makes check-and-write one atomic step.
+///         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+///         let (stored_value, stored, stored_holder) = &mut *state;
+///         if !fence_accepts(*stored, stored_holder.as_deref(), fence, holder) {
+///             return Ok(WriteOutcome::Rejected {
+///                 current_fence: *stored,
+///                 current_holder: stored_holder.clone(),
+///             });
+///         }
+///         *stored_value = value.to_owned();
+///         *stored = Some(fence);
+///         *stored_holder = Some(holder.to_owned());
+///         Ok(WriteOutcome::Accepted)
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let cell = Cell::default();
+/// // B (fence 2) writes first; A wakes from its pause and writes with fence 1.
+/// assert!(cell.fenced_write(Fence::new(2), "b", "closed by B").await?.is_accepted());
+/// let stale = cell.fenced_write(Fence::new(1), "a", "closed by A").await?;
+/// assert_eq!(stale, WriteOutcome::Rejected {
+///     current_fence: Some(Fence::new(2)),
+///     current_holder: Some("b".into()),
+/// });
+/// # Ok::<(), fencelock::Error>(()) }).unwrap();
+/// ```
+///
+/// An object store with conditional requests: keep the fence and holder in
+/// the object's metadata, read them with the object's `ETag`, decide with
+/// [`fence_accepts`], and write with `If-Match: <etag>`. A `412 Precondition
+/// Failed` means someone wrote in between: read again and decide again (the
+/// newer write may carry a newer fence):
+///
+/// ```no_run
+/// use fencelock::{Fence, Fenced, Result, WriteOutcome, fence_accepts};
+/// # struct Head { etag: String, fence: Option<Fence>, holder: Option<String> }
+/// # enum Put { Done, PreconditionFailed }
+/// # struct Bucket;
+/// # impl Bucket {
+/// #     async fn head(&self, _key: &str) -> Result<Head> { unimplemented!() }
+/// #     async fn put_if_match(&self, _key: &str, _etag: &str, _body: &[u8],
+/// #         _meta: &[(&str, String)]) -> Result<Put> { unimplemented!() }
+/// # }
+///
+/// /// One object in a bucket (`Bucket` stands for your object-store client).
+/// struct FencedObject { bucket: Bucket, key: String }
+///
+/// impl Fenced for FencedObject {
+///     type Write = [u8];
+///
+///     async fn fenced_write(&self, fence: Fence, holder: &str, body: &[u8]) -> Result<WriteOutcome> {
+///         loop {
+///             let head = self.bucket.head(&self.key).await?;
+///             if !fence_accepts(head.fence, head.holder.as_deref(), fence, holder) {
+///                 return Ok(WriteOutcome::Rejected {
+///                     current_fence: head.fence,
+///                     current_holder: head.holder,
+///                 });
+///             }
+///             let meta = [("lock-fence", fence.to_string()), ("lock-holder", holder.to_owned())];
+///             match self.bucket.put_if_match(&self.key, &head.etag, body, &meta).await? {
+///                 Put::Done => return Ok(WriteOutcome::Accepted),
+///                 Put::PreconditionFailed => continue, // changed since `head`: decide again
+///             }
+///         }
+///     }
+/// }
+/// ```
+///
+/// A table with a version column is the same as a fence column: one
+/// conditional `UPDATE … SET …, lock_fence = $f, lock_holder = $h WHERE id =
+/// $k AND (lock_fence IS NULL OR lock_fence < $f OR (lock_fence = $f AND
+/// lock_holder = $h))`, accepted iff one row was updated. With the `postgres`
+/// feature, `FencedTable` does this for Postgres, and tells a stale fence
+/// apart from a missing row.
+///
+/// # Read-modify-write
+///
+/// A fenced write alone does not stop a stale write that lands *between* the
+/// new holder's read and its write (the stale fence is still the newest the
+/// resource has seen), and the new holder then overwrites it with a value
+/// computed from a stale read: a lost update. Either register the fence at
+/// the resource before reading ([`FencedHash::register`],
+/// `FencedTable::register`), or compute the new value inside the resource in
+/// one conditional statement or script (`FencedTable::update` with
+/// `SET v = v + 1`).
+pub trait Fenced {
+    /// What one write carries: a value, a set of column changes, an object
+    /// body. Passed by reference.
+    type Write: ?Sized;
+
+    /// Applies `write` iff `fence` from `holder` passes [`fence_accepts`]
+    /// against the fence and holder the resource stores, recording `fence`
+    /// and `holder` with it — all in one atomic step.
+    ///
+    /// # Errors
+    /// Failures of the resource (connection, bad input, a missing record);
+    /// never a stale fence, which is [`WriteOutcome::Rejected`]. A write that
+    /// returned an error was not applied.
+    fn fenced_write(
+        &self,
+        fence: Fence,
+        holder: &str,
+        write: &Self::Write,
+    ) -> impl Future<Output = Result<WriteOutcome>> + Send;
 }

@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, validate_name};
 use crate::redis::{RedisConn, scripts};
-use crate::resource::WriteOutcome;
+use crate::resource::{Fenced, WriteOutcome};
 
 /// A Redis hash with fields `value`, `fence` and `holder`, written only
 /// through the fence check. Compatible with the guide's hash (`fence`,
@@ -159,6 +159,21 @@ impl FencedHash {
             },
             other => other,
         }
+    }
+}
+
+impl Fenced for FencedHash {
+    /// The new `value` field.
+    type Write = str;
+
+    /// [`FencedHash::write`]: the same call, through the trait.
+    fn fenced_write(
+        &self,
+        fence: Fence,
+        holder: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<WriteOutcome>> + Send {
+        self.write(fence, holder, value)
     }
 }
 
