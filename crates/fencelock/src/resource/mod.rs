@@ -166,9 +166,11 @@ pub fn fence_accepts(
 /// # enum Put { Done, PreconditionFailed }
 /// # struct Bucket;
 /// # impl Bucket {
-/// #     async fn head(&self, _key: &str) -> Result<Head> { unimplemented!() }
+/// #     async fn head(&self, _key: &str) -> Result<Head> {
+/// #         Ok(Head { etag: String::new(), fence: None, holder: None })
+/// #     }
 /// #     async fn put_if_match(&self, _key: &str, _etag: &str, _body: &[u8],
-/// #         _meta: &[(&str, String)]) -> Result<Put> { unimplemented!() }
+/// #         _meta: &[(&str, String)]) -> Result<Put> { Ok(Put::Done) }
 /// # }
 ///
 /// /// One object in a bucket (`Bucket` stands for your object-store client).
