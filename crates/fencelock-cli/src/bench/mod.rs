@@ -169,6 +169,11 @@ async fn run_on(global: &Global, args: &BenchArgs, url: &str) -> anyhow::Result<
                     contended_runs.push(r);
                 }
                 if !args.json {
+                    let holds: Vec<String> = contended_runs
+                        .iter()
+                        .map(|r| format!("{} {:.3} ms", mode_name(r.mode), r.real_hold_ms))
+                        .collect();
+                    println!("  measured hold per completion: {}", holds.join(", "));
                     println!(
                         "  (times in ms; hand = release -> grant to a different worker; same % = grants back to the releasing worker; cpu/1k = Redis CPU ms per 1,000 completions; ovl = overlapping holders, must be 0)"
                     );
