@@ -106,6 +106,13 @@ pub(crate) enum Command {
     )]
     Write(WriteArgs),
 
+    /// Show the locks under a pattern, live: name, holder, fence, ttl left and
+    /// waiters (found with SCAN, never KEYS).
+    #[command(
+        after_help = "Examples:\n  fencelock top                 # every lock, redrawn every second\n  fencelock top 'invoice:*' --interval 500ms\n  fencelock top 'invoice:*' --once --json\n\nPATTERN is a Redis glob on lock names (default *)."
+    )]
+    Top(TopArgs),
+
     /// Measure speed and fairness against a real Redis (a private one unless
     /// --redis is given), next to that Redis's own round-trip rate.
     #[command(
@@ -176,9 +183,36 @@ pub(crate) struct RunArgs {
     #[arg(short, long)]
     pub(crate) quiet: bool,
 
+    /// At exit, report the worst renewal lag seen (how late the renewal task
+    /// woke: this process's pauses) on stderr.
+    #[arg(long)]
+    pub(crate) verbose: bool,
+
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics while the command
+    /// runs.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+
     /// The command and its arguments, after `--`.
     #[arg(last = true, value_name = "CMD")]
     pub(crate) command: Vec<String>,
+}
+
+/// Options of `top`.
+#[derive(Debug, Args)]
+pub(crate) struct TopArgs {
+    /// Lock names to show, a Redis glob (e.g. `invoice:*`).
+    #[arg(default_value = "*", value_name = "PATTERN")]
+    pub(crate) pattern: String,
+    /// Print one snapshot and exit.
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// Time between refreshes.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) interval: Duration,
+    /// Print JSON: one array per snapshot, on one line.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// Options of `status`.

@@ -6,6 +6,8 @@
 //! | `connect` | global options to a connected client and lock options |
 //! | `run` | `fencelock run`: a supervised command under a lock |
 //! | `inspect` | `status`, `read`, `write` |
+//! | `top` | `fencelock top`: a live view of the locks under a pattern (SCAN) |
+//! | `diagnostics` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
 //! | `exit` | exit codes (sysexits-style, as in the README) |
 //! | `child` | child processes that die with `fencelock` |
 //! | `private_redis` | a private redis-server for commands run without `--redis` |
@@ -20,10 +22,12 @@ mod child;
 mod cli;
 mod connect;
 mod demo;
+mod diagnostics;
 mod exit;
 mod inspect;
 mod private_redis;
 mod run;
+mod top;
 
 use std::process::ExitCode;
 
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match &cli.command {
             Command::Run(args) => run::run(&cli.global, args).await,
+            Command::Top(args) => top::run(&cli.global, args).await,
             Command::Status(args) => inspect::status(&cli.global, args).await,
             Command::Read(args) => inspect::read(&cli.global, args).await,
             Command::Write(args) => inspect::write(&cli.global, args).await,

@@ -26,6 +26,9 @@ pub(crate) const LOST: u8 = 76;
 pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
     let (program, program_args) = command_line(args)?;
     let client = connect::client(global).await?;
+    if let Some(addr) = args.metrics_addr {
+        crate::diagnostics::serve_metrics(addr)?;
+    }
     let opts = connect::options(global, &client)
         .ttl(args.ttl)
         .wait(if args.no_wait {
@@ -92,7 +95,11 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
             });
         }
     };
-    supervise(child, own_group, lease, &mut signals, args.kill_grace).await
+    let code = supervise(child, own_group, lease, &mut signals, args.kill_grace).await;
+    if args.verbose {
+        crate::diagnostics::report_lag(&client, args.ttl);
+    }
+    code
 }
 
 /// The program and its arguments, from `-c STRING` or `-- CMD ARGS…`.

@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, LockKeys};
 use crate::lease::{Grant, Lease, LeaseHandle, LeaseState, MintArgs, ReleaseOutcome, drift};
+use crate::metrics::{LeaseMetrics, Stats, StatsHandle};
 use crate::notify::{Waiter, Wakeups};
 use crate::options::{LockOptions, WaitMode};
 use crate::redis::{ConnSettings, RedisConn, scripts};
@@ -51,6 +53,8 @@ struct ClientInner {
     client_id: String,
     /// The pub/sub connection, opened when a waiter first needs it.
     wakeups: tokio::sync::OnceCell<Wakeups>,
+    /// Per-family counters since connect, shared with leases and hashes.
+    stats: StatsHandle,
 }
 
 /// Builds a [`LockClient`] with a prefix, default options and timeouts.
@@ -123,6 +127,7 @@ impl LockClientBuilder {
                 defaults: self.defaults,
                 client_id: uuid::Uuid::new_v4().simple().to_string(),
                 wakeups: tokio::sync::OnceCell::new(),
+                stats: StatsHandle::new(),
             }),
         })
     }
@@ -202,7 +207,51 @@ impl LockClient {
     /// # Errors
     /// [`Error::InvalidName`] for an empty, oversized or malformed key.
     pub fn fenced_hash(&self, key: &str) -> Result<FencedHash> {
-        FencedHash::new(self.inner.conn.clone(), key)
+        FencedHash::new(self.inner.conn.clone(), key, Some(self.inner.stats.clone()))
+    }
+
+    /// Per-family counters since this client connected (shared by its
+    /// clones): acquisitions by outcome, renewals, losses, releases that
+    /// found the lock no longer ours, the worst renewal lag, and the fenced
+    /// writes of the [`FencedHash`]es it created (and of any `FencedTable`
+    /// given [`LockClient::stats_handle`]). Families as in
+    /// [`crate::metrics`]. Kept whether or not a metrics recorder is
+    /// installed; one short mutex section per event.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats.snapshot()
+    }
+
+    /// The storage behind [`LockClient::stats`], to share with resources
+    /// created without the client (`FencedTable::with_stats`).
+    pub fn stats_handle(&self) -> StatsHandle {
+        self.inner.stats.clone()
+    }
+
+    /// Runs one acquisition call inside an `acquire` span and records its
+    /// outcome (metrics and stats).
+    async fn recorded(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        attempt: impl Future<Output = Result<Lease>>,
+    ) -> Result<Lease> {
+        let span = tracing::debug_span!(
+            "acquire",
+            lock = %name,
+            fence = tracing::field::Empty,
+            outcome = tracing::field::Empty
+        );
+        async {
+            let started = Instant::now();
+            let result = attempt.await;
+            if let Ok(lease) = &result {
+                tracing::Span::current().record("fence", lease.fence().get());
+            }
+            crate::metrics::acquire(&self.inner.stats, opts.family_of(name), &result, started);
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     /// Tries once to take lock `name`.
@@ -217,9 +266,12 @@ impl LockClient {
     /// If the future is dropped after the request was sent, the lock may be
     /// granted with nobody holding the guard; it then expires after its ttl.
     pub async fn try_acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
-        opts.validate()?;
-        let keys = self.keys(name, opts.layout)?;
-        self.grant(name, keys, &new_token(), opts, "").await
+        self.recorded(name, opts, async {
+            opts.validate()?;
+            let keys = self.keys(name, opts.layout)?;
+            self.grant(name, keys, &new_token(), opts, "", false).await
+        })
+        .await
     }
 
     /// Takes lock `name`, waiting up to the options' wait deadline (zero means
@@ -235,6 +287,12 @@ impl LockClient {
     /// # Cancel safety
     /// As [`LockClient::try_acquire`].
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
+        self.recorded(name, opts, self.acquire_waiting(name, opts))
+            .await
+    }
+
+    /// [`LockClient::acquire`] without the recording.
+    async fn acquire_waiting(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
         let keys = self.keys(name, opts.layout)?;
         let started = Instant::now();
@@ -271,7 +329,17 @@ impl LockClient {
         let mut refused_at = None;
         loop {
             let attempt_at = Instant::now();
-            let error = match self.grant(name, keys.clone(), &token, opts, &member).await {
+            let error = match self
+                .grant(
+                    name,
+                    keys.clone(),
+                    &token,
+                    opts,
+                    &member,
+                    refused_at.is_some(),
+                )
+                .await
+            {
                 Ok(lease) => {
                     queued.disarm();
                     return Ok(lease);
@@ -421,6 +489,7 @@ impl LockClient {
         token: &str,
         opts: &LockOptions,
         member: &str,
+        queued: bool,
     ) -> Result<Lease> {
         let ttl = opts.ttl;
         let mint = MintArgs::new(opts);
@@ -441,6 +510,7 @@ impl LockClient {
                     opts.wait_mode.as_arg(),
                     member,
                     &opts.waiter_lease.as_millis().to_string(),
+                    if queued { "1" } else { "0" },
                 ],
             )
             .await?;
@@ -526,6 +596,7 @@ impl LockClient {
                 deadline,
                 mint: MintArgs::new(opts),
             },
+            LeaseMetrics::new(opts.family_of(name).to_owned(), self.inner.stats.clone()),
         )
     }
 }
@@ -634,16 +705,22 @@ mod tests {
                 .fence_mode(mode);
             let keys = client.keys(&name, layout)?;
             let token = new_token();
-            let first = client.grant(&name, keys.clone(), &token, &opts, "").await?;
+            let first = client
+                .grant(&name, keys.clone(), &token, &opts, "", false)
+                .await?;
             let fence_key_before: Option<String> = server.query(&["GET", &keys.fence]);
             server.cmd(&["PEXPIRE", &keys.lock, "1000"]);
-            let again = client.grant(&name, keys.clone(), &token, &opts, "").await?;
+            let again = client
+                .grant(&name, keys.clone(), &token, &opts, "", false)
+                .await?;
             assert_eq!(first.fence(), again.fence(), "{layout:?} {mode:?}");
             let fence_key_after: Option<String> = server.query(&["GET", &keys.fence]);
             assert_eq!(fence_key_before, fence_key_after, "no new fence minted");
             let pttl: i64 = server.query(&["PTTL", &keys.lock]);
             assert!(pttl > 4000, "the retry restarted the lease (pttl {pttl})");
-            let other = client.grant(&name, keys, &new_token(), &opts, "").await;
+            let other = client
+                .grant(&name, keys, &new_token(), &opts, "", false)
+                .await;
             assert!(matches!(other, Err(Error::Contended { .. })), "{other:?}");
             // Both guards name the same grant: the first release deletes it.
             assert_eq!(again.release().await?, ReleaseOutcome::Released);

@@ -11,6 +11,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
 use crate::keys::LockKeys;
+use crate::metrics::LeaseMetrics;
 use crate::redis::{RedisConn, scripts};
 
 /// What [`Lease::release`] found.
@@ -103,10 +104,12 @@ pub(crate) struct LeaseState {
     deadline: Mutex<Instant>,
     lost: CancellationToken,
     loss: OnceLock<LossReason>,
+    /// Metrics and stats of this lease (family, hold time, once-only flags).
+    pub(crate) metrics: LeaseMetrics,
 }
 
 impl LeaseState {
-    pub(crate) fn new(conn: RedisConn, grant: Grant) -> Self {
+    pub(crate) fn new(conn: RedisConn, grant: Grant, metrics: LeaseMetrics) -> Self {
         LeaseState {
             conn,
             name: grant.name,
@@ -119,6 +122,7 @@ impl LeaseState {
             deadline: Mutex::new(grant.deadline),
             lost: CancellationToken::new(),
             loss: OnceLock::new(),
+            metrics,
         }
     }
 
@@ -137,6 +141,7 @@ impl LeaseState {
     pub(crate) fn mark_lost(&self, reason: LossReason) {
         if self.loss.set(reason).is_ok() {
             tracing::warn!(lock = %self.name, fence = %self.fence, %reason, "lease lost");
+            self.metrics.lost(reason);
             self.lost.cancel();
         }
     }
@@ -150,17 +155,20 @@ impl LeaseState {
     }
 
     /// One compare-and-pexpire; moves the deadline forward on success.
+    #[tracing::instrument(name = "renew", level = "debug", skip_all, fields(lock = %self.name, fence = %self.fence, outcome))]
     pub(crate) async fn extend_once(&self) -> Result<ExtendReply> {
         let sent = Instant::now();
         let ttl_ms = self.ttl.as_millis().to_string();
-        let r: i64 = self
+        let reply = self
             .conn
             .run(
                 &scripts::EXTEND,
                 &[&self.keys.lock],
                 &[&self.value, &ttl_ms],
             )
-            .await?;
+            .await;
+        self.metrics.renewal(matches!(reply, Ok(1)));
+        let r: i64 = reply?;
         Ok(match r {
             1 => {
                 self.push_deadline(sent + self.ttl - drift(self.ttl));
@@ -173,6 +181,7 @@ impl LeaseState {
     }
 
     /// One compare-and-delete.
+    #[tracing::instrument(name = "release", level = "debug", skip_all, fields(lock = %self.name, fence = %self.fence, outcome))]
     pub(crate) async fn release_once(&self) -> Result<ReleaseOutcome> {
         let keys = &self.keys;
         let mint = &self.mint;
@@ -192,11 +201,18 @@ impl LeaseState {
                 ],
             )
             .await?;
-        Ok(match r {
+        let outcome = match r {
             1 => ReleaseOutcome::Released,
             0 => ReleaseOutcome::NotOurs(LossReason::Expired),
             _ => ReleaseOutcome::NotOurs(LossReason::TakenOver),
-        })
+        };
+        if outcome.is_released() {
+            tracing::Span::current().record("outcome", "released");
+        } else {
+            tracing::Span::current().record("outcome", "not_ours");
+            self.metrics.release_not_ours();
+        }
+        Ok(outcome)
     }
 }
 
@@ -334,6 +350,7 @@ impl Lease {
         let stop = CancellationToken::new();
         let keeper = tokio::spawn(crate::renew::keep(
             state.clone(),
+            Instant::now(),
             renew_every,
             renew_now,
             stop.clone(),
@@ -361,6 +378,7 @@ impl Lease {
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.finished = true;
         self.stop.cancel();
+        self.handle.state.metrics.hold_ended();
         if let Some(keeper) = self.keeper.take() {
             // The keeper only ends by itself or on `stop`; a join error means it
             // panicked, which must not prevent the release.
@@ -385,6 +403,7 @@ impl Drop for Lease {
             return;
         }
         self.stop.cancel();
+        self.handle.state.metrics.hold_ended();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let state = self.handle.state.clone();
             runtime.spawn(async move {

@@ -63,6 +63,7 @@
 //! | `resource` | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`] |
 //! | `resource::postgres` | feature `postgres`: fenced Postgres rows, `FencedTable`, `SetClause` (sqlx) |
 //! | `error` | [`Error`] and [`LossReason`] |
+//! | [`metrics`] | diagnostics: metric names, the family rule for labels, recording helpers, the [`Stats`] snapshot |
 //!
 //! ## Fenced resources
 //!
@@ -104,6 +105,16 @@
 //! no queue. Every mode also retries when the holder's lease runs out, so a
 //! lost message or a crashed holder never stalls a waiter.
 //!
+//! ## Diagnostics
+//!
+//! Acquisitions, renewals, losses, releases and fenced writes are counted
+//! through the [`metrics`](https://docs.rs/metrics) facade (install any
+//! exporter; nothing is installed by the library) with bounded labels (the
+//! lock's *family*, see [`metrics::family`]), and per family in the client's
+//! [`LockClient::stats`] snapshot. `tracing` spans (debug) cover acquire,
+//! renew, release and fenced writes; a lost lease, a stale write and a
+//! renewal task that woke later than a third of the ttl are `warn` events.
+//!
 //! ## Dropping a lease
 //!
 //! Dropping a [`Lease`] without [`Lease::release`] stops its renewal at once
@@ -115,6 +126,7 @@ mod error;
 mod fence;
 mod keys;
 mod lease;
+pub mod metrics;
 mod notify;
 mod options;
 mod redis;
@@ -127,6 +139,7 @@ pub use error::{Error, LossReason, Result};
 pub use fence::Fence;
 pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
 pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
+pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};
 pub use options::{
     DEFAULT_WAITER_LEASE, FenceMode, LockOptions, MAX_TTL, MIN_TTL, Renewal, WaitMode,
 };

@@ -136,6 +136,7 @@ pub struct LockOptions {
     pub(crate) fence_mode: FenceMode,
     pub(crate) wait_mode: WaitMode,
     pub(crate) waiter_lease: Duration,
+    pub(crate) metrics_family: Option<String>,
 }
 
 impl Default for LockOptions {
@@ -150,6 +151,7 @@ impl Default for LockOptions {
             fence_mode: FenceMode::Clock,
             wait_mode: WaitMode::Notify,
             waiter_lease: DEFAULT_WAITER_LEASE,
+            metrics_family: None,
         }
     }
 }
@@ -195,6 +197,28 @@ impl LockOptions {
     pub fn waiter_lease(mut self, lease: Duration) -> Self {
         self.waiter_lease = lease;
         self
+    }
+
+    /// Sets the `lock` label of this lock's metrics and its key in
+    /// [`LockClient::stats`](crate::LockClient::stats), instead of the family
+    /// derived from the name ([`crate::metrics::family`]: up to the last `:`).
+    /// Keep the set of families small: each is a time series.
+    pub fn metrics_family(mut self, family: impl Into<String>) -> Self {
+        self.metrics_family = Some(family.into());
+        self
+    }
+
+    /// The metrics family set with [`LockOptions::metrics_family`]; `None`
+    /// means derived from the lock name.
+    pub fn metrics_family_value(&self) -> Option<&str> {
+        self.metrics_family.as_deref()
+    }
+
+    /// The metrics family of lock `name` under these options.
+    pub(crate) fn family_of<'a>(&'a self, name: &'a str) -> &'a str {
+        self.metrics_family
+            .as_deref()
+            .unwrap_or_else(|| crate::metrics::family(name))
     }
 
     /// The wait mode.

@@ -6,6 +6,12 @@
 //! passes before a renewal succeeded (Redis paused or unreachable, or this
 //! process stalled). With renewal off it only watches the deadline.
 //!
+//! Every wake-up of a renewing keeper measures how late it woke against its
+//! schedule (the renewal lag: event-loop stalls, blocking calls, pauses of
+//! the process) into `fencelock_renewal_lag_seconds` and the client's stats,
+//! and warns once per lease when the lag exceeds a third of the ttl, with a
+//! suggested ttl ("measure the pauses you actually have").
+//!
 //! It stops as soon as the lease is released or dropped; the release waits
 //! for it first, so no renewal is sent after a release.
 
@@ -23,8 +29,11 @@ fn retry_delay(interval: Duration) -> Duration {
     (interval / 4).max(Duration::from_millis(5))
 }
 
+/// Keeps the lease granted at `started` (the schedule counts from there, not
+/// from this task's first poll, which a busy event loop may delay).
 pub(crate) async fn keep(
     state: Arc<LeaseState>,
+    started: Instant,
     interval: Option<Duration>,
     renew_now: bool,
     stop: CancellationToken,
@@ -50,7 +59,7 @@ pub(crate) async fn keep(
             }
         }
     }
-    let mut next = interval.map(|i| Instant::now() + i);
+    let mut next = interval.map(|i| if renew_now { Instant::now() } else { started } + i);
     loop {
         let deadline = state.deadline();
         let wake = match next {
@@ -61,6 +70,11 @@ pub(crate) async fn keep(
             biased;
             () = stop.cancelled() => return,
             () = sleep_until(wake) => {}
+        }
+        // How late this wake-up is: the process's pauses, measured.
+        if interval.is_some() {
+            let lag = Instant::now().saturating_duration_since(wake);
+            state.metrics.renewal_lag(&state.name, lag, state.ttl);
         }
         // Re-read: a manual extend may have moved the deadline meanwhile.
         let deadline = state.deadline();

@@ -12,6 +12,7 @@ use sqlx::{Arguments, AssertSqlSafe, Encode, Executor, Row, SqlSafeStr, SqlStr, 
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
+use crate::metrics::StatsHandle;
 use crate::resource::{Fenced, WriteOutcome};
 
 /// The column that records the fence of the last accepted write (`bigint`).
@@ -154,6 +155,8 @@ pub struct FencedTable {
     quoted: String,
     key_name: String,
     key_quoted: String,
+    /// Stats counting this table's writes (see [`FencedTable::with_stats`]).
+    stats: Option<StatsHandle>,
 }
 
 /// The fence and holder a row records.
@@ -182,6 +185,7 @@ impl FencedTable {
             quoted,
             key_name: "id".to_owned(),
             key_quoted: "\"id\"".to_owned(),
+            stats: None,
         })
     }
 
@@ -194,6 +198,15 @@ impl FencedTable {
         self.key_quoted = quote_ident(column)?;
         self.key_name = column.to_owned();
         Ok(self)
+    }
+
+    /// Counts this table's fenced writes in `stats` (e.g.
+    /// [`LockClient::stats_handle`](crate::LockClient::stats_handle)) as well
+    /// as through the `metrics` facade. The `resource` label is the table
+    /// name as given.
+    pub fn with_stats(mut self, stats: StatsHandle) -> Self {
+        self.stats = Some(stats);
+        self
     }
 
     /// The table name as given.
@@ -399,6 +412,7 @@ impl FencedTable {
         self.upsert_on(conn, &key, fence, holder, values).await
     }
 
+    #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.name, %fence, op = "upsert", outcome))]
     async fn upsert_on<'c, E, K>(
         &self,
         executor: E,
@@ -459,6 +473,7 @@ impl FencedTable {
             Err(e) => return Err(self.classify(e).await),
         };
         if written == 1 {
+            crate::metrics::fenced_write(self.stats.as_ref(), &self.name, true);
             tracing::debug!(table = %self.name, key = ?key, %fence, "fenced upsert accepted");
             return Ok(WriteOutcome::Accepted);
         }
@@ -525,6 +540,7 @@ impl FencedTable {
     /// The statement behind `update` and `register`: lock the row, decide,
     /// update, and report what was found — one statement.
     #[allow(clippy::too_many_arguments)]
+    #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.name, %fence, op = op, outcome))]
     async fn conditional_update<'c, E, K>(
         &self,
         executor: E,
@@ -587,6 +603,7 @@ impl FencedTable {
         let updated: i64 = row.try_get("updated").map_err(Error::Postgres)?;
         let found: i64 = row.try_get("found").map_err(Error::Postgres)?;
         if updated == 1 {
+            crate::metrics::fenced_write(self.stats.as_ref(), &self.name, true);
             tracing::debug!(table = %self.name, key = ?key, %fence, op, "fenced write accepted");
             return Ok(WriteOutcome::Accepted);
         }
@@ -607,6 +624,7 @@ impl FencedTable {
         op: &'static str,
         current: RowFence,
     ) -> WriteOutcome {
+        crate::metrics::fenced_write(self.stats.as_ref(), &self.name, false);
         tracing::warn!(
             table = %self.name, key = ?key, %fence, current = ?current.fence, op,
             "fenced write rejected as stale: a holder outlived its lease"

@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, validate_name};
+use crate::metrics::StatsHandle;
 use crate::redis::{RedisConn, scripts};
 use crate::resource::{Fenced, WriteOutcome};
 
@@ -25,6 +26,10 @@ use crate::resource::{Fenced, WriteOutcome};
 pub struct FencedHash {
     conn: RedisConn,
     key: String,
+    /// The `resource` label of its metrics (default: the key's family).
+    family: String,
+    /// The creating client's stats, counting this hash's writes.
+    stats: Option<StatsHandle>,
 }
 
 /// What a [`FencedHash`] holds.
@@ -40,12 +45,23 @@ pub struct HashState {
 }
 
 impl FencedHash {
-    pub(crate) fn new(conn: RedisConn, key: &str) -> Result<Self> {
+    pub(crate) fn new(conn: RedisConn, key: &str, stats: Option<StatsHandle>) -> Result<Self> {
         validate_name(key, KeyLayout::Guide)?;
         Ok(FencedHash {
             conn,
             key: key.to_string(),
+            family: crate::metrics::family(key).to_string(),
+            stats,
         })
+    }
+
+    /// Sets the `resource` label of this hash's metrics and its key in the
+    /// client's stats, instead of the key's family (up to the last `:`, see
+    /// [`crate::metrics`]). Writes are counted in the stats of the client
+    /// that created the hash.
+    pub fn metrics_family(mut self, family: impl Into<String>) -> Self {
+        self.family = family.into();
+        self
     }
 
     /// The hash's key.
@@ -118,6 +134,7 @@ impl FencedHash {
         })
     }
 
+    #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.key, %fence, op = op, outcome))]
     async fn call(
         &self,
         fence: Fence,
@@ -138,6 +155,7 @@ impl FencedHash {
                 &[&fence.to_string(), holder, op, value],
             )
             .await?;
+        crate::metrics::fenced_write(self.stats.as_ref(), &self.family, accepted == 1);
         if accepted == 1 {
             tracing::debug!(resource = %self.key, %fence, op, "fenced write accepted");
             Ok(WriteOutcome::Accepted)

@@ -94,10 +94,13 @@ end
 -- After the lock became free: hand it to the head waiter (fair members) or
 -- wake it (notify members). One message to one waiter per call: the Redis
 -- work does not grow with the number of waiters.
--- `last` is false when the fence key is unusable: the head is then only
--- woken, and its own grant attempt reports the problem.
-local function pass_on(mode, last, format, retention, prefix, publish)
+-- The fence key is read only when there is a waiter to hand over to; if it
+-- is unusable the head is only woken, and its own grant attempt reports the
+-- problem.
+local function pass_on(mode, format, retention, prefix, publish)
   if redis.call('EXISTS', KEYS[3]) == 0 then return end
+  local last, err = checked_last()
+  if err then last = false end
   local now = now_us()
   local head = live_head(math.floor(now / 1000))
   if not head then return end
@@ -121,12 +124,15 @@ end
 if op == 'grant' then
   -- ARGV: 2 token, 3 ttl ms, 4 fence mode, 5 value format, 6 retention,
   -- 7 wait mode ("poll"/"notify"/"fair"), 8 member ("" = never queue),
-  -- 9 waiter lease ms.
+  -- 9 waiter lease ms, 10 "1" if an earlier attempt may have queued it.
   -- Returns {1, fence} when granted (a retry with the same token gets the
   -- same grant back), {0, pttl} when held by another, {0, -3} when free but
   -- reserved for the head of a fair queue. Refused notify/fair callers are
   -- queued (or keep their place, with a renewed waiter lease).
   local token, ttl, wait_mode, member = ARGV[2], ARGV[3], ARGV[7], ARGV[8]
+  -- Each redis.call costs about a microsecond: skip the dequeue when this
+  -- caller was never queued (the common, uncontended case).
+  local queued = member ~= '' and ARGV[10] == '1'
   local held = redis.call('GET', KEYS[1])
   local last, err = checked_last()
   if err then return err end
@@ -158,7 +164,7 @@ if op == 'grant' then
     end
     if mine then
       redis.call('PEXPIRE', KEYS[1], ttl)
-      if member ~= '' then dequeue(member) end
+      if queued then dequeue(member) end
       return {1, mine}
     end
     if wait_mode ~= 'poll' then enqueue(now_us()) end
@@ -175,7 +181,7 @@ if op == 'grant' then
   end
   local fence = mint(ARGV[4], last, ARGV[6], now)
   redis.call('SET', KEYS[1], lock_value(token, fence, ARGV[5]), 'PX', ttl)
-  if member ~= '' then dequeue(member) end
+  if queued then dequeue(member) end
   return {1, fence}
 end
 
@@ -190,11 +196,8 @@ if op == 'release' then
     if v then return -1 end
     return 0
   end
-  -- Releasing must work whatever the fence key holds.
-  local last, err = checked_last()
-  if err then last = false end
   redis.call('DEL', KEYS[1])
-  pass_on(ARGV[3], last, ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  pass_on(ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
   return 1
 end
 
@@ -207,8 +210,6 @@ if op == 'leave' then
   -- Returns 2 if a lock handed to this waiter was released, 1 if it was
   -- queued, 0 otherwise.
   local v = redis.call('GET', KEYS[1])
-  local last, err = checked_last()
-  if err then last = false end
   local removed = redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[2])
   local prefix = ARGV[3] .. ':'
@@ -218,7 +219,7 @@ if op == 'leave' then
     removed = 2
   end
   if handed or not v then
-    pass_on(ARGV[4], last, ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+    pass_on(ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
   end
   return removed
 end
