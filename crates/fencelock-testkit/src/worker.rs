@@ -117,6 +117,19 @@ impl Worker {
     ///
     /// As [`Worker::send`].
     pub fn send_timeout(&mut self, line: &str, timeout: Duration) -> String {
+        self.post(line);
+        self.recv(timeout, &format!("the reply to {line:?}"))
+    }
+
+    /// Sends one command line without waiting for its reply, for a command
+    /// that blocks (such as an `acquire` that waits) while the test does
+    /// something else; read the reply later with [`Worker::reply`], or never
+    /// (e.g. when the worker is killed while it waits).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the line cannot be written (the worker exited).
+    pub fn post(&mut self, line: &str) {
         let sent = writeln!(self.stdin, "{line}").and_then(|()| self.stdin.flush());
         if let Err(error) = sent {
             panic!(
@@ -125,7 +138,22 @@ impl Worker {
                 self.stderr_report()
             );
         }
-        self.recv(timeout, &format!("the reply to {line:?}"))
+    }
+
+    /// Waits up to `timeout` for the next reply line (to a command sent with
+    /// [`Worker::post`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`Worker::send`].
+    pub fn reply(&mut self, timeout: Duration) -> String {
+        self.recv(timeout, "the reply to a posted command")
+    }
+
+    /// Kills the worker with SIGKILL (no release, no leaving a wait queue)
+    /// and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
     }
 
     /// The worker's process id.

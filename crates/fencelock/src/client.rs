@@ -327,17 +327,13 @@ impl LockClient {
         let mut queued = QueuedGuard::new(self, &keys, &member, &token, opts);
         let mut backoff = Backoff::new();
         let mut refused_at = None;
+        // Whether an earlier attempt may have queued this waiter (even one
+        // whose reply was lost), so a successful grant removes the entry.
+        let mut tried = false;
         loop {
             let attempt_at = Instant::now();
             let error = match self
-                .grant(
-                    name,
-                    keys.clone(),
-                    &token,
-                    opts,
-                    &member,
-                    refused_at.is_some(),
-                )
+                .grant(name, keys.clone(), &token, opts, &member, tried)
                 .await
             {
                 Ok(lease) => {
@@ -347,6 +343,7 @@ impl LockClient {
                 Err(e) if opts.wait.is_zero() || !e.is_retryable() => return Err(e),
                 Err(e) => e,
             };
+            tried = true;
             if matches!(error, Error::Contended { .. }) {
                 refused_at = Some(attempt_at);
             }

@@ -18,7 +18,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind, Value};
+use std::time::Duration;
+
 use tokio::sync::Notify;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
 use crate::redis::RedisConn;
@@ -51,6 +55,53 @@ pub(crate) struct Wakeups {
     conn: ConnectionManager,
     source: RedisConn,
     state: Arc<Mutex<WakeState>>,
+    /// Stops the reconnect task when the client goes away.
+    stop: CancellationToken,
+}
+
+impl Drop for Wakeups {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Brings the pub/sub connection back after a disconnection. The connection
+/// manager reconnects only a few times, and only when a command fails; a
+/// subscription connection sends no commands, so without this it would stay
+/// dead after Redis was down for more than a moment. Once a PING succeeds the
+/// connection is back and resubscribed, and every waiter retries at once.
+async fn restore(
+    conn: ConnectionManager,
+    state: Arc<Mutex<WakeState>>,
+    mut lost: UnboundedReceiver<()>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            msg = lost.recv() => if msg.is_none() { return },
+        }
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let mut c = conn.clone();
+            let ping = redis::cmd("PING");
+            let ok = tokio::select! {
+                () = stop.cancelled() => return,
+                r = ping.query_async::<Value>(&mut c) => r.is_ok(),
+            };
+            if ok {
+                break;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+        for slot in lock(&state).waiters.values() {
+            slot.notify.notify_one();
+        }
+    }
 }
 
 impl std::fmt::Debug for Wakeups {
@@ -66,16 +117,23 @@ impl Wakeups {
     pub(crate) async fn connect(source: &RedisConn, client_id: String) -> Result<Self> {
         let state = Arc::new(Mutex::new(WakeState::default()));
         let dispatch = state.clone();
+        let (lost_tx, lost_rx) = unbounded_channel();
         let sender = move |push: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
+            if push.kind == PushKind::Disconnection {
+                let _ = lost_tx.send(());
+            }
             deliver(&dispatch, push);
             Ok(())
         };
         let conn = source.connect_pubsub(sender).await?;
+        let stop = CancellationToken::new();
+        tokio::spawn(restore(conn.clone(), state.clone(), lost_rx, stop.clone()));
         Ok(Wakeups {
             client_id,
             conn,
             source: source.clone(),
             state,
+            stop,
         })
     }
 

@@ -31,6 +31,12 @@ pub(crate) async fn run(global: &Global, args: &BenchArgs) -> anyhow::Result<u8>
             "--workers and --tasks must be at least 1",
         ));
     }
+    if args.plot.is_some() && !args.scenario.contains(&ScenarioArg::Contended) {
+        return Err(exit::fail(
+            exit::USAGE,
+            "--plot needs the contended scenario: add --scenario contended",
+        ));
+    }
     let private = match &global.redis {
         Some(_) => None,
         None => Some(PrivateRedis::start().await?),
@@ -215,12 +221,6 @@ async fn run_on(global: &Global, args: &BenchArgs, url: &str) -> anyhow::Result<
         }
     }
     if let Some(path) = &args.plot {
-        if contended_runs.is_empty() {
-            return Err(exit::fail(
-                exit::USAGE,
-                "--plot needs the contended scenario",
-            ));
-        }
         std::fs::write(path, plot::render(&contended_runs))
             .with_context(|| format!("cannot write {}", path.display()))?;
         if !args.json {

@@ -4,8 +4,10 @@
 //! Usage: `fencelock-worker REDIS_URL [guide|default] [clock|counter]`
 //!
 //! Commands (one per line) and replies (one line each on stdout):
-//! - `acquire NAME TTL_MS WAIT_MS renew|norenew` → `acquired FENCE TOKEN`,
-//!   `contended` or `error MESSAGE`
+//! - `acquire NAME TTL_MS WAIT_MS renew|norenew [poll|notify|fair] [wlease=MS]`
+//!   → `acquired FENCE TOKEN`, `contended` or `error MESSAGE`. The optional
+//!   words set the wait mode and the waiter lease (in any order); without
+//!   them the client's defaults apply.
 //! - `write RESOURCE VALUE` (with the held fence and token) → `accepted` or
 //!   `rejected CURRENT_FENCE`
 //! - `lost` → `lost REASON` or `held REMAINING_MS`
@@ -19,7 +21,10 @@
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
-use fencelock::{FenceMode, KeyLayout, Lease, LockClient, ReleaseOutcome, Renewal, WriteOutcome};
+use fencelock::{
+    FenceMode, KeyLayout, Lease, LockClient, LockOptions, ReleaseOutcome, Renewal, WaitMode,
+    WriteOutcome,
+};
 
 fn reply(line: impl AsRef<str>) {
     let mut out = std::io::stdout().lock();
@@ -71,12 +76,12 @@ async fn serve(url: String, layout: KeyLayout, mode: FenceMode) {
     while let Some(line) = rx.recv().await {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
-            ["acquire", name, ttl, wait, renew] => {
+            ["acquire", name, ttl, wait, renew, extra @ ..] if extra.len() <= 2 => {
                 let (Ok(ttl), Ok(wait)) = (ttl.parse::<u64>(), wait.parse::<u64>()) else {
                     reply("error bad numbers");
                     continue;
                 };
-                let opts = client
+                let mut opts = client
                     .options()
                     .ttl(Duration::from_millis(ttl))
                     .wait(Duration::from_millis(wait))
@@ -87,6 +92,13 @@ async fn serve(url: String, layout: KeyLayout, mode: FenceMode) {
                     } else {
                         Renewal::Off
                     });
+                match acquire_extras(opts, extra) {
+                    Ok(o) => opts = o,
+                    Err(message) => {
+                        reply(format!("error {message}"));
+                        continue;
+                    }
+                }
                 match client.acquire(name, &opts).await {
                     Ok(l) => {
                         reply(format!("acquired {} {}", l.fence(), l.token()));
@@ -135,6 +147,23 @@ async fn serve(url: String, layout: KeyLayout, mode: FenceMode) {
             _ => reply(format!("error unknown command {line:?}")),
         }
     }
+}
+
+/// Applies the optional words of `acquire`: a wait mode and `wlease=MS`.
+fn acquire_extras(mut opts: LockOptions, words: &[&str]) -> Result<LockOptions, String> {
+    for word in words {
+        if let Some(ms) = word.strip_prefix("wlease=") {
+            let ms = ms
+                .parse::<u64>()
+                .map_err(|_| format!("bad waiter lease {word:?}"))?;
+            opts = opts.waiter_lease(Duration::from_millis(ms));
+        } else if let Some(wait_mode) = WaitMode::parse(word) {
+            opts = opts.wait_mode(wait_mode);
+        } else {
+            return Err(format!("unknown acquire option {word:?}"));
+        }
+    }
+    Ok(opts)
 }
 
 fn lost_line(lease: Option<&Lease>) -> String {

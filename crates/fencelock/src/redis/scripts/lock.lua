@@ -108,7 +108,9 @@ local function pass_on(mode, format, retention, prefix, publish)
     string.match(head, '^([^:]+):([^:]+):(%d+):(%d+):(.+)$')
   if not token or last == false then
     client, waiter = string.match(head, '^([^:]+):([^:]+)')
-    if client then redis.call(publish, prefix .. client, waiter) end
+    -- pcall: a wake-up is best effort (waiters retry on their own), and a
+    -- user without channel permission must still be able to release.
+    if client then redis.pcall(publish, prefix .. client, waiter) end
     return
   end
   -- Hand over: mint the fence and grant in this same script. Until the new
@@ -118,7 +120,7 @@ local function pass_on(mode, format, retention, prefix, publish)
   local px = math.min(tonumber(ttl), tonumber(wlease))
   redis.call('SET', KEYS[1], lock_value(token, fence, format), 'PX', px)
   dequeue(head)
-  redis.call(publish, prefix .. client, waiter .. ' ' .. string.format('%d', fence))
+  redis.pcall(publish, prefix .. client, waiter .. ' ' .. string.format('%d', fence))
 end
 
 if op == 'grant' then
@@ -144,8 +146,11 @@ if op == 'grant' then
       redis.call('ZADD', KEYS[3], now, member)
     end
     redis.call('ZADD', KEYS[4], math.floor(now / 1000) + wlease, member)
-    redis.call('PEXPIRE', KEYS[3], wlease * 2)
-    redis.call('PEXPIRE', KEYS[4], wlease * 2)
+    -- Only ever extend: a waiter with a short lease must not shorten the
+    -- queue under waiters with longer ones.
+    local keep = wlease * 2
+    if redis.call('PTTL', KEYS[3]) < keep then redis.call('PEXPIRE', KEYS[3], keep) end
+    if redis.call('PTTL', KEYS[4]) < keep then redis.call('PEXPIRE', KEYS[4], keep) end
   end
 
   if held then

@@ -1,0 +1,263 @@
+//! `fencelock bench` end to end: the built binary with its own private
+//! redis-server, short scenarios. These tests check the output contract
+//! (`--json` lines and their fields, `--plot`, exit codes) and the figures
+//! that are correctness rather than speed (no overlaps, fair mode is fair),
+//! never speed targets.
+//!
+//! Each full run takes several seconds, so the tests carry `heavy_` in their
+//! names and nextest runs them one at a time (see `.config/nextest.toml`).
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+
+use serde_json::{Map, Value};
+
+const MODES: [&str; 3] = ["poll", "notify", "fair"];
+
+fn fencelock(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencelock"));
+    cmd.args(args).env_remove("FENCELOCK_REDIS_URL");
+    cmd
+}
+
+fn run(args: &[&str]) -> (Output, String, String) {
+    let out = fencelock(args).output().expect("run fencelock bench");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stdout, stderr)
+}
+
+/// Every stdout line as a JSON object; panics on anything else.
+fn json_lines(stdout: &str) -> Vec<Map<String, Value>> {
+    assert!(!stdout.trim().is_empty(), "no output");
+    stdout
+        .lines()
+        .map(|line| match serde_json::from_str::<Value>(line) {
+            Ok(Value::Object(map)) => map,
+            other => panic!("stdout line is not a JSON object: {line:?} ({other:?})"),
+        })
+        .collect()
+}
+
+fn field<'a>(obj: &'a Map<String, Value>, name: &str) -> &'a Value {
+    obj.get(name)
+        .unwrap_or_else(|| panic!("{name} missing in {obj:?}"))
+}
+
+/// A finite number (serde_json has no NaN: it prints `null` for one).
+fn num(obj: &Map<String, Value>, name: &str) -> f64 {
+    field(obj, name)
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name} is not a number in {obj:?}"))
+}
+
+fn positive(obj: &Map<String, Value>, name: &str) -> f64 {
+    let v = num(obj, name);
+    assert!(v > 0.0, "{name} = {v} in {obj:?}");
+    v
+}
+
+fn count(obj: &Map<String, Value>, name: &str) -> u64 {
+    field(obj, name)
+        .as_u64()
+        .unwrap_or_else(|| panic!("{name} is not a non-negative integer in {obj:?}"))
+}
+
+fn text<'a>(obj: &'a Map<String, Value>, name: &str) -> &'a str {
+    field(obj, name)
+        .as_str()
+        .unwrap_or_else(|| panic!("{name} is not a string in {obj:?}"))
+}
+
+fn by_scenario<'a>(
+    objects: &'a [Map<String, Value>],
+    scenario: &str,
+) -> Vec<&'a Map<String, Value>> {
+    objects
+        .iter()
+        .filter(|o| o.get("scenario").and_then(Value::as_str) == Some(scenario))
+        .collect()
+}
+
+/// `ratio_to_bound` = cycles_per_s ÷ (ping ÷ 2), up to the printed rounding
+/// (rates to integers, the ratio to 3 decimals).
+fn assert_ratio(obj: &Map<String, Value>, ping_field: &str) {
+    let expected = num(obj, "cycles_per_s") / (positive(obj, ping_field) / 2.0);
+    let ratio = num(obj, "ratio_to_bound");
+    assert!(
+        (ratio - expected).abs() <= 0.002 + expected * 0.002,
+        "ratio_to_bound {ratio} but cycles_per_s / ({ping_field} / 2) = {expected}: {obj:?}"
+    );
+}
+
+/// Checks one contended object: every field present with a sensible type
+/// and range, and no overlapping holders.
+fn check_contended(obj: &Map<String, Value>, workers: u64) {
+    assert_eq!(count(obj, "workers"), workers, "{obj:?}");
+    let completions = count(obj, "completions");
+    assert!(completions > 0, "{obj:?}");
+    positive(obj, "completions_per_s");
+    let utilization = positive(obj, "utilization");
+    // Holders never overlap, so the lock cannot be held for more than the
+    // wall time (a little rounding aside).
+    assert!(utilization <= 1.001, "utilization {utilization}: {obj:?}");
+    let (w50, w99) = (num(obj, "wait_p50_ms"), num(obj, "wait_p99_ms"));
+    assert!(0.0 <= w50 && w50 <= w99, "{obj:?}");
+    // Handoffs (grants to a different worker) may be absent in a short
+    // run: their quantiles are then NaN, printed as null.
+    let handoffs = count(obj, "handoffs");
+    if handoffs > 0 {
+        let (h50, h99) = (num(obj, "handoff_p50_ms"), num(obj, "handoff_p99_ms"));
+        assert!(0.0 <= h50 && h50 <= h99, "{obj:?}");
+    } else {
+        assert!(field(obj, "handoff_p50_ms").is_null(), "{obj:?}");
+        assert!(field(obj, "handoff_p99_ms").is_null(), "{obj:?}");
+    }
+    let jain = num(obj, "jain_fairness");
+    assert!(
+        jain >= 1.0 / workers as f64 - 1e-3 && jain <= 1.0 + 1e-3,
+        "jain {jain}: {obj:?}"
+    );
+    // Every completion is at least a grant and a release script.
+    assert!(num(obj, "commands_per_completion") >= 2.0, "{obj:?}");
+    assert!(num(obj, "redis_cpu_ms_per_1k") >= 0.0, "{obj:?}");
+    assert_eq!(count(obj, "overlaps"), 0, "holders overlapped: {obj:?}");
+}
+
+/// The full default run on a private server: one uncontended object, one
+/// contended object per wait mode (poll, notify, fair in that order), one
+/// many object, nothing but JSON on stdout, no progress text on a
+/// non-terminal stderr, exit 0.
+#[test]
+fn heavy_bench_json_prints_one_object_per_scenario_and_mode() {
+    let (out, stdout, stderr) = run(&[
+        "bench",
+        "--duration",
+        "1s",
+        "--workers",
+        "4",
+        "--tasks",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains('\r') && !stderr.contains("running"),
+        "progress shown on a non-terminal stderr: {stderr:?}"
+    );
+    let objects = json_lines(&stdout);
+    assert_eq!(objects.len(), 5, "{stdout}");
+
+    let uncontended = by_scenario(&objects, "uncontended");
+    assert_eq!(uncontended.len(), 1, "{stdout}");
+    let u = uncontended[0];
+    assert_eq!(text(u, "scenario"), "uncontended");
+    positive(u, "cycles_per_s");
+    assert_ratio(u, "redis_ping_per_s");
+
+    let contended = by_scenario(&objects, "contended");
+    let modes: Vec<&str> = contended.iter().map(|o| text(o, "mode")).collect();
+    assert_eq!(modes, MODES, "{stdout}");
+    for obj in &contended {
+        check_contended(obj, 4);
+    }
+    // FIFO: every worker gets its turn in order, so the counts per worker
+    // differ by about one at most.
+    let fair = contended[2];
+    assert!(num(fair, "jain_fairness") >= 0.9, "{fair:?}");
+
+    let many = by_scenario(&objects, "many");
+    assert_eq!(many.len(), 1, "{stdout}");
+    assert_eq!(count(many[0], "tasks"), 8);
+    positive(many[0], "cycles_per_s");
+    assert_ratio(many[0], "redis_ping_c64_per_s");
+
+    let scenarios: BTreeSet<&str> = objects.iter().map(|o| text(o, "scenario")).collect();
+    assert_eq!(
+        scenarios,
+        BTreeSet::from(["uncontended", "contended", "many"])
+    );
+}
+
+/// `--plot FILE.svg` with `--json`: stdout stays pure JSON, and the SVG has
+/// one polyline per wait mode in each of its two panels (acquire wait;
+/// handoff, drawn for a mode only if it had handoffs) and names each mode.
+#[test]
+fn heavy_bench_plot_writes_an_svg_with_a_curve_per_mode_and_panel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg_path = dir.path().join("waits.svg");
+    let svg_arg = svg_path.to_str().expect("utf-8 temp path");
+    let (out, stdout, stderr) = run(&[
+        "bench",
+        "--scenario",
+        "contended",
+        "--duration",
+        "1s",
+        "--workers",
+        "4",
+        "--json",
+        "--plot",
+        svg_arg,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let objects = json_lines(&stdout);
+    let modes: Vec<&str> = objects.iter().map(|o| text(o, "mode")).collect();
+    assert_eq!(modes, MODES, "{stdout}");
+    for obj in &objects {
+        assert_eq!(text(obj, "scenario"), "contended");
+        check_contended(obj, 4);
+    }
+    let svg = std::fs::read_to_string(&svg_path).expect("the SVG was written");
+    assert!(svg.trim_start().starts_with("<svg"), "{svg}");
+    assert!(svg.trim_end().ends_with("</svg>"), "{svg}");
+    let with_handoffs = objects.iter().filter(|o| count(o, "handoffs") > 0).count();
+    assert_eq!(
+        svg.matches("<polyline").count(),
+        MODES.len() + with_handoffs,
+        "one wait curve per mode, one handoff curve per mode with handoffs: {stdout}"
+    );
+    for mode in MODES {
+        assert!(svg.contains(&format!(">{mode} (")), "legend lacks {mode}");
+    }
+}
+
+/// Bad arguments exit 64 (EX_USAGE) with a message on stderr and nothing on
+/// stdout: no workers, no tasks, an unparsable duration. `--plot` without
+/// the contended scenario also exits 64 and writes no file.
+#[test]
+fn bench_usage_errors_exit_64() {
+    for args in [
+        &["bench", "--workers", "0", "--json"][..],
+        &["bench", "--tasks", "0", "--json"],
+        &["bench", "--duration", "soon", "--json"],
+    ] {
+        let (out, stdout, stderr) = run(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?} printed {stdout:?}");
+        let flag = args[1];
+        assert!(stderr.contains(flag), "{args:?}: {stderr:?}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg_path = dir.path().join("none.svg");
+    let (out, _, stderr) = run(&[
+        "bench",
+        "--scenario",
+        "uncontended",
+        "--duration",
+        "200ms",
+        "--json",
+        "--plot",
+        svg_path.to_str().expect("utf-8 temp path"),
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("--plot"), "{stderr:?}");
+    assert!(!svg_path.exists(), "an SVG was written without data");
+}

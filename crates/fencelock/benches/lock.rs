@@ -1,0 +1,193 @@
+//! Hot paths against a real `redis-server` (started through
+//! `fencelock_testkit`), with a raw `PING` on a multiplexed connection as the
+//! baseline from the same run, so a regression shows as a change of the
+//! ratio to one round trip rather than of a machine-dependent absolute time:
+//!
+//! - `baseline/ping`: one round trip; `baseline/evalsha_noop`: one round
+//!   trip carrying a script call that does nothing;
+//! - `uncontended/{poll,notify,fair}`: `acquire` (with a wait, so notify and
+//!   fair register a waiter) + `release` of a free lock: at least two round
+//!   trips;
+//! - `contended/try_acquire_held`: a refused `try_acquire` (one round trip);
+//!   `contended/raw_grant_script_refused`: the same grant script called raw
+//!   on a plain connection (its Redis-side cost, without the client);
+//! - `resource/fenced_hash_write`: one fenced write under a held lease (one
+//!   round trip).
+//!
+//! Run with `cargo bench -p fencelock` (about a minute); `-- --save-baseline
+//! NAME` / `--baseline NAME` compare runs.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use fencelock::{Error, LockClient, LockOptions, ReleaseOutcome, Renewal, WaitMode, WriteOutcome};
+use fencelock_testkit::RedisServer;
+use tokio::runtime::Runtime;
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+fn lock_benches(c: &mut Criterion) {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let client = rt
+        .block_on(LockClient::connect(&server.url()))
+        .expect("connect a lock client");
+    let other = rt
+        .block_on(LockClient::connect(&server.url()))
+        .expect("connect a second lock client");
+    let ping_conn = rt
+        .block_on(async {
+            redis::Client::open(server.url())?
+                .get_multiplexed_async_connection()
+                .await
+        })
+        .expect("connect for PING");
+
+    let mut baseline = c.benchmark_group("baseline");
+    baseline.bench_function("ping", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut conn = ping_conn.clone();
+            async move {
+                let pong: String = redis::cmd("PING")
+                    .query_async(&mut conn)
+                    .await
+                    .expect("PING");
+                black_box(pong)
+            }
+        });
+    });
+    // The cost of any script call: EVALSHA of a script that does nothing.
+    let noop = redis::Script::new("return 1");
+    baseline.bench_function("evalsha_noop", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut conn = ping_conn.clone();
+            let noop = &noop;
+            async move {
+                let one: i64 = noop.invoke_async(&mut conn).await.expect("EVALSHA");
+                black_box(one)
+            }
+        });
+    });
+    baseline.finish();
+
+    let mut uncontended = c.benchmark_group("uncontended");
+    for (label, mode) in [
+        ("poll", WaitMode::Poll),
+        ("notify", WaitMode::Notify),
+        ("fair", WaitMode::Fair),
+    ] {
+        let opts = LockOptions::default()
+            .ttl(Duration::from_secs(10))
+            .wait(Duration::from_secs(1))
+            .wait_mode(mode);
+        let name = format!("bench:uncontended:{label}");
+        uncontended.bench_function(label, |b| {
+            b.to_async(&rt).iter(|| async {
+                let lease = client.acquire(&name, &opts).await.expect("acquire");
+                let outcome = lease.release().await.expect("release");
+                assert_eq!(outcome, ReleaseOutcome::Released);
+            });
+        });
+    }
+    uncontended.finish();
+
+    let mut contended = c.benchmark_group("contended");
+    let held = rt
+        .block_on(other.try_acquire(
+            "bench:held",
+            &LockOptions::default().ttl(Duration::from_secs(600)),
+        ))
+        .expect("hold the contended lock");
+    let try_opts = LockOptions::default().ttl(Duration::from_secs(10));
+    contended.bench_function("try_acquire_held", |b| {
+        b.to_async(&rt).iter(|| async {
+            match client.try_acquire("bench:held", &try_opts).await {
+                Err(e @ Error::Contended { .. }) => black_box(e),
+                other => panic!("a try_acquire of a held lock returned {other:?}"),
+            }
+        });
+    });
+    // The same refused grant as a raw script call on a plain connection:
+    // the Redis side of `try_acquire_held`, without the client library.
+    let lock_script = redis::Script::new(include_str!("../src/redis/scripts/lock.lua"));
+    let keys = client
+        .keys("bench:held", fencelock::KeyLayout::HashTagged)
+        .expect("keys");
+    contended.bench_function("raw_grant_script_refused", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut conn = ping_conn.clone();
+            let (script, keys) = (&lock_script, &keys);
+            async move {
+                let reply: redis::Value = script
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .key(&keys.queue)
+                    .key(&keys.waiters)
+                    .arg("grant")
+                    .arg("bench-token")
+                    .arg(10_000)
+                    .arg("clock")
+                    .arg("tagged")
+                    .arg(86_400_000)
+                    .arg("poll")
+                    .arg("")
+                    .arg(1_000)
+                    .arg("0")
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("the grant script");
+                black_box(reply)
+            }
+        });
+    });
+    contended.finish();
+    let released = rt.block_on(held.release()).expect("release the held lock");
+    assert_eq!(released, ReleaseOutcome::Released);
+
+    let mut resource = c.benchmark_group("resource");
+    let lease = rt
+        .block_on(
+            client.try_acquire(
+                "bench:writer",
+                &LockOptions::default()
+                    .ttl(Duration::from_secs(600))
+                    .renewal(Renewal::Off),
+            ),
+        )
+        .expect("hold the writer lock");
+    let hash = client.fenced_hash("bench:resource").expect("a fenced hash");
+    resource.bench_function("fenced_hash_write", |b| {
+        b.to_async(&rt).iter(|| async {
+            let outcome = hash
+                .write(lease.fence(), lease.token(), "value")
+                .await
+                .expect("fenced write");
+            assert_eq!(outcome, WriteOutcome::Accepted);
+        });
+    });
+    resource.finish();
+    let released = rt
+        .block_on(lease.release())
+        .expect("release the writer lock");
+    assert_eq!(released, ReleaseOutcome::Released);
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(50)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = lock_benches
+}
+criterion_main!(benches);
