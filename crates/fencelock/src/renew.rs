@@ -31,6 +31,10 @@ fn retry_delay(interval: Duration) -> Duration {
 
 /// Keeps the lease granted at `started` (the schedule counts from there, not
 /// from this task's first poll, which a busy event loop may delay).
+///
+/// `renew_now`: the lease was handed over for less than its ttl; the first
+/// renewal brings it to the full ttl at once (even with renewal off, the
+/// lease is owed its ttl once).
 pub(crate) async fn keep(
     state: Arc<LeaseState>,
     started: Instant,
@@ -38,34 +42,14 @@ pub(crate) async fn keep(
     renew_now: bool,
     stop: CancellationToken,
 ) {
-    if renew_now {
-        // A handed-over lease starts short: bring it to the full ttl first
-        // (even with renewal off, the lease is owed its ttl once).
-        let deadline = state.deadline();
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            reply = timeout_at(deadline, state.extend_once()) => match reply {
-                Err(_deadline_passed) => {
-                    state.mark_lost(LossReason::DeadlinePassed);
-                    return;
-                }
-                Ok(Ok(ExtendReply::NotOurs(reason))) => {
-                    state.mark_lost(reason);
-                    return;
-                }
-                // Extended, or a transient error: the loop below retries.
-                Ok(_) => {}
-            }
-        }
-    }
-    let mut next = interval.map(|i| if renew_now { Instant::now() } else { started } + i);
+    let mut next = if renew_now {
+        Some(Instant::now())
+    } else {
+        interval.map(|i| started + i)
+    };
     loop {
         let deadline = state.deadline();
-        let wake = match next {
-            Some(n) => n.min(deadline),
-            None => deadline,
-        };
+        let wake = next.map_or(deadline, |n| n.min(deadline));
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
@@ -82,8 +66,8 @@ pub(crate) async fn keep(
             state.mark_lost(LossReason::DeadlinePassed);
             return;
         }
-        let Some(every) = interval else { continue };
-        if Instant::now() < next.unwrap_or(deadline) {
+        let Some(due) = next else { continue };
+        if Instant::now() < due {
             continue;
         }
         tokio::select! {
@@ -94,13 +78,14 @@ pub(crate) async fn keep(
                     state.mark_lost(LossReason::DeadlinePassed);
                     return;
                 }
-                Ok(Ok(ExtendReply::Extended)) => next = Some(Instant::now() + every),
+                Ok(Ok(ExtendReply::Extended)) => next = interval.map(|i| Instant::now() + i),
                 Ok(Ok(ExtendReply::NotOurs(reason))) => {
                     state.mark_lost(reason);
                     return;
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(lock = %state.name, error = %e, "renewal failed; retrying until the deadline");
+                    let every = interval.unwrap_or(state.ttl / 3);
                     next = Some(Instant::now() + retry_delay(every));
                 }
             }
