@@ -38,18 +38,31 @@ pub(crate) struct Uncontended {
 }
 
 pub(crate) async fn uncontended(setup: &Setup, run_id: &str) -> anyhow::Result<Uncontended> {
+    // One connection used by one task in sequence: measured on a
+    // single-threaded runtime, as such a program would run (a multi-threaded
+    // one adds a cross-thread wake-up to every reply), PING included.
+    let (setup, name) = (setup.clone(), format!("bench:{run_id}:uncontended"));
+    tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(uncontended_on(&setup, &name))
+    })
+    .await?
+}
+
+async fn uncontended_on(setup: &Setup, name: &str) -> anyhow::Result<Uncontended> {
     let ping = ping_rate(&setup.url, setup.duration / 2).await?;
     let client = setup.client().await?;
     let opts = client.options();
-    let name = format!("bench:{run_id}:uncontended");
     // Warm up: scripts loaded, connections open.
     for _ in 0..100 {
-        client.acquire(&name, &opts).await?.release().await?;
+        client.acquire(name, &opts).await?.release().await?;
     }
     let started = Instant::now();
     let mut n = 0u64;
     while started.elapsed() < setup.duration {
-        client.acquire(&name, &opts).await?.release().await?;
+        client.acquire(name, &opts).await?.release().await?;
         n += 1;
     }
     let cycles = n as f64 / started.elapsed().as_secs_f64();
