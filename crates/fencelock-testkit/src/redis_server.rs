@@ -317,6 +317,24 @@ impl RedisServer {
             .unwrap_or_else(|error| panic!("redis command {args:?} failed: {error}"))
     }
 
+    /// Script calls (`EVALSHA` + `EVAL`) the server has executed, from
+    /// `INFO commandstats`: each fencelock grant attempt, renewal, release
+    /// and fenced write is one, so tests count round trips with it.
+    pub fn script_calls(&self) -> u64 {
+        let info: String = self.query(&["INFO", "commandstats"]);
+        ["cmdstat_evalsha:", "cmdstat_eval:"]
+            .iter()
+            .map(|prefix| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(prefix))
+                    .and_then(|rest| rest.strip_prefix("calls="))
+                    .and_then(|rest| rest.split(',').next())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
     /// Like [`RedisServer::cmd`], converting the reply, e.g.
     /// `server.query::<Option<String>>(&["GET", "k"])`.
     ///

@@ -12,22 +12,6 @@ use fencelock::{
 use fencelock_testkit::{RedisConfig, RedisServer};
 use tokio::time::Instant;
 
-/// Number of script calls (`EVALSHA` + `EVAL`) the server has executed.
-fn script_calls(server: &RedisServer) -> u64 {
-    let info: String = server.query(&["INFO", "commandstats"]);
-    ["cmdstat_evalsha:", "cmdstat_eval:"]
-        .iter()
-        .map(|prefix| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(prefix))
-                .and_then(|rest| rest.strip_prefix("calls="))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
-        .sum()
-}
-
 fn dbsize(server: &RedisServer) -> i64 {
     server.query(&["DBSIZE"])
 }
@@ -60,7 +44,7 @@ async fn invalid_names_are_rejected_before_anything_is_sent() -> Result<()> {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await?;
     let opts = LockOptions::default();
-    let calls_before = script_calls(&server);
+    let calls_before = server.script_calls();
     for (name, what) in bad_names() {
         let errors = [
             client.try_acquire(&name, &opts).await.err(),
@@ -89,7 +73,7 @@ async fn invalid_names_are_rejected_before_anything_is_sent() -> Result<()> {
     }
     ensure!(dbsize(&server) == 0, "a rejected name wrote keys");
     ensure!(
-        script_calls(&server) == calls_before,
+        server.script_calls() == calls_before,
         "a rejected name reached Redis"
     );
     Ok(())
@@ -163,7 +147,7 @@ async fn invalid_options_are_rejected_before_anything_is_sent() -> Result<()> {
             "0ns",
         ),
     ];
-    let calls_before = script_calls(&server);
+    let calls_before = server.script_calls();
     for (opts, what, shown) in &bad {
         let errors = [
             opts.validate().err(),
@@ -203,7 +187,7 @@ async fn invalid_options_are_rejected_before_anything_is_sent() -> Result<()> {
     );
     ensure!(dbsize(&server) == 0, "rejected options wrote keys");
     ensure!(
-        script_calls(&server) == calls_before,
+        server.script_calls() == calls_before,
         "rejected options reached Redis"
     );
     Ok(())
@@ -238,7 +222,7 @@ async fn wait_zero_on_a_held_lock_returns_contended_quickly() -> Result<()> {
     let client = LockClient::connect(&server.url()).await?;
     let holder = client.try_acquire("held", &LockOptions::default()).await?;
     let before: Option<String> = server.query(&["GET", "lock:{held}"]);
-    let calls_before = script_calls(&server);
+    let calls_before = server.script_calls();
     let started = Instant::now();
     let err = client
         .acquire("held", &LockOptions::default().wait(Duration::ZERO))
@@ -253,7 +237,7 @@ async fn wait_zero_on_a_held_lock_returns_contended_quickly() -> Result<()> {
         elapsed < Duration::from_millis(250),
         "a single attempt took {elapsed:?}"
     );
-    ensure!(script_calls(&server) - calls_before == 1);
+    ensure!(server.script_calls() - calls_before == 1);
     ensure!(server.query::<Option<String>>(&["GET", "lock:{held}"]) == before);
     ensure!(holder.release().await?.is_released());
     Ok(())

@@ -409,12 +409,12 @@ async fn acquire_with_zero_wait_makes_one_attempt_and_reports_contended() -> Res
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await?;
     let holder = client.try_acquire("once", &LockOptions::default()).await?;
-    let calls_before = script_calls(&server);
+    let calls_before = server.script_calls();
     let err = client
         .acquire("once", &LockOptions::default().wait(Duration::ZERO))
         .await
         .expect_err("held lock");
-    let calls_after = script_calls(&server);
+    let calls_after = server.script_calls();
     ensure!(
         matches!(err, Error::Contended { ref name, .. } if name == "once"),
         "expected Contended, got {err:?}"
@@ -426,22 +426,6 @@ async fn acquire_with_zero_wait_makes_one_attempt_and_reports_contended() -> Res
     );
     ensure!(holder.release().await?.is_released());
     Ok(())
-}
-
-/// Number of `EVALSHA` + `EVAL` calls the server has executed.
-fn script_calls(server: &RedisServer) -> u64 {
-    let info: String = server.query(&["INFO", "commandstats"]);
-    ["cmdstat_evalsha:", "cmdstat_eval:"]
-        .iter()
-        .map(|prefix| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(prefix))
-                .and_then(|rest| rest.strip_prefix("calls="))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
-        .sum()
 }
 
 /// Layout contract, default (hash-tagged) layout in counter mode: the lock key

@@ -15,16 +15,6 @@ use fencelock::{Error, Fence, LockClient, LockOptions, LossReason, ReleaseOutcom
 use fencelock_testkit::RedisServer;
 use tokio::time::Instant;
 
-/// Number of script calls (`EVALSHA` + `EVAL`) the server has executed:
-/// every grant, renewal and release is one.
-fn script_calls(server: &RedisServer) -> u64 {
-    let info: String = server.query(&["INFO", "commandstats"]);
-    ["cmdstat_evalsha:", "cmdstat_eval:"]
-        .iter()
-        .map(|prefix| stat_field(&info, prefix, "calls="))
-        .sum()
-}
-
 /// How many `NOSCRIPT` errors the server has replied.
 fn noscript_errors(server: &RedisServer) -> u64 {
     let info: String = server.query(&["INFO", "errorstats"]);
@@ -195,12 +185,12 @@ async fn extend_after_expiry_fails_as_lost_and_never_recreates_the_key() -> Resu
         .try_acquire("deleted", &no_renewal(Duration::from_secs(30)))
         .await?;
     server.cmd(&["DEL", "lock:{deleted}"]);
-    let calls_before = script_calls(&server);
+    let calls_before = server.script_calls();
     let err = lease.extend().await.expect_err("extend of a deleted lease");
     // (At least one: the first EVALSHA of the extend script may fail with
     // NOSCRIPT, which Redis 7 also counts, before the reload.)
     ensure!(
-        script_calls(&server) > calls_before,
+        server.script_calls() > calls_before,
         "the extend script did not run"
     );
     match &err {
@@ -304,7 +294,7 @@ async fn heavy_renewal_keeps_a_lock_for_more_than_ten_ttls_without_changing_the_
         .await?;
     let value = format!("{}:{}", lease.token(), lease.fence());
     let fence = lease.fence();
-    let calls_before = script_calls(&server);
+    let calls_before = server.script_calls();
     let start = Instant::now();
     let mut samples = 0;
     while start.elapsed() < ttl * 11 {
@@ -327,7 +317,7 @@ async fn heavy_renewal_keeps_a_lock_for_more_than_ten_ttls_without_changing_the_
     }
     ensure!(samples >= 20, "only {samples} samples");
     // 3.3 s at one renewal per 100 ms: ~33 renewals; demand at least a third.
-    let renewals = script_calls(&server) - calls_before;
+    let renewals = server.script_calls() - calls_before;
     ensure!(renewals >= 11, "only {renewals} renewals in 3.3 s");
     ensure!(lease.release().await?.is_released());
     Ok(())
@@ -351,24 +341,24 @@ async fn no_renewal_reaches_redis_after_release() -> Result<()> {
     let handle = lease.handle();
 
     // Negative control: while held, renewals (every 100 ms) are counted.
-    let held_from = script_calls(&server);
+    let held_from = server.script_calls();
     holds_throughout("held lock keeps its key", ttl * 3, || {
         Ok(exists(&server, "lock:{quiet}"))
     })
     .await?;
-    let held_renewals = script_calls(&server) - held_from;
+    let held_renewals = server.script_calls() - held_from;
     ensure!(
         held_renewals >= 3,
         "the measurement saw only {held_renewals} renewals in 3×ttl while held"
     );
 
     ensure!(lease.release().await?.is_released());
-    let released_from = script_calls(&server);
+    let released_from = server.script_calls();
     holds_throughout("released lock stays absent", ttl * 3, || {
         Ok(!exists(&server, "lock:{quiet}"))
     })
     .await?;
-    let after = script_calls(&server) - released_from;
+    let after = server.script_calls() - released_from;
     ensure!(
         after == 0,
         "{after} script calls reached Redis after release"
@@ -401,13 +391,13 @@ async fn heavy_rapid_acquire_release_cycles_leave_no_zombie_renewal() -> Result<
             "cycle {i}: not released"
         );
     }
-    let from = script_calls(&server);
+    let from = server.script_calls();
     let samples = holds_throughout("no zombie re-creates the key", ttl * 3, || {
         Ok(!exists(&server, "lock:{churn}"))
     })
     .await?;
     ensure!(samples >= 10);
-    let after = script_calls(&server) - from;
+    let after = server.script_calls() - from;
     ensure!(after == 0, "{after} script calls after the last release");
     Ok(())
 }
@@ -696,10 +686,10 @@ async fn dropping_a_lease_in_a_runtime_releases_it_and_stops_renewal() -> Result
     let lease = client.try_acquire("dropped", &opts).await?;
     let handle = lease.handle();
 
-    let held_from = script_calls(&server);
+    let held_from = server.script_calls();
     tokio::time::sleep(Duration::from_millis(300)).await;
     ensure!(
-        script_calls(&server) - held_from >= 2,
+        server.script_calls() - held_from >= 2,
         "no renewals were counted while held"
     );
 
@@ -710,12 +700,12 @@ async fn dropping_a_lease_in_a_runtime_releases_it_and_stops_renewal() -> Result
         || !exists(&server, "lock:{dropped}"),
     )
     .await?;
-    let from = script_calls(&server);
+    let from = server.script_calls();
     holds_throughout("the key stays absent", Duration::from_millis(500), || {
         Ok(!exists(&server, "lock:{dropped}"))
     })
     .await?;
-    let after = script_calls(&server) - from;
+    let after = server.script_calls() - from;
     ensure!(after == 0, "{after} script calls after the drop's release");
     ensure!(
         !handle.is_lost(),

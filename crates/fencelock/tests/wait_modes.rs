@@ -29,7 +29,6 @@
 //! `cargo build -p fencelock-testkit --bins` (nextest builds them with the
 //! workspace).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,33 +53,6 @@ const SLACK: Duration = Duration::from_millis(400);
 /// these tests would otherwise retry only after seconds (their waiter lease
 /// is long), so only the wake-up can explain a grant this fast.
 const WAKE_BOUND: Duration = Duration::from_millis(100);
-
-/// Calls per command from `INFO commandstats`, e.g. `"evalsha" -> 12`.
-fn commandstats(server: &RedisServer) -> HashMap<String, u64> {
-    let info: String = server.query(&["INFO", "commandstats"]);
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_string(), calls))
-        })
-        .collect()
-}
-
-/// Script calls (`EVALSHA` + `EVAL`): every grant attempt, renewal and
-/// release is one.
-fn script_calls(server: &RedisServer) -> u64 {
-    let stats = commandstats(server);
-    ["evalsha", "eval"]
-        .iter()
-        .map(|c| stats.get(*c).copied().unwrap_or(0))
-        .sum()
-}
 
 /// Commands the server has executed (`total_commands_processed`, which
 /// counts the commands inside scripts too), read on one admin connection
@@ -226,19 +198,19 @@ async fn wait_behind_a_two_second_holder(mode: WaitMode) -> Result<Waited> {
     let h = holder
         .try_acquire("job", &holder_opts(Duration::from_secs(10)))
         .await?;
-    let scripts_before = script_calls(&server);
+    let scripts_before = server.script_calls();
     // A 30 s waiter lease: a queued waiter retries by itself only every 10 s
     // (a third of it) or when the holder's 10 s lease runs out.
     let task = spawn_acquire(&waiter, "job", &waiter_opts(mode, Duration::from_secs(30)));
     poll("the waiter's first attempt", POLL_DEADLINE, || {
-        (script_calls(&server) > scripts_before).then_some(())
+        (server.script_calls() > scripts_before).then_some(())
     })
     .await?;
     let commands_before = total_commands(&mut admin)?;
     // Let the holder keep the lock for 2 s, on purpose.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let commands_after_first_attempt = total_commands(&mut admin)? - commands_before - 1;
-    let scripts = script_calls(&server) - scripts_before;
+    let scripts = server.script_calls() - scripts_before;
     ensure!(
         !task.is_finished(),
         "the waiter returned while the lock was held"
@@ -402,13 +374,13 @@ async fn heavy_notify_waiter_survives_its_subscription_being_killed() -> Result<
     let member = queued(&server, &keys, 1).await?.remove(0);
     let channel = wake_channel(&keys, &member);
     ensure!(subscribers(&server, &channel)? == 1);
-    let scripts_before = script_calls(&server);
+    let scripts_before = server.script_calls();
     let killed: i64 = server.query(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     ensure!(killed == 1, "killed {killed} pub/sub connections");
     poll(
         "the waiter's retry after the disconnection",
         POLL_DEADLINE,
-        || (script_calls(&server) > scripts_before).then_some(()),
+        || (server.script_calls() > scripts_before).then_some(()),
     )
     .await?;
     poll("the resubscription", POLL_DEADLINE, || {
@@ -1082,10 +1054,10 @@ async fn waiters_without_pubsub_permission_fall_back_to_polling() -> Result<()> 
         let h = holder
             .try_acquire(&name, &holder_opts(Duration::from_secs(30)))
             .await?;
-        let scripts_before = script_calls(&server);
+        let scripts_before = server.script_calls();
         let task = spawn_acquire(&waiter, &name, &waiter_opts(mode, Duration::from_secs(30)));
         poll("the waiter's first attempts", POLL_DEADLINE, || {
-            (script_calls(&server) >= scripts_before + 2).then_some(())
+            (server.script_calls() >= scripts_before + 2).then_some(())
         })
         .await?;
         ensure!(
