@@ -49,15 +49,7 @@ pub(crate) async fn run(global: &Global, args: &DemoArgs) -> anyhow::Result<u8> 
             ),
         ));
     }
-    let private = match &global.redis {
-        Some(_) => None,
-        None => Some(PrivateRedis::start().await?),
-    };
-    let url = match (&global.redis, &private) {
-        (Some(url), _) => url.clone(),
-        (None, Some(p)) => p.url().to_string(),
-        (None, None) => unreachable!("a private server was started above"),
-    };
+    let (url, private) = PrivateRedis::unless_given(global.redis.as_deref()).await?;
     let outcome = scenario(global, args, &url, private.is_some()).await;
     if let Some(p) = private {
         p.stop().await;

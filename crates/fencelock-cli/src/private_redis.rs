@@ -67,6 +67,20 @@ impl PrivateRedis {
         Ok(server)
     }
 
+    /// The Redis to use: `given`, or else a private server started now
+    /// (returned too, so the caller can stop it when done).
+    pub(crate) async fn unless_given(
+        given: Option<&str>,
+    ) -> anyhow::Result<(String, Option<Self>)> {
+        Ok(match given {
+            Some(url) => (url.to_string(), None),
+            None => {
+                let server = Self::start().await?;
+                (server.url().to_string(), Some(server))
+            }
+        })
+    }
+
     /// The server's URL.
     pub(crate) fn url(&self) -> &str {
         &self.url

@@ -620,9 +620,9 @@ impl QueuedGuard {
         token: &str,
         opts: &LockOptions,
     ) -> Self {
-        let mint = MintArgs::new(opts);
         QueuedGuard {
             leave: (!member.is_empty()).then(|| {
+                let mint = MintArgs::new(opts);
                 (
                     client.inner.conn.clone(),
                     keys.clone(),

@@ -37,15 +37,7 @@ pub(crate) async fn run(global: &Global, args: &BenchArgs) -> anyhow::Result<u8>
             "--plot needs the contended scenario: add --scenario contended",
         ));
     }
-    let private = match &global.redis {
-        Some(_) => None,
-        None => Some(PrivateRedis::start().await?),
-    };
-    let url = match (&global.redis, &private) {
-        (Some(url), _) => url.clone(),
-        (_, Some(p)) => p.url().to_string(),
-        (None, None) => unreachable!("a private server was started above"),
-    };
+    let (url, private) = PrivateRedis::unless_given(global.redis.as_deref()).await?;
     let result = run_on(global, args, &url).await;
     if let Some(p) = private {
         p.stop().await;
