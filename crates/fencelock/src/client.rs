@@ -313,16 +313,17 @@ impl LockClient {
                 }
             },
         };
-        // Fair waiters carry what a release needs to hand the lock over.
-        let member = match (&waiter, opts.wait_mode) {
-            (Some(w), WaitMode::Fair) => format!(
-                "{}:{}:{}:{token}",
+        // A queued waiter carries what a release needs to hand it the lock
+        // (always in fair mode; in notify mode once it is starving).
+        let member = match &waiter {
+            Some(w) => format!(
+                "{}:{}:{}:{}:{token}",
                 w.member(),
+                opts.wait_mode.as_arg(),
                 opts.ttl.as_millis(),
                 opts.waiter_lease.as_millis()
             ),
-            (Some(w), _) => w.member().to_string(),
-            (None, _) => String::new(),
+            None => String::new(),
         };
         let mut queued = QueuedGuard::new(self, &keys, &member, &token, opts);
         let mut backoff = Backoff::new();

@@ -47,7 +47,8 @@ pub struct LockKeys {
     /// The waiters' leases (a sorted set next to the queue).
     pub waiters: String,
     /// Prefix of the per-client wake-up channels: a release wakes the head
-    /// waiter `CLIENT:WAITER` by publishing `WAITER` on `wake_prefix + CLIENT`.
+    /// waiter (queue member `CLIENT:WAITER:…`) by publishing `WAITER` on
+    /// `wake_prefix + CLIENT`.
     pub wake_prefix: String,
 }
 

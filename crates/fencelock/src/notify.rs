@@ -2,9 +2,9 @@
 //!
 //! A client keeps ONE pub/sub connection, opened when it first waits, shared
 //! by all its waiters. Each waiter has an id; a queued waiter is the member
-//! `CLIENT:WAITER…` of a lock's wait queue, and a release wakes the head by
+//! `CLIENT:WAITER:…` of a lock's wait queue, and a release wakes the head by
 //! publishing `WAITER` on the channel `WAKE_PREFIX + CLIENT` of that lock, or
-//! `WAITER FENCE` when it handed the lock over to a fair waiter.
+//! `WAITER FENCE` when it handed the lock over to that waiter.
 //! The client subscribes to that channel once per lock name it waits on, so
 //! a release sends one message to one connection, however many wait.
 //!
@@ -227,8 +227,8 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// This waiter's id in the wait queue (`CLIENT:WAITER`); fair waiters
-    /// append their ttl, waiter lease and token to it.
+    /// This waiter's id in the wait queue (`CLIENT:WAITER`); the queue
+    /// member appends the wait mode, ttl, waiter lease and token to it.
     pub(crate) fn member(&self) -> &str {
         &self.member
     }

@@ -64,10 +64,12 @@ pub enum WaitMode {
     Poll,
     /// Waiters queue; a release wakes the head waiter at once through
     /// pub/sub (one message per release, however many wait). Any worker may
-    /// take a free lock, so the releasing worker often takes it back. A
-    /// waiter also retries when the holder's lease runs out and at least
-    /// every third of its waiter lease, so a lost message or a crashed
-    /// holder never stalls it.
+    /// take a free lock, so the releasing worker may take it back ahead of
+    /// the woken waiter; but once the head has waited 10 ms, the release
+    /// hands the lock over to it as in [`WaitMode::Fair`], so nobody
+    /// starves. A waiter also retries when the holder's lease runs out and
+    /// at least every third of its waiter lease, so a lost message or a
+    /// crashed holder never stalls it.
     #[default]
     Notify,
     /// First come, first served: a free lock is granted only to the head of

@@ -6,7 +6,9 @@
 //!   restarted, or down for a while) — through its retry when the holder's
 //!   lease runs out or every third of its waiter lease; a SIGKILLed head
 //!   delays the next waiter by at most a third of its waiter lease; idle
-//!   subscriptions dropped past 256 are taken again when needed;
+//!   subscriptions dropped past 256 are taken again when needed; a head
+//!   that has waited 10 ms is handed the lock by the release, ahead of a
+//!   worker taking it back (one that arrived just now is only woken);
 //! - fair: waiters are granted in queue order; a SIGKILLed, timed-out or
 //!   cancelled waiter does not hold up the ones behind it; a waiter with a
 //!   long waiter lease keeps its place when one with a short lease leaves;
@@ -19,8 +21,8 @@
 //!   10,000 contended grants.
 //!
 //! Keys of lock `NAME` (default prefix and layout): `lock:{NAME}` (value
-//! `TOKEN:FENCE`), the queue `lock:{NAME}:queue` (members `CLIENT:WAITER`, or
-//! `CLIENT:WAITER:TTL:WLEASE:TOKEN` for fair waiters), the waiter leases
+//! `TOKEN:FENCE`), the queue `lock:{NAME}:queue` (members
+//! `CLIENT:WAITER:MODE:TTL:WLEASE:TOKEN`, scored by arrival), the waiter leases
 //! `lock:{NAME}:waiters`, and the wake-up channel `lock:{NAME}:wake:CLIENT`.
 //!
 //! Tests whose assertions are timing windows, or that take more than a few
@@ -79,12 +81,12 @@ fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.query(&["PTTL", key])
 }
 
-/// The holder token of a fair queue member `CLIENT:WAITER:TTL:WLEASE:TOKEN`.
+/// The holder token of a queue member `CLIENT:WAITER:MODE:TTL:WLEASE:TOKEN`.
 fn member_token(member: &str) -> Result<&str> {
     member
-        .splitn(5, ':')
-        .nth(4)
-        .with_context(|| format!("{member:?} is not a fair queue member"))
+        .splitn(6, ':')
+        .nth(5)
+        .with_context(|| format!("{member:?} is not a queue member"))
 }
 
 /// The wake-up channel of a queue member (`CLIENT:…` → `PREFIX CLIENT`).
@@ -958,6 +960,110 @@ async fn heavy_notify_sigkilled_head_delays_the_next_waiter_at_most_a_third_of_i
         "B waited {waited:?} after the release (its waiter lease {wlease:?})"
     );
     ensure!(lease.fence() > h_fence);
+    ensure!(lease.release().await? == ReleaseOutcome::Released);
+    Ok(())
+}
+
+/// Notify, the starvation rule of the release script, with a queued member
+/// that no real client owns (so nothing else touches the lock): a head that
+/// arrived just now is only woken, and the lock is free after the release
+/// (any worker may take it: the negative control); a head that has waited
+/// 10 ms or more is handed the lock by the release itself, with a fence
+/// above the previous holder's, so a worker that tries at once is refused.
+#[tokio::test]
+async fn notify_release_hands_the_lock_to_a_head_that_waited_10_ms_and_only_wakes_a_younger_one()
+-> Result<()> {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await?;
+    let keys = client.keys("job", KeyLayout::HashTagged)?;
+    let time: Vec<String> = server.query(&["TIME"]);
+    let now_us: i64 = time[0].parse::<i64>()? * 1_000_000 + time[1].parse::<i64>()?;
+    let token = "0b5e7a9c-0000-4000-8000-000000000001";
+    let member = format!("ghostclient:7:notify:10000:60000:{token}");
+    let lease_end = (now_us / 1000 + 60_000).to_string();
+    for (arrived_us, starving) in [(now_us + 60_000_000, false), (now_us - 10_000, true)] {
+        let h = client
+            .try_acquire("job", &holder_opts(Duration::from_secs(10)))
+            .await?;
+        server.cmd(&["ZADD", &keys.queue, &arrived_us.to_string(), &member]);
+        server.cmd(&["ZADD", &keys.waiters, &lease_end, &member]);
+        let h_fence = h.fence();
+        ensure!(h.release().await? == ReleaseOutcome::Released);
+        let value = get(&server, &keys.lock);
+        let barger = client
+            .try_acquire("job", &LockOptions::default().wait(Duration::ZERO))
+            .await;
+        if starving {
+            let value = value.context("a starving head was not handed the lock")?;
+            ensure!(
+                value.starts_with(&format!("{token}:")),
+                "the lock went to {value:?}"
+            );
+            ensure!(value_fence(&value)? > h_fence);
+            ensure!(
+                queue(&server, &keys).is_empty(),
+                "the head that got the lock is still queued"
+            );
+            ensure!(
+                matches!(barger, Err(Error::Contended { .. })),
+                "a worker took the lock from the starving head: {barger:?}"
+            );
+        } else {
+            ensure!(
+                value.is_none(),
+                "a head that just arrived was handed the lock ({value:?})"
+            );
+            ensure!(
+                queue(&server, &keys) == vec![member.clone()],
+                "the woken head left the queue"
+            );
+            let barger = barger.context("the free lock was refused to a barging worker")?;
+            ensure!(barger.release().await? == ReleaseOutcome::Released);
+            server.cmd(&["DEL", &keys.queue, &keys.waiters]);
+        }
+    }
+    Ok(())
+}
+
+/// Notify, end to end: a worker that releases and at once takes the lock
+/// again cannot keep it from a real waiter that has waited 10 ms: the
+/// release hands the lock to the waiter (new fence), the worker's retry is
+/// refused, and the waiter's `acquire` returns the handed-over lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn notify_waiter_that_waited_10_ms_gets_the_lock_ahead_of_the_releasing_worker() -> Result<()>
+{
+    let server = RedisServer::start();
+    let worker = LockClient::connect(&server.url()).await?;
+    let keys = worker.keys("job", KeyLayout::HashTagged)?;
+    let h = worker
+        .try_acquire("job", &holder_opts(Duration::from_secs(10)))
+        .await?;
+    let waiter_client = LockClient::connect(&server.url()).await?;
+    // 30 s waiter lease: the waiter retries by itself only every 10 s.
+    let waiter = spawn_acquire(
+        &waiter_client,
+        "job",
+        &waiter_opts(WaitMode::Notify, Duration::from_secs(30)),
+    );
+    queued(&server, &keys, 1).await?;
+    // Its arrival was recorded before it showed in the queue: after this
+    // sleep it has waited at least 20 ms.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let h_fence = h.fence();
+    ensure!(h.release().await? == ReleaseOutcome::Released);
+    let again = worker
+        .try_acquire("job", &holder_opts(Duration::from_secs(10)))
+        .await;
+    ensure!(
+        matches!(again, Err(Error::Contended { .. })),
+        "the releasing worker took the lock back: {again:?}"
+    );
+    let (lease, _) = granted(waiter, POLL_DEADLINE).await?;
+    ensure!(lease.fence() > h_fence);
+    ensure!(
+        lease.remaining() > Duration::from_secs(5),
+        "renewed to its ttl"
+    );
     ensure!(lease.release().await? == ReleaseOutcome::Released);
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Measuring instruments: Redis's own round-trip rate, its INFO counters,
-//! precise holds, and summary statistics.
+//! and summary statistics.
 
 use std::time::Duration;
 
@@ -104,13 +104,6 @@ impl ServerCounters {
             later.cpu_s - self.cpu_s,
         )
     }
-}
-
-/// Holds for `hold` precisely without burning a core: a blocking-pool thread
-/// sleeps (`nanosleep` is accurate to tens of µs, a tokio timer only to about
-/// a millisecond: a 1 ms tokio sleep lasts about 2 ms).
-pub(crate) async fn hold_for(hold: Duration) {
-    let _ = tokio::task::spawn_blocking(move || std::thread::sleep(hold)).await;
 }
 
 /// The `q`-quantile (0..=1) of `sorted`, in the samples' unit.

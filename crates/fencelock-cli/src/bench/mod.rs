@@ -3,7 +3,7 @@
 //!
 //! | module | concern |
 //! |---|---|
-//! | `measure` | PING rates, INFO counters, precise holds, statistics |
+//! | `measure` | PING rates, INFO counters, statistics |
 //! | `scenarios` | uncontended, contended (per wait mode), many |
 //! | `plot` | the `--plot` SVG |
 
@@ -101,7 +101,7 @@ async fn run_on(global: &Global, args: &BenchArgs, url: &str) -> anyhow::Result<
                 if !args.json {
                     println!();
                     println!(
-                        "contended: {} workers with their own connections, one name, hold {} ms",
+                        "contended: {} workers (threads with their own runtime and connections), one name, hold {} ms",
                         args.workers,
                         args.hold.as_secs_f64() * 1e3
                     );

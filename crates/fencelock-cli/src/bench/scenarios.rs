@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencelock::{LockClient, LockOptions, WaitMode};
 use tokio::time::Instant;
 
-use super::measure::{ServerCounters, hold_for, jain, ping_rate, ping_rate_parallel, quantile};
+use super::measure::{ServerCounters, jain, ping_rate, ping_rate_parallel, quantile};
 
 /// Settings shared by the scenarios.
 #[derive(Debug, Clone)]
@@ -74,7 +74,8 @@ async fn uncontended_on(setup: &Setup, name: &str) -> anyhow::Result<Uncontended
     })
 }
 
-/// Workers with their own connections contending for one name.
+/// Workers (threads with their own runtime and connections) contending for
+/// one name.
 #[derive(Debug, Clone)]
 pub(crate) struct Contended {
     pub(crate) mode: WaitMode,
@@ -125,55 +126,72 @@ pub(crate) async fn contended(
         .clone()
         .wait_mode(mode)
         .wait(Duration::from_secs(60));
-    let mut clients = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        clients.push(setup.client().await?);
-    }
     let inside = Arc::new(AtomicI64::new(0));
     let overlaps = Arc::new(AtomicI64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let before = ServerCounters::read(&setup.url).await?;
-    let started = Instant::now();
-    let tasks: Vec<_> = clients
-        .into_iter()
-        .enumerate()
-        .map(|(worker, client)| {
-            let (name, opts, inside, overlaps, stop) = (
-                name.clone(),
-                opts.clone(),
-                inside.clone(),
-                overlaps.clone(),
-                stop.clone(),
-            );
-            tokio::spawn(async move {
-                let mut sections = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    let requested = Instant::now();
-                    let lease = client.acquire(&name, &opts).await?;
-                    let granted = Instant::now();
-                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                        overlaps.fetch_add(1, Ordering::SeqCst);
+    // Each worker is a thread with its own single-threaded runtime and its
+    // own client, as separate worker processes would be: a wake-up reaches
+    // the worker's own thread, not a task shared out among the runtime
+    // threads of one process. The hold blocks that thread on purpose
+    // (`nanosleep` is precise; a tokio timer sleeps about 1 ms too long).
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
+    let go = Arc::new(tokio::sync::Notify::new());
+    let threads: Vec<_> = (0..workers)
+        .map(|worker| {
+            let (setup, name, opts) = (setup.clone(), name.clone(), opts.clone());
+            let (inside, overlaps, stop) = (inside.clone(), overlaps.clone(), stop.clone());
+            let (ready_tx, go) = (ready_tx.clone(), go.clone());
+            std::thread::spawn(move || -> anyhow::Result<Vec<Section>> {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(async move {
+                    // Ready is signalled even when connecting failed, so the
+                    // start never waits for a worker that is gone.
+                    let started = go.notified();
+                    let client = setup.client().await;
+                    let _ = ready_tx.send(());
+                    let client = client?;
+                    started.await;
+                    let mut sections = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let requested = Instant::now();
+                        let lease = client.acquire(&name, &opts).await?;
+                        let granted = Instant::now();
+                        if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                        std::thread::sleep(hold);
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        let released = Instant::now();
+                        lease.release().await?;
+                        sections.push(Section {
+                            worker,
+                            requested,
+                            granted,
+                            released,
+                        });
                     }
-                    hold_for(hold).await;
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    let released = Instant::now();
-                    lease.release().await?;
-                    sections.push(Section {
-                        worker,
-                        requested,
-                        granted,
-                        released,
-                    });
-                }
-                anyhow::Ok(sections)
+                    anyhow::Ok(sections)
+                })
             })
         })
         .collect();
+    drop(ready_tx);
+    for _ in 0..workers {
+        if ready_rx.recv().await.is_none() {
+            break;
+        }
+    }
+    let before = ServerCounters::read(&setup.url).await?;
+    let started = Instant::now();
+    go.notify_waiters();
     tokio::time::sleep(setup.duration).await;
     stop.store(true, Ordering::Relaxed);
     let mut sections = Vec::new();
-    for t in tasks {
-        sections.extend(t.await??);
+    for t in threads {
+        let joined = tokio::task::spawn_blocking(move || t.join()).await?;
+        sections.extend(joined.map_err(|_| anyhow::anyhow!("a bench worker panicked"))??);
     }
     let elapsed = started.elapsed().as_secs_f64();
     let after = ServerCounters::read(&setup.url).await?;

@@ -6,8 +6,9 @@
 --   KEYS[2] fence key (last fence issued)
 --   KEYS[3] wait queue: zset member -> arrival time in µs
 --   KEYS[4] waiter leases: zset member -> lease end in ms
--- Queue members: "CLIENT:WAITER" (notify mode: woken at release) or
--- "CLIENT:WAITER:TTL_MS:WAITER_LEASE_MS:TOKEN" (fair mode: handed the lock).
+-- Queue members: "CLIENT:WAITER:MODE:TTL_MS:WAITER_LEASE_MS:TOKEN", MODE
+-- "fair" or "notify": what a release needs to wake the waiter or hand it the
+-- lock. The queue score is the waiter's arrival time in µs.
 --
 -- ARGV[1] is the operation; the others depend on it (see each branch).
 -- Common to all: the fence mode ("clock"/"counter"), the lock value format
@@ -19,6 +20,14 @@
 -- refused before anything changes.
 
 local op = ARGV[1]
+
+-- A notify waiter that has waited this long (µs since it queued) is handed
+-- the lock at the next release, as a fair waiter always is: workers may
+-- barge in ahead of a waiter, but never starve it (the starvation mode of
+-- Go's sync.Mutex).
+local STARVING_US = 10000
+
+local MEMBER = '^([^:]+):([^:]+):(%a+):(%d+):(%d+):(.+)$'
 
 local function now_us()
   local t = redis.call('TIME')
@@ -79,21 +88,23 @@ local function dequeue(member)
   redis.call('ZREM', KEYS[4], member)
 end
 
--- The first queued waiter whose lease has not ended; dead ones are dropped.
+-- The first queued waiter whose lease has not ended, and its arrival time in
+-- µs; dead ones are dropped.
 local function live_head(now_ms)
   for _ = 1, 64 do
-    local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    local head = first[1]
     if not head then return nil end
     local lease_end = tonumber(redis.call('ZSCORE', KEYS[4], head))
-    if lease_end and lease_end > now_ms then return head end
+    if lease_end and lease_end > now_ms then return head, tonumber(first[2]) end
     dequeue(head)
   end
   return nil
 end
 
--- After the lock became free: hand it to the head waiter (fair members) or
--- wake it (notify members). One message to one waiter per call: the Redis
--- work does not grow with the number of waiters.
+-- After the lock became free: hand it to the head waiter (a fair one, or a
+-- notify one that is starving) or wake it (a notify one). One message to one
+-- waiter per call: the Redis work does not grow with the number of waiters.
 -- The fence key is read only when there is a waiter to hand over to; if it
 -- is unusable the head is only woken, and its own grant attempt reports the
 -- problem.
@@ -102,11 +113,12 @@ local function pass_on(mode, format, retention, prefix, publish)
   local last, err = checked_last()
   if err then last = false end
   local now = now_us()
-  local head = live_head(math.floor(now / 1000))
+  local head, arrived = live_head(math.floor(now / 1000))
   if not head then return end
-  local client, waiter, ttl, wlease, token =
-    string.match(head, '^([^:]+):([^:]+):(%d+):(%d+):(.+)$')
-  if not token or last == false then
+  local client, waiter, wmode, ttl, wlease, token = string.match(head, MEMBER)
+  local hand = token and last ~= false
+    and (wmode == 'fair' or now - arrived >= STARVING_US)
+  if not hand then
     client, waiter = string.match(head, '^([^:]+):([^:]+)')
     -- pcall: a wake-up is best effort (waiters retry on their own), and a
     -- user without channel permission must still be able to release.
