@@ -122,6 +122,28 @@ fn check_contended(obj: &Map<String, Value>, workers: u64) {
     assert!(num(obj, "commands_per_completion") >= 2.0, "{obj:?}");
     assert!(num(obj, "redis_cpu_ms_per_1k") >= 0.0, "{obj:?}");
     assert_eq!(count(obj, "overlaps"), 0, "holders overlapped: {obj:?}");
+    // The handoff floor bounds the utilization: real hold ÷ (real hold +
+    // floor), below 1 since a hand-over takes time.
+    let floor = positive(obj, "handoff_floor_ms");
+    let hold = positive(obj, "real_hold_ms");
+    let bound = positive(obj, "utilization_bound");
+    let expected = hold / (hold + floor);
+    assert!(
+        (bound - expected).abs() <= 0.002 && bound < 1.0,
+        "utilization_bound {bound}, expected {expected}: {obj:?}"
+    );
+}
+
+/// The fenced floor of a scenario: its rate, its ratio to the scenario's
+/// bound (`ping_field` ÷ 2), and, for uncontended, the ratio of fencelock to it.
+fn check_floor(obj: &Map<String, Value>, ping_field: &str) {
+    let floor = positive(obj, "floor_cycles_per_s");
+    let expected = floor / (positive(obj, ping_field) / 2.0);
+    let ratio = num(obj, "floor_ratio_to_bound");
+    assert!(
+        (ratio - expected).abs() <= 0.002 + expected * 0.002,
+        "floor_ratio_to_bound {ratio}, expected {expected}: {obj:?}"
+    );
 }
 
 /// The full default run on a private server: one uncontended object, one
@@ -158,6 +180,13 @@ fn heavy_bench_json_prints_one_object_per_scenario_and_mode() {
     assert_eq!(text(u, "scenario"), "uncontended");
     positive(u, "cycles_per_s");
     assert_ratio(u, "redis_ping_per_s");
+    check_floor(u, "redis_ping_per_s");
+    let to_floor = positive(u, "ratio_to_floor");
+    let expected = num(u, "cycles_per_s") / num(u, "floor_cycles_per_s");
+    assert!(
+        (to_floor - expected).abs() <= 0.002 + expected * 0.002,
+        "{u:?}"
+    );
 
     let contended = by_scenario(&objects, "contended");
     let modes: Vec<&str> = contended.iter().map(|o| text(o, "mode")).collect();
@@ -175,6 +204,8 @@ fn heavy_bench_json_prints_one_object_per_scenario_and_mode() {
     assert_eq!(count(many[0], "tasks"), 8);
     positive(many[0], "cycles_per_s");
     assert_ratio(many[0], "redis_ping_c64_per_s");
+    check_floor(many[0], "redis_ping_c64_per_s");
+    positive(many[0], "floor_redis_cpu_us_per_cycle");
 
     let scenarios: BTreeSet<&str> = objects.iter().map(|o| text(o, "scenario")).collect();
     assert_eq!(

@@ -4,7 +4,6 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
@@ -104,6 +103,10 @@ pub(crate) struct LeaseState {
     deadline: Mutex<Instant>,
     lost: CancellationToken,
     loss: OnceLock<LossReason>,
+    /// Held by the keeper while it sends a renewal. The release takes it
+    /// once after stopping the keeper, so no renewal can be sent after the
+    /// release, without waiting for the keeper task to end.
+    pub(crate) renewing: tokio::sync::Mutex<()>,
     /// Metrics and stats of this lease (family, hold time, once-only flags).
     pub(crate) metrics: LeaseMetrics,
 }
@@ -122,6 +125,7 @@ impl LeaseState {
             deadline: Mutex::new(grant.deadline),
             lost: CancellationToken::new(),
             loss: OnceLock::new(),
+            renewing: tokio::sync::Mutex::new(()),
             metrics,
         }
     }
@@ -329,7 +333,6 @@ impl LeaseHandle {
 pub struct Lease {
     handle: LeaseHandle,
     stop: CancellationToken,
-    keeper: Option<JoinHandle<()>>,
     finished: bool,
 }
 
@@ -348,7 +351,8 @@ impl Lease {
     pub(crate) fn start(state: LeaseState, renew_every: Option<Duration>, renew_now: bool) -> Self {
         let state = Arc::new(state);
         let stop = CancellationToken::new();
-        let keeper = tokio::spawn(crate::renew::keep(
+        // Detached: it ends by itself on `stop`, on loss, or at the deadline.
+        tokio::spawn(crate::renew::keep(
             state.clone(),
             Instant::now(),
             renew_every,
@@ -358,7 +362,6 @@ impl Lease {
         Lease {
             handle: LeaseHandle { state },
             stop,
-            keeper: Some(keeper),
             finished: false,
         }
     }
@@ -370,7 +373,8 @@ impl Lease {
     }
 
     /// Releases the lock if it is still ours (compare-and-delete). Renewal is
-    /// stopped first and awaited, so no renewal reaches Redis afterwards.
+    /// stopped first (a renewal in flight is awaited), so no renewal reaches
+    /// Redis afterwards.
     ///
     /// # Errors
     /// Connection errors. The lease is finished either way; if the release did
@@ -379,11 +383,9 @@ impl Lease {
         self.finished = true;
         self.stop.cancel();
         self.handle.state.metrics.hold_ended();
-        if let Some(keeper) = self.keeper.take() {
-            // The keeper only ends by itself or on `stop`; a join error means it
-            // panicked, which must not prevent the release.
-            let _ = keeper.await;
-        }
+        // The keeper checks `stop` while holding this lock before it sends a
+        // renewal: once we have had it, it sends none.
+        drop(self.handle.state.renewing.lock().await);
         let outcome = self.handle.state.release_once().await?;
         match outcome {
             ReleaseOutcome::Released => {
@@ -407,6 +409,7 @@ impl Drop for Lease {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let state = self.handle.state.clone();
             runtime.spawn(async move {
+                drop(state.renewing.lock().await);
                 if let Err(e) = state.release_once().await {
                     tracing::debug!(lock = %state.name, error = %e, "best-effort release on drop failed; the lock expires by ttl");
                 }

@@ -12,8 +12,10 @@
 //! and warns once per lease when the lag exceeds a third of the ttl, with a
 //! suggested ttl ("measure the pauses you actually have").
 //!
-//! It stops as soon as the lease is released or dropped; the release waits
-//! for it first, so no renewal is sent after a release.
+//! It stops as soon as the lease is released or dropped. It sends a renewal
+//! only while holding the lease's `renewing` lock and after checking that it
+//! was not stopped; the release stops it and then takes that lock once, so
+//! no renewal is sent after a release.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +57,10 @@ pub(crate) async fn keep(
             () = stop.cancelled() => return,
             () = sleep_until(wake) => {}
         }
+        // Released meanwhile (this task is not awaited by the release).
+        if stop.is_cancelled() {
+            return;
+        }
         // How late this wake-up is: the process's pauses, measured.
         if interval.is_some() {
             let lag = Instant::now().saturating_duration_since(wake);
@@ -69,6 +75,10 @@ pub(crate) async fn keep(
         let Some(due) = next else { continue };
         if Instant::now() < due {
             continue;
+        }
+        let _sending = state.renewing.lock().await;
+        if stop.is_cancelled() {
+            return;
         }
         tokio::select! {
             biased;

@@ -4,9 +4,11 @@
 //! | module | concern |
 //! |---|---|
 //! | `measure` | PING rates, INFO counters, statistics |
+//! | `floor` | the fenced floor and the handoff floor: the bounds of the targets |
 //! | `scenarios` | uncontended, contended (per wait mode), many |
 //! | `plot` | the `--plot` SVG |
 
+mod floor;
 mod measure;
 mod plot;
 mod scenarios;
@@ -83,6 +85,9 @@ async fn run_on(global: &Global, args: &BenchArgs, url: &str) -> anyhow::Result<
                             "scenario": "uncontended", "mode": mode_name(r.mode),
                             "cycles_per_s": round(r.cycles_per_s), "redis_ping_per_s": round(r.redis_ping_per_s),
                             "ratio_to_bound": round3(r.ratio_to_bound),
+                            "floor_cycles_per_s": round(r.floor_cycles_per_s),
+                            "floor_ratio_to_bound": round3(r.floor_cycles_per_s / (r.redis_ping_per_s / 2.0)),
+                            "ratio_to_floor": round3(r.cycles_per_s / r.floor_cycles_per_s),
                         })
                     );
                 } else {
@@ -95,9 +100,26 @@ async fn run_on(global: &Global, args: &BenchArgs, url: &str) -> anyhow::Result<
                         "  cycles/s {:>10.0}   Redis PING/s {:>10.0}   ratio to the 2-round-trip bound {:.2}",
                         r.cycles_per_s, r.redis_ping_per_s, r.ratio_to_bound
                     );
+                    println!(
+                        "  fenced floor {:>6.0} cycles/s (ratio to the bound {:.2}); fencelock reaches {:.2} of it",
+                        r.floor_cycles_per_s,
+                        r.floor_cycles_per_s / (r.redis_ping_per_s / 2.0),
+                        r.cycles_per_s / r.floor_cycles_per_s
+                    );
                 }
             }
             ScenarioArg::Contended => {
+                let handoff_floor = with_progress(
+                    "handoff floor",
+                    args.hold * 200,
+                    floor::handoff_ms(
+                        url,
+                        &format!("{}bench:{run_id}:floor", global.prefix),
+                        args.hold,
+                        200,
+                    ),
+                )
+                .await?;
                 if !args.json {
                     println!();
                     println!(
@@ -145,6 +167,8 @@ async fn run_on(global: &Global, args: &BenchArgs, url: &str) -> anyhow::Result<
                                 "jain_fairness": round3(r.jain_fairness),
                                 "commands_per_completion": round3(r.commands_per_completion),
                                 "redis_cpu_ms_per_1k": round3(r.redis_cpu_ms_per_1k), "overlaps": r.overlaps,
+                                "handoff_floor_ms": round3(handoff_floor),
+                                "utilization_bound": round3(r.utilization_bound(handoff_floor)),
                             })
                         );
                     } else {
@@ -172,6 +196,20 @@ async fn run_on(global: &Global, args: &BenchArgs, url: &str) -> anyhow::Result<
                         .map(|r| format!("{} {:.3} ms", mode_name(r.mode), r.real_hold_ms))
                         .collect();
                     println!("  measured hold per completion: {}", holds.join(", "));
+                    let bounds: Vec<String> = contended_runs
+                        .iter()
+                        .map(|r| {
+                            format!(
+                                "{} {:.3}",
+                                mode_name(r.mode),
+                                r.utilization_bound(handoff_floor)
+                            )
+                        })
+                        .collect();
+                    println!(
+                        "  handoff floor (a publishing script after a hold -> another connection receives it) p50 {handoff_floor:.3} ms: utilization bound {}",
+                        bounds.join(", ")
+                    );
                     println!(
                         "  (times in ms; hand = release -> grant to a different worker; same % = grants back to the releasing worker; cpu/1k = Redis CPU ms per 1,000 completions; ovl = overlapping holders, must be 0)"
                     );
@@ -192,6 +230,9 @@ async fn run_on(global: &Global, args: &BenchArgs, url: &str) -> anyhow::Result<
                             "redis_ping_c64_per_s": round(r.redis_ping_c64_per_s), "ratio_to_bound": round3(r.ratio_to_bound),
                             "redis_cpu_us_per_cycle": round3(r.redis_cpu_us_per_cycle),
                             "commands_per_cycle": round3(r.commands_per_cycle),
+                            "floor_cycles_per_s": round(r.floor.cycles_per_s),
+                            "floor_ratio_to_bound": round3(r.floor.cycles_per_s / (r.redis_ping_c64_per_s / 2.0)),
+                            "floor_redis_cpu_us_per_cycle": round3(r.floor.redis_cpu_us_per_cycle),
                         })
                     );
                 } else {
@@ -207,6 +248,13 @@ async fn run_on(global: &Global, args: &BenchArgs, url: &str) -> anyhow::Result<
                         r.redis_ping_c64_per_s,
                         r.ratio_to_bound,
                         r.redis_cpu_us_per_cycle
+                    );
+                    println!(
+                        "  fenced floor {:>6.0} cycles/s (ratio to the bound {:.2}, Redis CPU {:.1} µs/cycle); fencelock reaches {:.2} of it",
+                        r.floor.cycles_per_s,
+                        r.floor.cycles_per_s / (r.redis_ping_c64_per_s / 2.0),
+                        r.floor.redis_cpu_us_per_cycle,
+                        r.cycles_per_s / r.floor.cycles_per_s
                     );
                 }
             }

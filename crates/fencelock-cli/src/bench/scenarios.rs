@@ -7,6 +7,7 @@ use std::time::Duration;
 use fencelock::{LockClient, LockOptions, WaitMode};
 use tokio::time::Instant;
 
+use super::floor;
 use super::measure::{ServerCounters, jain, ping_rate, ping_rate_parallel, quantile};
 
 /// Settings shared by the scenarios.
@@ -35,6 +36,8 @@ pub(crate) struct Uncontended {
     pub(crate) redis_ping_per_s: f64,
     pub(crate) ratio_to_bound: f64,
     pub(crate) mode: WaitMode,
+    /// The fenced floor (see `floor`) on one connection, same runtime.
+    pub(crate) floor_cycles_per_s: f64,
 }
 
 pub(crate) async fn uncontended(setup: &Setup, run_id: &str) -> anyhow::Result<Uncontended> {
@@ -53,6 +56,13 @@ pub(crate) async fn uncontended(setup: &Setup, run_id: &str) -> anyhow::Result<U
 
 async fn uncontended_on(setup: &Setup, name: &str) -> anyhow::Result<Uncontended> {
     let ping = ping_rate(&setup.url, setup.duration / 2).await?;
+    let floor = floor::fenced(
+        &setup.url,
+        &format!("{}{name}:floor:", setup.prefix),
+        1,
+        setup.duration / 2,
+    )
+    .await?;
     let client = setup.client().await?;
     let opts = client.options();
     // Warm up: scripts loaded, connections open.
@@ -71,6 +81,7 @@ async fn uncontended_on(setup: &Setup, name: &str) -> anyhow::Result<Uncontended
         redis_ping_per_s: ping,
         ratio_to_bound: cycles / (ping / 2.0),
         mode: opts.wait_mode_value(),
+        floor_cycles_per_s: floor.cycles_per_s,
     })
 }
 
@@ -101,6 +112,12 @@ impl Contended {
 
     pub(crate) fn handoff_ms(&self, q: f64) -> f64 {
         quantile(&self.handoffs_ms, q)
+    }
+
+    /// The utilization a hand-over taking `handoff_floor_ms` allows with this
+    /// run's real hold.
+    pub(crate) fn utilization_bound(&self, handoff_floor_ms: f64) -> f64 {
+        self.real_hold_ms / (self.real_hold_ms + handoff_floor_ms)
     }
 }
 
@@ -271,10 +288,19 @@ pub(crate) struct Many {
     pub(crate) ratio_to_bound: f64,
     pub(crate) redis_cpu_us_per_cycle: f64,
     pub(crate) commands_per_cycle: f64,
+    /// The fenced floor (see `floor`) with as many tasks on one connection.
+    pub(crate) floor: floor::Floor,
 }
 
 pub(crate) async fn many(setup: &Setup, run_id: &str, tasks: usize) -> anyhow::Result<Many> {
     let ping = ping_rate_parallel(&setup.url, tasks, setup.duration / 2).await?;
+    let floor = floor::fenced(
+        &setup.url,
+        &format!("{}bench:{run_id}:many-floor:", setup.prefix),
+        tasks,
+        setup.duration / 2,
+    )
+    .await?;
     let client = setup.client().await?;
     let opts = client.options();
     let stop = Arc::new(AtomicBool::new(false));
@@ -311,6 +337,7 @@ pub(crate) async fn many(setup: &Setup, run_id: &str, tasks: usize) -> anyhow::R
         ratio_to_bound: cycles / (ping / 2.0),
         redis_cpu_us_per_cycle: cpu_s * 1e6 / total.max(1) as f64,
         commands_per_cycle: commands as f64 / total.max(1) as f64,
+        floor,
     })
 }
 
