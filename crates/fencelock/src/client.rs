@@ -321,7 +321,7 @@ impl LockClient {
                 w.member(),
                 opts.wait_mode.as_arg(),
                 opts.ttl.as_millis(),
-                opts.waiter_lease.as_millis()
+                opts.handover_lease().as_millis()
             ),
             None => String::new(),
         };
@@ -555,7 +555,7 @@ impl LockClient {
         opts: &LockOptions,
         refused_at: Instant,
     ) -> Option<Lease> {
-        let provisional = opts.ttl.min(opts.waiter_lease);
+        let provisional = opts.handover_lease();
         let deadline = refused_at + provisional - drift(provisional);
         if deadline.saturating_duration_since(Instant::now()) < provisional / 4 {
             return None;

@@ -141,7 +141,8 @@ pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
 pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};
 pub use options::{
-    DEFAULT_WAITER_LEASE, FenceMode, LockOptions, MAX_TTL, MIN_TTL, Renewal, WaitMode,
+    DEFAULT_WAITER_LEASE, FenceMode, LockOptions, MAX_TTL, MIN_TTL, NOTIFY_HANDOVER_LEASE, Renewal,
+    WaitMode,
 };
 #[cfg(feature = "postgres")]
 pub use resource::postgres::{

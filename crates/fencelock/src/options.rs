@@ -66,8 +66,8 @@ pub enum WaitMode {
     /// pub/sub (one message per release, however many wait). Any worker may
     /// take a free lock, so the releasing worker may take it back ahead of
     /// the woken waiter; but once the head has waited 10 ms, the release
-    /// hands the lock over to it as in [`WaitMode::Fair`], so nobody
-    /// starves. A waiter also retries when the holder's lease runs out and
+    /// hands the lock over to it as in [`WaitMode::Fair`] (for
+    /// [`NOTIFY_HANDOVER_LEASE`] until it renews), so nobody starves. A waiter also retries when the holder's lease runs out and
     /// at least every third of its waiter lease, so a lost message or a
     /// crashed holder never stalls it.
     #[default]
@@ -101,6 +101,11 @@ impl WaitMode {
 /// Default waiter lease: how long a queued waiter keeps its place without
 /// renewing it (it renews every third of it while waiting).
 pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(1);
+
+/// How long a lock handed over to a starving notify waiter lasts until that
+/// waiter renews it (at once, on receipt). Short, so a waiter that vanished
+/// while queued holds up the ones behind it for no longer than this.
+pub const NOTIFY_HANDOVER_LEASE: Duration = Duration::from_millis(100);
 
 /// Background renewal of a held lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -231,6 +236,18 @@ impl LockOptions {
     /// The waiter lease.
     pub fn waiter_lease_value(&self) -> Duration {
         self.waiter_lease
+    }
+
+    /// How long a lock handed over to a waiter of these options lasts until
+    /// it renews it: min(ttl, waiter lease) in fair mode, and at most
+    /// [`NOTIFY_HANDOVER_LEASE`] in notify mode. Queue members carry it, so
+    /// the release that hands over and the waiter agree on it.
+    pub(crate) fn handover_lease(&self) -> Duration {
+        let lease = self.ttl.min(self.waiter_lease);
+        match self.wait_mode {
+            WaitMode::Fair => lease,
+            _ => lease.min(NOTIFY_HANDOVER_LEASE),
+        }
     }
 
     /// The lease ttl.

@@ -37,8 +37,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use fencelock::{
-    Error, Fence, KeyLayout, Lease, LockClient, LockKeys, LockOptions, ReleaseOutcome, Renewal,
-    WaitMode,
+    Error, Fence, KeyLayout, Lease, LockClient, LockKeys, LockOptions, NOTIFY_HANDOVER_LEASE,
+    ReleaseOutcome, Renewal, WaitMode,
 };
 use fencelock_testkit::{RedisServer, Worker};
 use tokio::task::JoinHandle;
@@ -923,10 +923,12 @@ async fn fair_cancelled_waiter_leaves_the_queue() -> Result<()> {
     Ok(())
 }
 
-/// Notify: a queued waiter process SIGKILLed at the head of the queue. The
-/// release wakes only the head (one message per release), so the waiter
-/// behind it is told nothing; it must still get the lock within a third of
-/// its own waiter lease (its periodic retry).
+/// Notify: a queued waiter process SIGKILLed at the head of the queue, with
+/// a long (5 s) waiter lease. It has waited more than 10 ms, so the release
+/// hands it the lock, for 100 ms only (not its waiter lease, as fair mode
+/// would); the waiter behind it is told nothing (one message per release)
+/// and must still get the lock within a third of its own waiter lease (its
+/// periodic retry).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_notify_sigkilled_head_delays_the_next_waiter_at_most_a_third_of_its_waiter_lease()
 -> Result<()> {
@@ -948,10 +950,23 @@ async fn heavy_notify_sigkilled_head_delays_the_next_waiter_at_most_a_third_of_i
     let b = spawn_acquire(&b_client, "job", &waiter_opts(WaitMode::Notify, wlease));
     let q = queued(&server, &keys, 2).await?;
     ensure!(q[0] == dead_member, "the worker is not the head: {q:?}");
+    let dead_token = member_token(&dead_member)?.to_string();
     dead.kill();
+    // The head queued before B did: after this it has surely waited 20 ms.
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let h_fence = h.fence();
     let released_at = Instant::now();
     ensure!(h.release().await? == ReleaseOutcome::Released);
+    let handed = get(&server, &keys.lock).context("the release handed the lock to nobody")?;
+    ensure!(
+        handed.starts_with(&format!("{dead_token}:")),
+        "the release did not hand the lock to the starving head: {handed:?}"
+    );
+    let provisional = pttl(&server, &keys.lock);
+    ensure!(
+        provisional <= NOTIFY_HANDOVER_LEASE.as_millis() as i64,
+        "the dead head's provisional lease is {provisional} ms"
+    );
     let (lease, granted_at) = granted(b, POLL_DEADLINE).await?;
     let waited = granted_at - released_at;
     eprintln!("B granted {waited:?} after the release (its waiter lease {wlease:?})");
@@ -1060,10 +1075,14 @@ async fn notify_waiter_that_waited_10_ms_gets_the_lock_ahead_of_the_releasing_wo
     );
     let (lease, _) = granted(waiter, POLL_DEADLINE).await?;
     ensure!(lease.fence() > h_fence);
-    ensure!(
-        lease.remaining() > Duration::from_secs(5),
-        "renewed to its ttl"
-    );
+    // Handed over for 100 ms; its keeper renews it to the full ttl at once.
+    poll(
+        "the renewal of the handed-over lease",
+        POLL_DEADLINE,
+        || (lease.remaining() > Duration::from_secs(5)).then_some(()),
+    )
+    .await?;
+    ensure!(!lease.is_lost());
     ensure!(lease.release().await? == ReleaseOutcome::Released);
     Ok(())
 }

@@ -6,9 +6,10 @@
 --   KEYS[2] fence key (last fence issued)
 --   KEYS[3] wait queue: zset member -> arrival time in µs
 --   KEYS[4] waiter leases: zset member -> lease end in ms
--- Queue members: "CLIENT:WAITER:MODE:TTL_MS:WAITER_LEASE_MS:TOKEN", MODE
--- "fair" or "notify": what a release needs to wake the waiter or hand it the
--- lock. The queue score is the waiter's arrival time in µs.
+-- Queue members: "CLIENT:WAITER:MODE:TTL_MS:HANDOVER_MS:TOKEN", MODE "fair"
+-- or "notify": what a release needs to wake the waiter or hand it the lock
+-- (for HANDOVER_MS, until the waiter renews it). The queue score is the
+-- waiter's arrival time in µs.
 --
 -- ARGV[1] is the operation; the others depend on it (see each branch).
 -- Common to all: the fence mode ("clock"/"counter"), the lock value format
@@ -115,7 +116,7 @@ local function pass_on(mode, format, retention, prefix, publish)
   local now = now_us()
   local head, arrived = live_head(math.floor(now / 1000))
   if not head then return end
-  local client, waiter, wmode, ttl, wlease, token = string.match(head, MEMBER)
+  local client, waiter, wmode, ttl, handover, token = string.match(head, MEMBER)
   local hand = token and last ~= false
     and (wmode == 'fair' or now - arrived >= STARVING_US)
   if not hand then
@@ -126,10 +127,11 @@ local function pass_on(mode, format, retention, prefix, publish)
     return
   end
   -- Hand over: mint the fence and grant in this same script. Until the new
-  -- holder renews (at once), the lease lasts only its waiter lease, so a
-  -- waiter that vanished cannot keep the lock for a whole ttl.
+  -- holder renews (at once), the lease lasts only its hand-over lease (its
+  -- waiter lease in fair mode, at most 100 ms in notify mode), so a waiter
+  -- that vanished cannot keep the lock for a whole ttl.
   local fence = mint(mode, last, retention, now)
-  local px = math.min(tonumber(ttl), tonumber(wlease))
+  local px = math.min(tonumber(ttl), tonumber(handover))
   redis.call('SET', KEYS[1], lock_value(token, fence, format), 'PX', px)
   dequeue(head)
   redis.pcall(publish, prefix .. client, waiter .. ' ' .. string.format('%d', fence))
