@@ -682,6 +682,65 @@ mod tests {
     use crate::options::FenceMode;
     use fencelock_testkit::RedisServer;
 
+    /// The release script wakes a waiter with whichever publish command it is
+    /// given: `SPUBLISH` (sharded pub/sub, for Cluster) reaches a connection
+    /// subscribed with `SSUBSCRIBE` to the waiter's channel, which shares the
+    /// lock's hash slot.
+    #[tokio::test]
+    async fn the_release_script_wakes_over_sharded_pub_sub() -> Result<()> {
+        let server = RedisServer::start();
+        let client = LockClient::connect(&server.url()).await?;
+        let keys = client.keys("job", KeyLayout::HashTagged)?;
+        let channel = format!("{}ghostclient", keys.wake_prefix);
+        let mut sub = redis::Client::open(server.url())
+            .and_then(|c| c.get_connection())
+            .map_err(Error::Redis)?;
+        sub.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(Error::Redis)?;
+        sub.send_packed_command(&redis::cmd("SSUBSCRIBE").arg(&channel).get_packed_command())
+            .map_err(Error::Redis)?;
+        let confirmed = sub.recv_response().map_err(Error::Redis)?;
+        assert!(
+            format!("{confirmed:?}").contains("ssubscribe"),
+            "{confirmed:?}"
+        );
+
+        let opts = LockOptions::default().renewal(crate::Renewal::Off);
+        let lease = client.try_acquire("job", &opts).await?;
+        // A young notify waiter (arrival far in the future): woken, not handed.
+        let member = "ghostclient:7:notify:10000:100:0b5e7a9c-0000-4000-8000-000000000001";
+        server.cmd(&["ZADD", &keys.queue, "99999999999999999", member]);
+        server.cmd(&["ZADD", &keys.waiters, "99999999999999", member]);
+        let mint = MintArgs::new(&opts);
+        let value = format!("{}:{}", lease.token(), lease.fence());
+        let released: i64 = client
+            .inner
+            .conn
+            .run(
+                &scripts::LOCK,
+                &keys.all(),
+                &[
+                    "release",
+                    &value,
+                    mint.fence_mode,
+                    mint.format,
+                    &mint.retention,
+                    &keys.wake_prefix,
+                    "SPUBLISH",
+                ],
+            )
+            .await?;
+        assert_eq!(released, 1);
+        let message = sub.recv_response().map_err(Error::Redis)?;
+        let text = format!("{message:?}");
+        assert!(
+            text.contains("smessage") && text.contains(&channel) && text.contains("\"7\""),
+            "{text}"
+        );
+        drop(lease);
+        Ok(())
+    }
+
     /// A retried grant with the same token (its first reply lost) returns the
     /// same fence, mints nothing new and restarts the lease; a different token
     /// is refused.
