@@ -262,7 +262,8 @@ pub(crate) struct BenchArgs {
     /// Measuring time of each scenario (and of each wait mode).
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) duration: Duration,
-    /// Workers of the contended scenario, each with its own connections.
+    /// Workers of the contended scenario, each a thread with its own runtime
+    /// and connections.
     #[arg(long, default_value_t = 8)]
     pub(crate) workers: usize,
     /// How long each contended worker holds the lock.
