@@ -262,7 +262,8 @@ fn heavy_bench_plot_writes_an_svg_with_a_curve_per_mode_and_panel() {
 
 /// Bad arguments exit 64 (EX_USAGE) with a message on stderr and nothing on
 /// stdout: no workers, no tasks, an unparsable duration. `--plot` without
-/// the contended scenario also exits 64 and writes no file.
+/// the contended scenario also exits 64 and writes no file, and so does a
+/// `--plot` path that cannot be created, before any scenario runs.
 #[test]
 fn bench_usage_errors_exit_64() {
     for args in [
@@ -291,4 +292,22 @@ fn bench_usage_errors_exit_64() {
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("--plot"), "{stderr:?}");
     assert!(!svg_path.exists(), "an SVG was written without data");
+
+    // A plot path that cannot be created is refused before anything runs
+    // (with a 10 s duration, a run would print scenario lines first).
+    let unwritable = dir.path().join("no-such-dir").join("waits.svg");
+    let (out, stdout, stderr) = run(&[
+        "bench",
+        "--scenario",
+        "contended",
+        "--json",
+        "--plot",
+        unwritable.to_str().expect("utf-8 temp path"),
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stdout.is_empty(), "a scenario ran: {stdout:?}");
+    assert!(
+        stderr.contains("--plot") && stderr.contains("cannot create"),
+        "{stderr:?}"
+    );
 }

@@ -39,6 +39,21 @@ pub(crate) async fn run(global: &Global, args: &BenchArgs) -> anyhow::Result<u8>
             "--plot needs the contended scenario: add --scenario contended",
         ));
     }
+    // An unwritable plot path is reported now, not after the whole run (an
+    // existing plot is kept until the new one is written).
+    if let Some(path) = &args.plot {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| {
+                exit::fail(
+                    exit::USAGE,
+                    format!("--plot {}: cannot create it: {e}", path.display()),
+                )
+            })?;
+    }
     let (url, private) = PrivateRedis::unless_given(global.redis.as_deref()).await?;
     let result = run_on(global, args, &url).await;
     if let Some(p) = private {
