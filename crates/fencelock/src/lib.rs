@@ -99,7 +99,9 @@
 //! ## Waiting
 //!
 //! [`WaitMode::Notify`] (default): waiters queue and a release wakes the head
-//! through one pub/sub connection per client. [`WaitMode::Fair`]: the release
+//! through one pub/sub connection per client; once the head has waited 10 ms,
+//! the release hands the lock over to it instead, so barging workers cannot
+//! starve it. [`WaitMode::Fair`]: the release
 //! hands the lock (with a freshly minted fence) straight to the head of the
 //! queue, first come first served. [`WaitMode::Poll`]: backoff with jitter,
 //! no queue. Every mode also retries when the holder's lease runs out, so a
