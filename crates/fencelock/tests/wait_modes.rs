@@ -1153,13 +1153,9 @@ async fn heavy_fair_long_lease_head_keeps_its_place_after_a_short_lease_waiter_l
     Ok(())
 }
 
-/// Notify and fair waiters whose Redis user may not use pub/sub channels
-/// (`resetchannels`, the default for new ACL users since Redis 7) cannot
-/// subscribe: they fall back to polling (no queue entry) and still acquire
-/// soon after the release.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn waiters_without_pubsub_permission_fall_back_to_polling() -> Result<()> {
-    let server = RedisServer::start();
+/// Creates an ACL user with every command and key but no pub/sub channel
+/// (`resetchannels`) and returns its URL.
+fn user_without_channels(server: &RedisServer) -> String {
     server.cmd(&[
         "ACL",
         "SETUSER",
@@ -1170,7 +1166,17 @@ async fn waiters_without_pubsub_permission_fall_back_to_polling() -> Result<()> 
         "+@all",
         "resetchannels",
     ]);
-    let url = format!("redis://app:app-pw@{}/", server.addr());
+    format!("redis://app:app-pw@{}/", server.addr())
+}
+
+/// Notify and fair waiters whose Redis user may not use pub/sub channels
+/// (`resetchannels`, the default for new ACL users since Redis 7) cannot
+/// subscribe: they fall back to polling (no queue entry) and still acquire
+/// soon after the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_without_pubsub_permission_fall_back_to_polling() -> Result<()> {
+    let server = RedisServer::start();
+    let url = user_without_channels(&server);
     let holder = LockClient::connect(&url).await?;
     let waiter = LockClient::connect(&url).await?;
     for mode in [WaitMode::Notify, WaitMode::Fair] {
@@ -1212,17 +1218,7 @@ async fn waiters_without_pubsub_permission_fall_back_to_polling() -> Result<()> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn release_by_a_user_without_pubsub_permission_succeeds_with_waiters_queued() -> Result<()> {
     let server = RedisServer::start();
-    server.cmd(&[
-        "ACL",
-        "SETUSER",
-        "app",
-        "on",
-        ">app-pw",
-        "~*",
-        "+@all",
-        "resetchannels",
-    ]);
-    let holder = LockClient::connect(&format!("redis://app:app-pw@{}/", server.addr())).await?;
+    let holder = LockClient::connect(&user_without_channels(&server)).await?;
     let waiter = LockClient::connect(&server.url()).await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let h = holder
