@@ -115,30 +115,16 @@ fn lock_benches(c: &mut Criterion) {
     });
     // The same refused grant as a raw script call on a plain connection:
     // the Redis side of `try_acquire_held`, without the client library.
-    let lock_script = redis::Script::new(include_str!("../src/redis/scripts/lock.lua"));
     let keys = client
         .keys("bench:held", fencelock::KeyLayout::HashTagged)
         .expect("keys");
+    let refused_grant = fencelock::testing::grant_invocation(&keys, "bench-token", &try_opts);
     contended.bench_function("raw_grant_script_refused", |b| {
         b.to_async(&rt).iter(|| {
             let mut conn = ping_conn.clone();
-            let (script, keys) = (&lock_script, &keys);
+            let grant = &refused_grant;
             async move {
-                let reply: redis::Value = script
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&keys.queue)
-                    .key(&keys.waiters)
-                    .arg("grant")
-                    .arg("bench-token")
-                    .arg(10_000)
-                    .arg("clock")
-                    .arg("tagged")
-                    .arg(86_400_000)
-                    .arg("poll")
-                    .arg("")
-                    .arg(1_000)
-                    .arg("0")
+                let reply: redis::Value = grant
                     .invoke_async(&mut conn)
                     .await
                     .expect("the grant script");

@@ -77,15 +77,6 @@ impl LockKeys {
     pub(crate) fn all(&self) -> [&str; 4] {
         [&self.lock, &self.fence, &self.queue, &self.waiters]
     }
-
-    /// Whether the lock value carries the fence (`TOKEN:FENCE`) or is the bare
-    /// token, as the grant script expects it.
-    pub(crate) fn value_format(layout: KeyLayout) -> &'static str {
-        match layout {
-            KeyLayout::HashTagged => "tagged",
-            KeyLayout::Guide => "bare",
-        }
-    }
 }
 
 /// Checks a lock or resource name.

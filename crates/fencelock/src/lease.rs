@@ -1,17 +1,19 @@
-//! A held lease: its fence and token, the loss signal, extend and release.
+//! A held lease as the user sees it: the [`Lease`] guard and its cloneable
+//! [`LeaseHandle`] (fence, token, remaining time, loss signal, extend,
+//! release). The state they share is in `crate::state`; the keeper task that
+//! renews it in `crate::renew`.
 
 use std::ops::Deref;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::error::{Error, LossReason, Result};
+use crate::backend::ops::Checked;
+use crate::error::{LossReason, Result};
 use crate::fence::Fence;
-use crate::keys::LockKeys;
-use crate::metrics::LeaseMetrics;
-use crate::redis::{RedisConn, scripts};
+use crate::state::LeaseState;
 
 /// What [`Lease::release`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,191 +34,12 @@ impl ReleaseOutcome {
     }
 }
 
-/// The reply of one compare-and-pexpire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ExtendReply {
-    Extended,
-    NotOurs(LossReason),
-}
-
-/// Margin subtracted from every lease for clock drift between this host and
-/// Redis and for timer lateness: 1 % of the ttl plus 2 ms (as in Redlock).
-pub(crate) fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
-}
-
-/// How fences are minted for a name: passed to every script call that may
-/// grant (a release or a leave can hand the lock over to the next waiter).
-#[derive(Debug, Clone)]
-pub(crate) struct MintArgs {
-    pub(crate) fence_mode: &'static str,
-    pub(crate) format: &'static str,
-    /// Fence key retention in ms ("0": the fence key never expires).
-    pub(crate) retention: String,
-}
-
-impl MintArgs {
-    pub(crate) fn new(opts: &crate::options::LockOptions) -> Self {
-        let retention = match (opts.fence_mode_value(), opts.layout_value()) {
-            (crate::options::FenceMode::Clock, crate::keys::KeyLayout::HashTagged) => {
-                crate::client::FENCE_RETENTION
-                    .max(opts.ttl_value() * 2)
-                    .as_millis()
-            }
-            // The guide's Python workers INCR the fence key: it must never expire.
-            _ => 0,
-        };
-        MintArgs {
-            fence_mode: opts.fence_mode_value().as_arg(),
-            format: LockKeys::value_format(opts.layout_value()),
-            retention: retention.to_string(),
+impl From<Checked> for ReleaseOutcome {
+    fn from(reply: Checked) -> Self {
+        match reply {
+            Checked::Done => ReleaseOutcome::Released,
+            Checked::NotOurs(reason) => ReleaseOutcome::NotOurs(reason),
         }
-    }
-}
-
-/// What the grant script returned, ready to become a lease.
-#[derive(Debug)]
-pub(crate) struct Grant {
-    pub(crate) name: String,
-    pub(crate) keys: LockKeys,
-    pub(crate) token: String,
-    pub(crate) value: String,
-    pub(crate) fence: Fence,
-    pub(crate) ttl: Duration,
-    pub(crate) deadline: Instant,
-    pub(crate) mint: MintArgs,
-}
-
-/// Shared state of one lease, owned by the guard, its handles and the keeper.
-#[derive(Debug)]
-pub(crate) struct LeaseState {
-    pub(crate) conn: RedisConn,
-    pub(crate) name: String,
-    pub(crate) keys: LockKeys,
-    pub(crate) token: String,
-    /// The exact value stored in the lock key (`TOKEN:FENCE` or `TOKEN`).
-    pub(crate) value: String,
-    pub(crate) fence: Fence,
-    pub(crate) ttl: Duration,
-    mint: MintArgs,
-    /// Local monotonic deadline: when the lease must be assumed gone.
-    deadline: Mutex<Instant>,
-    lost: CancellationToken,
-    loss: OnceLock<LossReason>,
-    /// Held by the keeper while it sends a renewal. The release takes it
-    /// once after stopping the keeper, so no renewal can be sent after the
-    /// release, without waiting for the keeper task to end.
-    pub(crate) renewing: tokio::sync::Mutex<()>,
-    /// Metrics and stats of this lease (family, hold time, once-only flags).
-    pub(crate) metrics: LeaseMetrics,
-}
-
-impl LeaseState {
-    pub(crate) fn new(conn: RedisConn, grant: Grant, metrics: LeaseMetrics) -> Self {
-        LeaseState {
-            conn,
-            name: grant.name,
-            keys: grant.keys,
-            token: grant.token,
-            value: grant.value,
-            fence: grant.fence,
-            ttl: grant.ttl,
-            mint: grant.mint,
-            deadline: Mutex::new(grant.deadline),
-            lost: CancellationToken::new(),
-            loss: OnceLock::new(),
-            renewing: tokio::sync::Mutex::new(()),
-            metrics,
-        }
-    }
-
-    pub(crate) fn deadline(&self) -> Instant {
-        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn push_deadline(&self, candidate: Instant) {
-        let mut d = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-        if candidate > *d {
-            *d = candidate;
-        }
-    }
-
-    /// Declares the lease lost (once) and fires the loss signal.
-    pub(crate) fn mark_lost(&self, reason: LossReason) {
-        if self.loss.set(reason).is_ok() {
-            tracing::warn!(lock = %self.name, fence = %self.fence, %reason, "lease lost");
-            self.metrics.lost(reason);
-            self.lost.cancel();
-        }
-    }
-
-    pub(crate) fn loss_error(&self, fallback: LossReason) -> Error {
-        Error::LockLost {
-            name: self.name.clone(),
-            fence: self.fence,
-            reason: self.loss.get().copied().unwrap_or(fallback),
-        }
-    }
-
-    /// One compare-and-pexpire; moves the deadline forward on success.
-    #[tracing::instrument(name = "renew", level = "debug", skip_all, fields(lock = %self.name, fence = %self.fence, outcome))]
-    pub(crate) async fn extend_once(&self) -> Result<ExtendReply> {
-        let sent = Instant::now();
-        let ttl_ms = self.ttl.as_millis().to_string();
-        let reply = self
-            .conn
-            .run(
-                &scripts::EXTEND,
-                &[&self.keys.lock],
-                &[&self.value, &ttl_ms],
-            )
-            .await;
-        self.metrics.renewal(matches!(reply, Ok(1)));
-        let r: i64 = reply?;
-        Ok(match r {
-            1 => {
-                self.push_deadline(sent + self.ttl - drift(self.ttl));
-                tracing::debug!(lock = %self.name, fence = %self.fence, "lease renewed");
-                ExtendReply::Extended
-            }
-            0 => ExtendReply::NotOurs(LossReason::Expired),
-            _ => ExtendReply::NotOurs(LossReason::TakenOver),
-        })
-    }
-
-    /// One compare-and-delete.
-    #[tracing::instrument(name = "release", level = "debug", skip_all, fields(lock = %self.name, fence = %self.fence, outcome))]
-    pub(crate) async fn release_once(&self) -> Result<ReleaseOutcome> {
-        let keys = &self.keys;
-        let mint = &self.mint;
-        let r: i64 = self
-            .conn
-            .run(
-                &scripts::LOCK,
-                &keys.all(),
-                &[
-                    "release",
-                    &self.value,
-                    mint.fence_mode,
-                    mint.format,
-                    &mint.retention,
-                    &keys.wake_prefix,
-                    crate::client::PUBLISH,
-                ],
-            )
-            .await?;
-        let outcome = match r {
-            1 => ReleaseOutcome::Released,
-            0 => ReleaseOutcome::NotOurs(LossReason::Expired),
-            _ => ReleaseOutcome::NotOurs(LossReason::TakenOver),
-        };
-        if outcome.is_released() {
-            tracing::Span::current().record("outcome", "released");
-        } else {
-            tracing::Span::current().record("outcome", "not_ours");
-            self.metrics.release_not_ours();
-        }
-        Ok(outcome)
     }
 }
 
@@ -233,28 +56,28 @@ pub struct LeaseHandle {
 impl LeaseHandle {
     /// The lock name.
     pub fn name(&self) -> &str {
-        &self.state.name
+        &self.state.grant.name
     }
 
     /// The fence of this grant. Pass it to every write the lock protects.
     pub fn fence(&self) -> Fence {
-        self.state.fence
+        self.state.grant.fence
     }
 
     /// The holder token of this grant (random, 128 bits). Resources store it
     /// next to the fence to tell holders with equal fences apart.
     pub fn token(&self) -> &str {
-        &self.state.token
+        &self.state.grant.token
     }
 
     /// The Redis key holding the lease.
     pub fn key(&self) -> &str {
-        &self.state.keys.lock
+        &self.state.grant.keys.lock
     }
 
     /// The lease ttl that every renewal restores.
     pub fn ttl(&self) -> Duration {
-        self.state.ttl
+        self.state.grant.ttl
     }
 
     /// Time left before the lease must be assumed gone, from the local
@@ -310,8 +133,8 @@ impl LeaseHandle {
             return Err(self.state.loss_error(LossReason::Expired));
         }
         match self.state.extend_once().await? {
-            ExtendReply::Extended => Ok(()),
-            ExtendReply::NotOurs(reason) => {
+            Checked::Done => Ok(()),
+            Checked::NotOurs(reason) => {
                 self.state.mark_lost(reason);
                 Err(self.state.loss_error(reason))
             }
@@ -386,7 +209,7 @@ impl Lease {
         // The keeper checks `stop` while holding this lock before it sends a
         // renewal: once we have had it, it sends none.
         drop(self.handle.state.renewing.lock().await);
-        let outcome = self.handle.state.release_once().await?;
+        let outcome = ReleaseOutcome::from(self.handle.state.release_once().await?);
         match outcome {
             ReleaseOutcome::Released => {
                 tracing::debug!(lock = %self.name(), fence = %self.fence(), "released");
@@ -411,7 +234,7 @@ impl Drop for Lease {
             runtime.spawn(async move {
                 drop(state.renewing.lock().await);
                 if let Err(e) = state.release_once().await {
-                    tracing::debug!(lock = %state.name, error = %e, "best-effort release on drop failed; the lock expires by ttl");
+                    tracing::debug!(lock = %state.grant.name, error = %e, "best-effort release on drop failed; the lock expires by ttl");
                 }
             });
         }

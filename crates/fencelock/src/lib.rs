@@ -123,6 +123,8 @@
 //! and sends a best-effort release when a tokio runtime is running;
 //! otherwise the lock expires after its ttl. It never panics.
 
+mod acquire;
+mod backend;
 mod client;
 mod error;
 mod fence;
@@ -131,20 +133,20 @@ mod lease;
 pub mod metrics;
 mod notify;
 mod options;
-mod redis;
 mod renew;
 mod resource;
+mod state;
 mod wait;
 
-pub use client::{DEFAULT_PREFIX, FENCE_RETENTION, LockClient, LockClientBuilder, LockState};
+pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, LockState};
 pub use error::{Error, LossReason, Result};
 pub use fence::Fence;
 pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
 pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};
 pub use options::{
-    DEFAULT_WAITER_LEASE, FenceMode, LockOptions, MAX_TTL, MIN_TTL, NOTIFY_HANDOVER_LEASE, Renewal,
-    WaitMode,
+    DEFAULT_WAITER_LEASE, FENCE_RETENTION, FenceMode, LockOptions, MAX_TTL, MIN_TTL,
+    NOTIFY_HANDOVER_LEASE, Renewal, STARVATION_THRESHOLD, WaitMode,
 };
 #[cfg(feature = "postgres")]
 pub use resource::postgres::{
@@ -155,6 +157,34 @@ pub use resource::{Fenced, FencedHash, HashState, WriteOutcome, fence_accepts};
 /// `postgres`), so a `PgPool` from it always fits [`FencedTable::new`].
 #[cfg(feature = "postgres")]
 pub use sqlx;
+
+/// Internals for tests and benchmarks that read or write Redis directly
+/// (feature `testing`; not a stable API): the data fencelock keeps in Redis —
+/// lock values, the wait queue's members, wake-up messages — encoded and
+/// decoded exactly as the library does, and raw script calls.
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use crate::backend::wire::*;
+
+    /// The grant script call that [`LockClient::try_acquire`] makes for
+    /// `keys`, `token` and `opts`, to run on any connection.
+    pub fn grant_invocation(
+        keys: &crate::LockKeys,
+        token: &str,
+        opts: &crate::LockOptions,
+    ) -> redis::ScriptInvocation<'static> {
+        crate::backend::invocation(&crate::backend::ops::Grant {
+            keys,
+            mint: crate::backend::ops::Mint::new(opts),
+            token,
+            ttl: opts.ttl,
+            wait_mode: opts.wait_mode,
+            member: None,
+            waiter_lease: opts.waiter_lease,
+            queued: false,
+        })
+    }
+}
 
 /// The README's examples, compiled as doc-tests so they cannot rot.
 #[cfg(doctest)]

@@ -1,10 +1,11 @@
-//! Wake-ups for waiting acquisitions (the notify and fair wait modes).
+//! Wake-ups for waiting acquisitions (the notify and fair wait modes): the
+//! registry of a client's waiters and the routing of wake-ups to them.
 //!
-//! A client keeps ONE pub/sub connection, opened when it first waits, shared
-//! by all its waiters. Each waiter has an id; a queued waiter is the member
-//! `CLIENT:WAITER:…` of a lock's wait queue, and a release wakes the head by
-//! publishing `WAITER` on the channel `WAKE_PREFIX + CLIENT` of that lock, or
-//! `WAITER FENCE` when it handed the lock over to that waiter.
+//! A client keeps ONE pub/sub connection ([`PubSub`]), opened when it first
+//! waits, shared by all its waiters. Each waiter has a number; a queued
+//! waiter is a member of the lock's wait queue (`crate::backend::wire`), and
+//! a release wakes the head by publishing on the channel of that lock and
+//! client, saying whether it handed the lock over (and with which fence).
 //! The client subscribes to that channel once per lock name it waits on, so
 //! a release sends one message to one connection, however many wait.
 //!
@@ -15,17 +16,16 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-
-use redis::aio::ConnectionManager;
-use redis::{PushInfo, PushKind, Value};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::wire::Wake;
+use crate::backend::{Backend, Event, PubSub};
 use crate::error::Result;
-use crate::redis::RedisConn;
+use crate::fence::Fence;
 
 /// Channels kept subscribed with no waiter before idle ones are dropped.
 const MAX_IDLE_CHANNELS: usize = 256;
@@ -34,7 +34,7 @@ const MAX_IDLE_CHANNELS: usize = 256;
 #[derive(Debug, Default)]
 struct Slot {
     notify: Notify,
-    handed: Mutex<Option<u64>>,
+    handed: Mutex<Option<Fence>>,
 }
 
 #[derive(Debug, Default)]
@@ -51,9 +51,7 @@ fn lock(state: &Mutex<WakeState>) -> MutexGuard<'_, WakeState> {
 
 /// The client's pub/sub connection and its waiters.
 pub(crate) struct Wakeups {
-    client_id: String,
-    conn: ConnectionManager,
-    source: RedisConn,
+    conn: PubSub,
     state: Arc<Mutex<WakeState>>,
     /// Stops the reconnect task when the client goes away.
     stop: CancellationToken,
@@ -71,7 +69,7 @@ impl Drop for Wakeups {
 /// dead after Redis was down for more than a moment. Once a PING succeeds the
 /// connection is back and resubscribed, and every waiter retries at once.
 async fn restore(
-    conn: ConnectionManager,
+    conn: PubSub,
     state: Arc<Mutex<WakeState>>,
     mut lost: UnboundedReceiver<()>,
     stop: CancellationToken,
@@ -83,11 +81,9 @@ async fn restore(
         }
         let mut delay = Duration::from_millis(50);
         loop {
-            let mut c = conn.clone();
-            let ping = redis::cmd("PING");
             let ok = tokio::select! {
                 () = stop.cancelled() => return,
-                r = ping.query_async::<Value>(&mut c) => r.is_ok(),
+                ok = conn.ping() => ok,
             };
             if ok {
                 break;
@@ -107,34 +103,28 @@ async fn restore(
 impl std::fmt::Debug for Wakeups {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wakeups")
-            .field("client_id", &self.client_id)
+            .field("conn", &self.conn)
             .finish_non_exhaustive()
     }
 }
 
 impl Wakeups {
     /// Opens the pub/sub connection.
-    pub(crate) async fn connect(source: &RedisConn, client_id: String) -> Result<Self> {
+    pub(crate) async fn connect(backend: &Backend) -> Result<Self> {
         let state = Arc::new(Mutex::new(WakeState::default()));
         let dispatch = state.clone();
         let (lost_tx, lost_rx) = unbounded_channel();
-        let sender = move |push: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
-            if push.kind == PushKind::Disconnection {
-                let _ = lost_tx.send(());
-            }
-            deliver(&dispatch, push);
-            Ok(())
-        };
-        let conn = source.connect_pubsub(sender).await?;
+        let conn = backend
+            .pubsub(move |event| {
+                if event == Event::Disconnected {
+                    let _ = lost_tx.send(());
+                }
+                deliver(&dispatch, event);
+            })
+            .await?;
         let stop = CancellationToken::new();
         tokio::spawn(restore(conn.clone(), state.clone(), lost_rx, stop.clone()));
-        Ok(Wakeups {
-            client_id,
-            conn,
-            source: source.clone(),
-            state,
-            stop,
-        })
+        Ok(Wakeups { conn, state, stop })
     }
 
     /// Registers a waiter on `channel`, subscribing to it first if this
@@ -158,15 +148,12 @@ impl Wakeups {
             }
             (!subscribed, idle)
         };
-        let mut conn = self.conn.clone();
         for c in idle {
             // Best effort: an extra subscription only costs a little memory.
-            let _ = conn.unsubscribe(&c).await;
+            let _ = self.conn.unsubscribe(&c).await;
         }
         if subscribe {
-            conn.subscribe(channel)
-                .await
-                .map_err(|e| self.source.error(e))?;
+            self.conn.subscribe(channel).await?;
         }
         let mut st = lock(&self.state);
         *st.channels.entry(channel.to_string()).or_insert(0) += 1;
@@ -175,7 +162,6 @@ impl Wakeups {
         let slot = Arc::new(Slot::default());
         st.waiters.insert(id, slot.clone());
         Ok(Waiter {
-            member: format!("{}:{id}", self.client_id),
             id,
             slot,
             channel: channel.to_string(),
@@ -184,42 +170,29 @@ impl Wakeups {
     }
 }
 
-/// Routes a push message to its waiter.
-fn deliver(state: &Mutex<WakeState>, push: PushInfo) {
-    match push.kind {
-        PushKind::Message | PushKind::SMessage => {
-            // "WAITER" (wake up and retry) or "WAITER FENCE" (the lock was
-            // handed over to this waiter with that fence).
-            let payload = match push.data.get(1) {
-                Some(Value::BulkString(bytes)) => std::str::from_utf8(bytes).ok(),
-                _ => None,
-            };
-            let mut words = payload.unwrap_or_default().split(' ');
-            let id = words.next().and_then(|w| w.parse::<u64>().ok());
-            let fence = words.next().and_then(|w| w.parse::<u64>().ok());
-            if let Some(id) = id
-                && let Some(slot) = lock(state).waiters.get(&id)
-            {
-                if let Some(fence) = fence {
+/// Routes a pub/sub event to its waiter.
+fn deliver(state: &Mutex<WakeState>, event: Event) {
+    match event {
+        Event::Wake(wake) => {
+            if let Some(slot) = lock(state).waiters.get(&wake.waiter()) {
+                if let Wake::HandedOver { fence, .. } = wake {
                     *slot.handed.lock().unwrap_or_else(|p| p.into_inner()) = Some(fence);
                 }
                 slot.notify.notify_one();
             }
         }
-        PushKind::Disconnection => {
+        Event::Disconnected => {
             // Wake-ups may have been lost while disconnected: everyone retries.
             for slot in lock(state).waiters.values() {
                 slot.notify.notify_one();
             }
         }
-        _ => {}
     }
 }
 
 /// One waiting acquisition's registration. Dropping it unregisters.
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    member: String,
     id: u64,
     slot: Arc<Slot>,
     channel: String,
@@ -227,15 +200,14 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// This waiter's id in the wait queue (`CLIENT:WAITER`); the queue
-    /// member appends the wait mode, ttl, waiter lease and token to it.
-    pub(crate) fn member(&self) -> &str {
-        &self.member
+    /// This waiter's number within its client.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Completes when a release woke this waiter (or one already did since
     /// the last call), with the fence if the lock was handed over to it.
-    pub(crate) async fn woken(&self) -> Option<u64> {
+    pub(crate) async fn woken(&self) -> Option<Fence> {
         self.slot.notify.notified().await;
         self.slot
             .handed

@@ -67,9 +67,10 @@ pub enum WaitMode {
     /// take a free lock, so the releasing worker may take it back ahead of
     /// the woken waiter; but once the head has waited 10 ms, the release
     /// hands the lock over to it as in [`WaitMode::Fair`] (for
-    /// [`NOTIFY_HANDOVER_LEASE`] until it renews), so nobody starves. A waiter also retries when the holder's lease runs out and
-    /// at least every third of its waiter lease, so a lost message or a
-    /// crashed holder never stalls it.
+    /// [`NOTIFY_HANDOVER_LEASE`] until it renews), so nobody starves (see
+    /// [`STARVATION_THRESHOLD`]). A waiter also retries when the holder's
+    /// lease runs out and at least every third of its waiter lease, so a lost
+    /// message or a crashed holder never stalls it.
     #[default]
     Notify,
     /// First come, first served: a free lock is granted only to the head of
@@ -97,6 +98,16 @@ impl WaitMode {
         }
     }
 }
+
+/// How long a clock-mode fence key is kept after the last grant of its name
+/// (at least; twice the ttl if that is longer). Within this window, fences
+/// stay increasing even if the Redis server's clock steps back.
+pub const FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// How long the head of a notify queue may wait before a release hands the
+/// lock over to it instead of only waking it (so workers that barge in ahead
+/// of it cannot starve it; the starvation mode of Go's `sync.Mutex`).
+pub const STARVATION_THRESHOLD: Duration = Duration::from_millis(10);
 
 /// Default waiter lease: how long a queued waiter keeps its place without
 /// renewing it (it renews every third of it while waiting).

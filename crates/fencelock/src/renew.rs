@@ -23,8 +23,9 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::ops::Checked;
 use crate::error::LossReason;
-use crate::lease::{ExtendReply, LeaseState};
+use crate::state::LeaseState;
 
 /// Delay before retrying a renewal that failed with a transient error.
 fn retry_delay(interval: Duration) -> Duration {
@@ -64,7 +65,9 @@ pub(crate) async fn keep(
         // How late this wake-up is: the process's pauses, measured.
         if interval.is_some() {
             let lag = Instant::now().saturating_duration_since(wake);
-            state.metrics.renewal_lag(&state.name, lag, state.ttl);
+            state
+                .metrics
+                .renewal_lag(&state.grant.name, lag, state.grant.ttl);
         }
         // Re-read: a manual extend may have moved the deadline meanwhile.
         let deadline = state.deadline();
@@ -88,14 +91,14 @@ pub(crate) async fn keep(
                     state.mark_lost(LossReason::DeadlinePassed);
                     return;
                 }
-                Ok(Ok(ExtendReply::Extended)) => next = interval.map(|i| Instant::now() + i),
-                Ok(Ok(ExtendReply::NotOurs(reason))) => {
+                Ok(Ok(Checked::Done)) => next = interval.map(|i| Instant::now() + i),
+                Ok(Ok(Checked::NotOurs(reason))) => {
                     state.mark_lost(reason);
                     return;
                 }
                 Ok(Err(e)) => {
-                    tracing::debug!(lock = %state.name, error = %e, "renewal failed; retrying until the deadline");
-                    let every = interval.unwrap_or(state.ttl / 3);
+                    tracing::debug!(lock = %state.grant.name, error = %e, "renewal failed; retrying until the deadline");
+                    let every = interval.unwrap_or(state.grant.ttl / 3);
                     next = Some(Instant::now() + retry_delay(every));
                 }
             }

@@ -1,10 +1,11 @@
 //! A Redis hash guarded by fences (the guide's step 3).
 
+use crate::backend::RedisConn;
+use crate::backend::ops::{Change, FencedWrite};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, validate_name};
 use crate::metrics::StatsHandle;
-use crate::redis::{RedisConn, scripts};
 use crate::resource::{Fenced, WriteOutcome};
 
 /// A Redis hash with fields `value`, `fence` and `holder`, written only
@@ -75,7 +76,7 @@ impl FencedHash {
     /// [`Error::WrongType`] if the key is not a hash; connection errors. A
     /// stale fence is not an error but [`WriteOutcome::Rejected`].
     pub async fn write(&self, fence: Fence, holder: &str, value: &str) -> Result<WriteOutcome> {
-        self.call(fence, holder, "write", value).await
+        self.call(fence, holder, Change::Write(value)).await
     }
 
     /// Records `fence` and `holder` without changing the value, under the same
@@ -87,7 +88,7 @@ impl FencedHash {
     /// # Errors
     /// As [`FencedHash::write`].
     pub async fn register(&self, fence: Fence, holder: &str) -> Result<WriteOutcome> {
-        self.call(fence, holder, "register", "").await
+        self.call(fence, holder, Change::Register).await
     }
 
     /// Registers the fence, reads the value, computes the new one with
@@ -134,37 +135,33 @@ impl FencedHash {
         })
     }
 
-    #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.key, %fence, op = op, outcome))]
-    async fn call(
-        &self,
-        fence: Fence,
-        holder: &str,
-        op: &str,
-        value: &str,
-    ) -> Result<WriteOutcome> {
+    #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.key, %fence, op = change.name(), outcome))]
+    async fn call(&self, fence: Fence, holder: &str, change: Change<'_>) -> Result<WriteOutcome> {
         if holder.is_empty() {
             return Err(Error::InvalidOption(
                 "the holder token of a fenced write is empty".into(),
             ));
         }
-        let (accepted, stored, stored_holder): (i64, Option<String>, Option<String>) = self
+        let reply = self
             .conn
-            .run(
-                &scripts::FENCED_WRITE,
-                &[&self.key],
-                &[&fence.to_string(), holder, op, value],
-            )
+            .run(&FencedWrite {
+                key: &self.key,
+                fence,
+                holder,
+                change,
+            })
             .await?;
-        crate::metrics::fenced_write(self.stats.as_ref(), &self.family, accepted == 1);
-        if accepted == 1 {
+        crate::metrics::fenced_write(self.stats.as_ref(), &self.family, reply.accepted);
+        let op = change.name();
+        if reply.accepted {
             tracing::debug!(resource = %self.key, %fence, op, "fenced write accepted");
             Ok(WriteOutcome::Accepted)
         } else {
-            let current_fence = parse_fence(stored)?;
+            let current_fence = parse_fence(reply.stored_fence)?;
             tracing::warn!(resource = %self.key, %fence, current = ?current_fence, op, "fenced write rejected as stale: a holder outlived its lease");
             Ok(WriteOutcome::Rejected {
                 current_fence,
-                current_holder: stored_holder,
+                current_holder: reply.stored_holder,
             })
         }
     }

@@ -1,0 +1,556 @@
+//! The acquire engine: grant attempts, waiting, and locks handed over by a
+//! release.
+//!
+//! One [`Engine`] per client. `try_acquire` is one grant attempt; `acquire`
+//! repeats attempts until the wait deadline, with one token for all of them
+//! (a retried grant whose first reply was lost gets the same fence back).
+//! Between attempts a waiter sleeps for [`retry_delay`]: a poller backs off
+//! with jitter, a queued waiter (notify, fair) sleeps until a release wakes
+//! it, or until the holder's lease runs out, or until its place in the queue
+//! needs renewing. A release may also hand the lock straight to a queued
+//! waiter; [`handover_deadline`] decides whether such a lock is still worth
+//! taking. The decisions are pure functions, tested without Redis.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::Backend;
+use crate::backend::ops::{Grant, GrantReply, Leave, Mint, PassOn};
+use crate::backend::wire::{QueueMember, wake_channel};
+use crate::error::{Error, Result};
+use crate::fence::Fence;
+use crate::keys::LockKeys;
+use crate::lease::Lease;
+use crate::metrics::{LeaseMetrics, StatsHandle};
+use crate::notify::{Waiter, Wakeups};
+use crate::options::{LockOptions, WaitMode};
+use crate::state::{Granted, LeaseState, drift};
+use crate::wait::Backoff;
+
+/// The delay before the next attempt of a waiting acquisition whose last
+/// attempt failed with `error`.
+///
+/// - A queued waiter (`queued`) is woken by the release; it also retries
+///   just after the holder's lease ends, and at least every third of its
+///   waiter lease (which renews its place in the queue).
+/// - A poller backs off with jitter, but never sleeps past the holder's
+///   reported expiry.
+/// - After any other error (a connection problem, a grant that came too
+///   late), everyone backs off.
+pub(crate) fn retry_delay(
+    error: &Error,
+    queued: bool,
+    waiter_lease: Duration,
+    backoff: &mut Backoff,
+) -> Duration {
+    const JUST_AFTER: Duration = Duration::from_millis(1);
+    match (queued, error) {
+        (true, Error::Contended { remaining, .. }) => remaining
+            .map_or(waiter_lease / 3, |r| r.saturating_add(JUST_AFTER))
+            .min(waiter_lease / 3),
+        (
+            false,
+            Error::Contended {
+                remaining: Some(r), ..
+            },
+        ) => backoff.next_delay().min(r.saturating_add(JUST_AFTER)),
+        _ => backoff.next_delay(),
+    }
+}
+
+/// The local deadline of a lock that a release handed over to this waiter,
+/// or `None` if too little of it is left to be worth taking.
+///
+/// The hand-over set the lock for `provisional` at some moment after
+/// `refused_at`, when this waiter's last refused attempt was sent (that
+/// attempt ran before the hand-over, or it would have found the lock ours).
+/// So `refused_at` is a safe start for the local deadline. With less than a
+/// quarter of it left, the waiter lets it go; its next attempt picks the
+/// lock up through the retry path (same token, same fence) if it is still
+/// there.
+pub(crate) fn handover_deadline(
+    refused_at: Instant,
+    provisional: Duration,
+    now: Instant,
+) -> Option<Instant> {
+    let deadline = refused_at + provisional - drift(provisional);
+    (deadline.saturating_duration_since(now) >= provisional / 4).then_some(deadline)
+}
+
+/// Whether a grant whose local deadline is `deadline` arrived too late to
+/// be used: with less than a tenth of the ttl left, the holder would start
+/// work with almost no time (etcd #11456).
+pub(crate) fn arrived_too_late(deadline: Instant, ttl: Duration, now: Instant) -> bool {
+    deadline.saturating_duration_since(now) < ttl / 10
+}
+
+/// A fresh holder token: 122 random bits, hyphenated like the guide's
+/// `str(uuid.uuid4())`.
+pub(crate) fn new_token() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Takes locks for one client.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) backend: Backend,
+    /// Names this client's waiters in wait queues and wake-up channels.
+    client_id: String,
+    /// The pub/sub connection, opened when a waiter first needs it.
+    wakeups: tokio::sync::OnceCell<Wakeups>,
+    /// Per-family counters since connect, shared with leases and resources.
+    pub(crate) stats: StatsHandle,
+}
+
+impl Engine {
+    pub(crate) fn new(backend: Backend) -> Self {
+        Engine {
+            backend,
+            client_id: uuid::Uuid::new_v4().simple().to_string(),
+            wakeups: tokio::sync::OnceCell::new(),
+            stats: StatsHandle::new(),
+        }
+    }
+
+    /// One attempt (`try_acquire`), recorded.
+    pub(crate) async fn try_acquire(
+        &self,
+        name: &str,
+        keys: LockKeys,
+        opts: &LockOptions,
+    ) -> Result<Lease> {
+        let attempt = async {
+            let token = new_token();
+            self.grant(name, &keys, &token, opts, None, false).await
+        };
+        self.recorded(name, opts, attempt).await
+    }
+
+    /// Attempts until the wait deadline (`acquire`), recorded.
+    pub(crate) async fn acquire(
+        &self,
+        name: &str,
+        keys: LockKeys,
+        opts: &LockOptions,
+    ) -> Result<Lease> {
+        self.recorded(name, opts, self.wait_for(name, &keys, opts))
+            .await
+    }
+
+    /// Runs one acquisition call inside an `acquire` span and records its
+    /// outcome (metrics and stats).
+    async fn recorded(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        attempt: impl Future<Output = Result<Lease>>,
+    ) -> Result<Lease> {
+        let span = tracing::debug_span!(
+            "acquire",
+            lock = %name,
+            fence = tracing::field::Empty,
+            outcome = tracing::field::Empty
+        );
+        async {
+            let started = Instant::now();
+            let result = attempt.await;
+            if let Ok(lease) = &result {
+                tracing::Span::current().record("fence", lease.fence().get());
+            }
+            crate::metrics::acquire(&self.stats, opts.family_of(name), &result, started);
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn wait_for(&self, name: &str, keys: &LockKeys, opts: &LockOptions) -> Result<Lease> {
+        let started = Instant::now();
+        let give_up = started + opts.wait;
+        // One token for every attempt of this call: if an attempt was granted
+        // but its reply was lost, the next attempt gets the same grant back
+        // (same fence) instead of leaving an orphaned lock until its ttl.
+        let token = new_token();
+        // Notify and fair waiters register before their first attempt, so a
+        // release that happens right after a refused attempt wakes them.
+        let waiter = match (opts.wait_mode, opts.wait.is_zero()) {
+            (WaitMode::Poll, _) | (_, true) => None,
+            _ => match self.register_waiter(keys).await {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(lock = %name, error = %e, "cannot subscribe for wake-ups; polling instead");
+                    None
+                }
+            },
+        };
+        // A queued waiter carries what a release needs to hand it the lock
+        // (always in fair mode; in notify mode once it is starving).
+        let member = waiter.as_ref().map(|w| QueueMember {
+            client: self.client_id.clone(),
+            waiter: w.id(),
+            mode: opts.wait_mode,
+            ttl: opts.ttl,
+            handover: opts.handover_lease(),
+            token: token.clone(),
+        });
+        let mut queued = QueuedGuard::new(&self.backend, keys, member.as_ref(), opts);
+        let mut backoff = Backoff::new();
+        let mut refused_at = None;
+        // Whether an earlier attempt may have queued this waiter (even one
+        // whose reply was lost), so a successful grant removes the entry.
+        let mut tried = false;
+        loop {
+            let attempt_at = Instant::now();
+            let error = match self
+                .grant(name, keys, &token, opts, member.as_ref(), tried)
+                .await
+            {
+                Ok(lease) => {
+                    queued.disarm();
+                    return Ok(lease);
+                }
+                Err(e) if opts.wait.is_zero() || !e.is_retryable() => return Err(e),
+                Err(e) => e,
+            };
+            tried = true;
+            if matches!(error, Error::Contended { .. }) {
+                refused_at = Some(attempt_at);
+            }
+            let now = Instant::now();
+            if now >= give_up {
+                return Err(match error {
+                    Error::Contended { .. } | Error::GrantTooLate { .. } => Error::Timeout {
+                        name: name.to_string(),
+                        waited: now - started,
+                    },
+                    other => other,
+                });
+            }
+            let delay = retry_delay(&error, waiter.is_some(), opts.waiter_lease, &mut backoff);
+            let sleep = tokio::time::sleep(delay.min(give_up - now));
+            let Some(w) = &waiter else {
+                sleep.await;
+                continue;
+            };
+            let handed = tokio::select! {
+                handed = w.woken() => handed,
+                () = sleep => None,
+            };
+            if let (Some(fence), Some(refused_at)) = (handed, refused_at)
+                && let Some(lease) = self.handed_over(name, keys, &token, fence, opts, refused_at)
+            {
+                queued.disarm();
+                return Ok(lease);
+            }
+        }
+    }
+
+    /// Registers a waiter for wake-ups on lock `keys`, opening the client's
+    /// pub/sub connection on first use.
+    async fn register_waiter(&self, keys: &LockKeys) -> Result<Waiter> {
+        let wakeups = self
+            .wakeups
+            .get_or_try_init(|| Wakeups::connect(&self.backend))
+            .await?;
+        wakeups.register(&wake_channel(keys, &self.client_id)).await
+    }
+
+    /// One grant attempt.
+    async fn grant(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        token: &str,
+        opts: &LockOptions,
+        member: Option<&QueueMember>,
+        queued: bool,
+    ) -> Result<Lease> {
+        let ttl = opts.ttl;
+        let sent = Instant::now();
+        let reply = self
+            .backend
+            .run(&Grant {
+                keys,
+                mint: Mint::new(opts),
+                token,
+                ttl,
+                wait_mode: opts.wait_mode,
+                member,
+                waiter_lease: opts.waiter_lease,
+                queued,
+            })
+            .await?;
+        let fence = match reply {
+            GrantReply::Granted(fence) => fence,
+            GrantReply::Held(remaining) => return Err(self.contended(name, remaining)),
+            GrantReply::ReservedForHead => return Err(self.contended(name, None)),
+        };
+        let state = self.lease_state(name, keys, token, fence, opts, sent + ttl - drift(ttl));
+        if arrived_too_late(state.deadline(), ttl, Instant::now()) {
+            let _ = state.release_once().await;
+            return Err(Error::GrantTooLate {
+                name: name.to_string(),
+                elapsed: sent.elapsed(),
+                ttl,
+            });
+        }
+        tracing::debug!(lock = %name, %fence, "acquired");
+        Ok(Lease::start(state, opts.renewal_interval(), false))
+    }
+
+    fn contended(&self, name: &str, remaining: Option<Duration>) -> Error {
+        tracing::debug!(lock = %name, "contended");
+        Error::Contended {
+            name: name.to_string(),
+            remaining,
+        }
+    }
+
+    /// A lease for a lock that a release handed over to this waiter (see
+    /// [`handover_deadline`]). The keeper renews it to the full ttl at once.
+    fn handed_over(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        token: &str,
+        fence: Fence,
+        opts: &LockOptions,
+        refused_at: Instant,
+    ) -> Option<Lease> {
+        let provisional = opts.handover_lease();
+        let deadline = handover_deadline(refused_at, provisional, Instant::now())?;
+        let state = self.lease_state(name, keys, token, fence, opts, deadline);
+        tracing::debug!(lock = %name, %fence, "acquired by hand-over");
+        Some(Lease::start(
+            state,
+            opts.renewal_interval(),
+            provisional < opts.ttl,
+        ))
+    }
+
+    fn lease_state(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        token: &str,
+        fence: Fence,
+        opts: &LockOptions,
+        deadline: Instant,
+    ) -> LeaseState {
+        LeaseState::new(
+            self.backend.clone(),
+            Granted::new(name, keys.clone(), token, fence, opts),
+            deadline,
+            LeaseMetrics::new(opts.family_of(name).to_owned(), self.stats.clone()),
+        )
+    }
+}
+
+/// Leaves the wait queue when an acquisition that may be queued ends without
+/// the lock (timeout, error, or the future dropped), so a fair queue is not
+/// held up by a waiter that is gone, and a lock handed over to it meanwhile
+/// is passed on. Best effort: the waiter lease removes the entry anyway.
+struct QueuedGuard {
+    leave: Option<(Backend, LockKeys, QueueMember, Mint)>,
+}
+
+impl QueuedGuard {
+    fn new(
+        backend: &Backend,
+        keys: &LockKeys,
+        member: Option<&QueueMember>,
+        opts: &LockOptions,
+    ) -> Self {
+        QueuedGuard {
+            leave: member.map(|m| (backend.clone(), keys.clone(), m.clone(), Mint::new(opts))),
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.leave = None;
+    }
+}
+
+impl Drop for QueuedGuard {
+    fn drop(&mut self) {
+        let Some((backend, keys, member, mint)) = self.leave.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let leave = Leave {
+                    keys: &keys,
+                    mint,
+                    pass_on: PassOn {
+                        wake_prefix: &keys.wake_prefix,
+                        publish: backend.publish(),
+                    },
+                    member: &member,
+                };
+                let _ = backend.run(&leave).await;
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contended(remaining: Option<Duration>) -> Error {
+        Error::Contended {
+            name: "job".into(),
+            remaining,
+        }
+    }
+
+    #[test]
+    fn queued_waiters_sleep_until_the_lease_ends_or_a_third_of_their_waiter_lease() {
+        let lease = Duration::from_millis(900);
+        let mut backoff = Backoff::new();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            retry_delay(&contended(Some(ms(50))), true, lease, &mut backoff),
+            ms(51)
+        );
+        assert_eq!(
+            retry_delay(&contended(Some(ms(5000))), true, lease, &mut backoff),
+            ms(300)
+        );
+        // Reserved for the fair head: the holder's lease is unknown.
+        assert_eq!(
+            retry_delay(&contended(None), true, lease, &mut backoff),
+            ms(300)
+        );
+        // A huge reported lease cannot overflow.
+        assert_eq!(
+            retry_delay(&contended(Some(Duration::MAX)), true, lease, &mut backoff),
+            ms(300)
+        );
+    }
+
+    #[test]
+    fn pollers_back_off_but_never_past_the_holders_expiry() {
+        let lease = Duration::from_secs(1);
+        let mut backoff = Backoff::new();
+        for _ in 0..20 {
+            let d = retry_delay(
+                &contended(Some(Duration::from_millis(3))),
+                false,
+                lease,
+                &mut backoff,
+            );
+            assert!(d <= Duration::from_millis(4), "{d:?}");
+        }
+        let late = Error::GrantTooLate {
+            name: "job".into(),
+            elapsed: Duration::from_secs(1),
+            ttl: Duration::from_secs(1),
+        };
+        let d = retry_delay(&late, true, lease, &mut backoff);
+        assert!(d <= Duration::from_millis(200), "{d:?}");
+    }
+
+    #[test]
+    fn a_handed_over_lock_is_taken_only_with_a_quarter_of_it_left() {
+        let provisional = Duration::from_millis(100);
+        let refused_at = Instant::now();
+        let deadline = handover_deadline(refused_at, provisional, refused_at);
+        assert_eq!(deadline, Some(refused_at + Duration::from_millis(97)));
+        let late = refused_at + Duration::from_millis(80);
+        assert_eq!(handover_deadline(refused_at, provisional, late), None);
+        assert!(
+            handover_deadline(
+                refused_at,
+                provisional,
+                refused_at + Duration::from_millis(70)
+            )
+            .is_some()
+        );
+    }
+
+    #[test]
+    fn grants_with_less_than_a_tenth_of_the_ttl_left_are_too_late() {
+        let now = Instant::now();
+        let ttl = Duration::from_secs(1);
+        assert!(!arrived_too_late(
+            now + Duration::from_millis(100),
+            ttl,
+            now
+        ));
+        assert!(arrived_too_late(now + Duration::from_millis(99), ttl, now));
+        assert!(arrived_too_late(now, ttl, now + Duration::from_secs(5)));
+    }
+}
+
+#[cfg(test)]
+mod redis_tests {
+    use super::*;
+    use crate::backend::ConnSettings;
+    use crate::error::LossReason;
+    use crate::keys::KeyLayout;
+    use crate::lease::ReleaseOutcome;
+    use crate::options::{FenceMode, Renewal};
+    use fencelock_testkit::RedisServer;
+
+    async fn engine(server: &RedisServer) -> Result<Engine> {
+        let settings = ConnSettings {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+        };
+        Ok(Engine::new(
+            Backend::connect(&server.url(), &settings).await?,
+        ))
+    }
+
+    /// A retried grant with the same token (its first reply lost) returns the
+    /// same fence, mints nothing new and restarts the lease; a different token
+    /// is refused.
+    #[tokio::test]
+    async fn a_retried_grant_returns_the_same_fence() -> Result<()> {
+        let server = RedisServer::start();
+        let engine = engine(&server).await?;
+        for (layout, mode) in [
+            (KeyLayout::HashTagged, FenceMode::Clock),
+            (KeyLayout::HashTagged, FenceMode::Counter),
+            (KeyLayout::Guide, FenceMode::Counter),
+            (KeyLayout::Guide, FenceMode::Clock),
+        ] {
+            let name = format!("retry-{layout:?}-{mode:?}");
+            let opts = LockOptions::default()
+                .ttl(Duration::from_secs(5))
+                .renewal(Renewal::Off)
+                .layout(layout)
+                .fence_mode(mode);
+            let keys = LockKeys::new("lock:", layout, &name)?;
+            let token = new_token();
+            let first = engine
+                .grant(&name, &keys, &token, &opts, None, false)
+                .await?;
+            let fence_key_before: Option<String> = server.query(&["GET", &keys.fence]);
+            server.cmd(&["PEXPIRE", &keys.lock, "1000"]);
+            let again = engine
+                .grant(&name, &keys, &token, &opts, None, false)
+                .await?;
+            assert_eq!(first.fence(), again.fence(), "{layout:?} {mode:?}");
+            let fence_key_after: Option<String> = server.query(&["GET", &keys.fence]);
+            assert_eq!(fence_key_before, fence_key_after, "no new fence minted");
+            let pttl: i64 = server.query(&["PTTL", &keys.lock]);
+            assert!(pttl > 4000, "the retry restarted the lease (pttl {pttl})");
+            let other = engine
+                .grant(&name, &keys, &new_token(), &opts, None, false)
+                .await;
+            assert!(matches!(other, Err(Error::Contended { .. })), "{other:?}");
+            // Both guards name the same grant: the first release deletes it.
+            assert_eq!(again.release().await?, ReleaseOutcome::Released);
+            assert_eq!(
+                first.release().await?,
+                ReleaseOutcome::NotOurs(LossReason::Expired)
+            );
+        }
+        Ok(())
+    }
+}

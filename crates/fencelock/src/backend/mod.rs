@@ -1,0 +1,84 @@
+//! The backend: everything that talks to the store holding the locks.
+//!
+//! The lock engine (`acquire`, `lease`, `renew`, `notify`) and the resources
+//! reach the store only through this module, and only through typed calls:
+//!
+//! | module | concern |
+//! |---|---|
+//! | `ops` | the operations as typed calls and replies (`Grant`, `Release`, `Extend`, `Leave`, `Inspect`, `FencedWrite`): the one place where a script's arguments are encoded and its reply decoded |
+//! | `wire` | the data kept in Redis: lock value, queue member, wake-up payload |
+//! | `scripts` | the Lua scripts, one per operation (`scripts/*.lua`), grant, release and leave sharing `prelude.lua` |
+//! | `conn` | [`RedisConn`], the connection seam: one variant per kind of deployment, script calls by SHA with `NOSCRIPT` reload, error mapping |
+//! | `pubsub` | [`PubSub`], the pub/sub connection behind wake-ups |
+//! | `url` | URLs without their credentials |
+//!
+//! [`Backend`] is where a second kind of store (etcd) plugs in: the engine
+//! runs every lock operation through [`Backend::run`], which a Redis backend
+//! runs as a script call.
+
+mod conn;
+pub(crate) mod ops;
+mod pubsub;
+mod scripts;
+mod url;
+pub(crate) mod wire;
+
+#[cfg(feature = "testing")]
+pub(crate) use conn::invocation;
+pub(crate) use conn::{ConnSettings, RedisConn};
+pub(crate) use pubsub::{Event, PubSub};
+
+use crate::error::Result;
+use ops::{Publish, ScriptCall};
+
+/// The store that holds the locks.
+#[derive(Debug, Clone)]
+pub(crate) enum Backend {
+    /// Redis: the operations are Lua scripts.
+    Redis(RedisConn),
+}
+
+impl Backend {
+    /// Connects to the store `url` names.
+    pub(crate) async fn connect(url: &str, settings: &ConnSettings) -> Result<Self> {
+        Ok(Backend::Redis(RedisConn::connect(url, settings).await?))
+    }
+
+    /// Runs one lock operation.
+    pub(crate) async fn run<C: ScriptCall>(&self, call: &C) -> Result<C::Reply> {
+        match self {
+            Backend::Redis(conn) => conn.run(call).await,
+        }
+    }
+
+    /// How this store publishes wake-ups.
+    pub(crate) fn publish(&self) -> Publish {
+        match self {
+            Backend::Redis(conn) => conn.publish(),
+        }
+    }
+
+    /// The URL, without its password.
+    pub(crate) fn url(&self) -> &str {
+        match self {
+            Backend::Redis(conn) => conn.url(),
+        }
+    }
+
+    /// Opens the connection that delivers wake-ups to `on_event`.
+    pub(crate) async fn pubsub(
+        &self,
+        on_event: impl Fn(Event) + Send + Sync + 'static,
+    ) -> Result<PubSub> {
+        match self {
+            Backend::Redis(conn) => PubSub::connect(conn, on_event).await,
+        }
+    }
+
+    /// The Redis connection, for resources kept in Redis.
+    pub(crate) fn redis(&self) -> &RedisConn {
+        match self {
+            Backend::Redis(conn) => conn,
+        }
+    }
+}

@@ -1,0 +1,533 @@
+//! The lock operations as typed calls and replies: the one place where the
+//! arguments of a script are encoded and its reply decoded.
+//!
+//! Each call is a struct that writes its ARGV in the order its `.lua` file
+//! unpacks them ([`ToRedisArgs`]) and names its KEYS and its script
+//! ([`ScriptCall`]); each reply is a type that decodes what the script
+//! returns ([`FromRedisValue`]). Nothing outside this module builds a
+//! script's arguments or reads its raw reply.
+
+use std::time::Duration;
+
+use redis::{FromRedisValue, ParsingError, RedisWrite, Script, ToRedisArgs, Value};
+
+use super::scripts;
+use super::wire::QueueMember;
+use crate::error::LossReason;
+use crate::fence::Fence;
+use crate::keys::{KeyLayout, LockKeys};
+use crate::options::{FENCE_RETENTION, FenceMode, LockOptions, STARVATION_THRESHOLD, WaitMode};
+
+/// A script call: its script, its KEYS, and (through [`ToRedisArgs`]) its
+/// ARGV.
+pub(crate) trait ScriptCall: ToRedisArgs {
+    /// What the script returns.
+    type Reply: FromRedisValue;
+
+    /// The script this call runs.
+    fn script(&self) -> &'static Script;
+
+    /// The keys it touches, in the script's KEYS order (the first one picks
+    /// the Cluster slot; the others share it).
+    fn keys(&self) -> Vec<&str>;
+}
+
+/// How fences are minted for a name: ARGV 1-3 of every call that may grant
+/// (a release or a leave can hand the lock over to the next waiter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mint {
+    mode: FenceMode,
+    layout: KeyLayout,
+    /// How long the fence key is kept after a grant (zero: forever).
+    retention: Duration,
+}
+
+impl Mint {
+    pub(crate) fn new(opts: &LockOptions) -> Self {
+        let retention = match (opts.fence_mode, opts.layout) {
+            (FenceMode::Clock, KeyLayout::HashTagged) => FENCE_RETENTION.max(opts.ttl * 2),
+            // The guide's Python workers INCR the fence key: it must never expire.
+            _ => Duration::ZERO,
+        };
+        Mint {
+            mode: opts.fence_mode,
+            layout: opts.layout,
+            retention,
+        }
+    }
+
+    fn write<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        out.write_arg(self.mode.as_arg().as_bytes());
+        out.write_arg(match self.layout {
+            KeyLayout::HashTagged => b"tagged",
+            KeyLayout::Guide => b"bare",
+        });
+        out.write_arg_fmt(self.retention.as_millis());
+    }
+}
+
+/// The command that publishes wake-ups: `PUBLISH`, or `SPUBLISH` (sharded
+/// pub/sub) on Redis Cluster, where the wake channel shares the lock's slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    Publish,
+    #[allow(dead_code)] // Cluster (sharded pub/sub) arrives with the topologies.
+    SPublish,
+}
+
+/// What a release or a leave needs to pass a free lock on to the head
+/// waiter: ARGV 4-6 of those scripts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PassOn<'a> {
+    pub(crate) wake_prefix: &'a str,
+    pub(crate) publish: Publish,
+}
+
+impl PassOn<'_> {
+    fn write<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        out.write_arg(self.wake_prefix.as_bytes());
+        out.write_arg(match self.publish {
+            Publish::Publish => b"PUBLISH",
+            Publish::SPublish => b"SPUBLISH",
+        });
+        out.write_arg_fmt(STARVATION_THRESHOLD.as_micros());
+    }
+}
+
+/// One grant attempt (`grant.lua`).
+#[derive(Debug)]
+pub(crate) struct Grant<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) mint: Mint,
+    pub(crate) token: &'a str,
+    pub(crate) ttl: Duration,
+    pub(crate) wait_mode: WaitMode,
+    /// The caller's place in the wait queue, if it waits there.
+    pub(crate) member: Option<&'a QueueMember>,
+    pub(crate) waiter_lease: Duration,
+    /// An earlier attempt of this acquisition may have queued the caller.
+    pub(crate) queued: bool,
+}
+
+impl ToRedisArgs for Grant<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        self.mint.write(out);
+        out.write_arg(self.token.as_bytes());
+        out.write_arg_fmt(self.ttl.as_millis());
+        out.write_arg(self.wait_mode.as_arg().as_bytes());
+        match self.member {
+            Some(member) => out.write_arg_fmt(member),
+            None => out.write_arg(b""),
+        }
+        out.write_arg_fmt(self.waiter_lease.as_millis());
+        out.write_arg(if self.queued { b"1" } else { b"0" });
+    }
+}
+
+impl ScriptCall for Grant<'_> {
+    type Reply = GrantReply;
+
+    fn script(&self) -> &'static Script {
+        &scripts::GRANT
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.keys.all().to_vec()
+    }
+}
+
+/// What a grant attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GrantReply {
+    /// Granted with this fence (a retry with the same token gets the same
+    /// grant back).
+    Granted(Fence),
+    /// Held by another holder, whose lease ends in this long (if known).
+    Held(Option<Duration>),
+    /// Free, but reserved for the head of a fair queue.
+    ReservedForHead,
+}
+
+impl FromRedisValue for GrantReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let (code, n): (i64, i64) = FromRedisValue::from_redis_value(v)?;
+        match code {
+            1 => u64::try_from(n)
+                .map(|f| GrantReply::Granted(Fence::new(f)))
+                .map_err(|_| format!("grant returned the negative fence {n}").into()),
+            0 => Ok(GrantReply::Held(
+                u64::try_from(n).ok().map(Duration::from_millis),
+            )),
+            2 => Ok(GrantReply::ReservedForHead),
+            other => Err(format!("grant returned the unknown code {other}").into()),
+        }
+    }
+}
+
+/// Compare-and-delete, then pass the lock on (`release.lua`).
+#[derive(Debug)]
+pub(crate) struct Release<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) mint: Mint,
+    pub(crate) pass_on: PassOn<'a>,
+    /// The exact lock value of the grant.
+    pub(crate) value: &'a str,
+}
+
+impl ToRedisArgs for Release<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        self.mint.write(out);
+        self.pass_on.write(out);
+        out.write_arg(self.value.as_bytes());
+    }
+}
+
+impl ScriptCall for Release<'_> {
+    type Reply = Checked;
+
+    fn script(&self) -> &'static Script {
+        &scripts::RELEASE
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.keys.all().to_vec()
+    }
+}
+
+/// Compare-and-pexpire (`extend.lua`).
+#[derive(Debug)]
+pub(crate) struct Extend<'a> {
+    pub(crate) key: &'a str,
+    /// The exact lock value of the grant.
+    pub(crate) value: &'a str,
+    pub(crate) ttl: Duration,
+}
+
+impl ToRedisArgs for Extend<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        out.write_arg(self.value.as_bytes());
+        out.write_arg_fmt(self.ttl.as_millis());
+    }
+}
+
+impl ScriptCall for Extend<'_> {
+    type Reply = Checked;
+
+    fn script(&self) -> &'static Script {
+        &scripts::EXTEND
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![self.key]
+    }
+}
+
+/// The reply of an ownership-checked call (release, extend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// The lock was ours; the call did its work.
+    Done,
+    /// The lock was not ours; nothing was changed.
+    NotOurs(LossReason),
+}
+
+impl FromRedisValue for Checked {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match i64::from_redis_value(v)? {
+            1 => Ok(Checked::Done),
+            0 => Ok(Checked::NotOurs(LossReason::Expired)),
+            -1 => Ok(Checked::NotOurs(LossReason::TakenOver)),
+            other => Err(format!("an ownership check returned the unknown code {other}").into()),
+        }
+    }
+}
+
+/// A waiter gives up its place (`leave.lua`).
+#[derive(Debug)]
+pub(crate) struct Leave<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) mint: Mint,
+    pub(crate) pass_on: PassOn<'a>,
+    pub(crate) member: &'a QueueMember,
+}
+
+impl ToRedisArgs for Leave<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        self.mint.write(out);
+        self.pass_on.write(out);
+        out.write_arg_fmt(self.member);
+        out.write_arg(self.member.token.as_bytes());
+    }
+}
+
+impl ScriptCall for Leave<'_> {
+    type Reply = LeaveReply;
+
+    fn script(&self) -> &'static Script {
+        &scripts::LEAVE
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.keys.all().to_vec()
+    }
+}
+
+/// What a leave found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaveReply {
+    /// The waiter was not queued (any more).
+    NotQueued,
+    /// It was queued and has left.
+    Left,
+    /// The lock had been handed over to it; it was released (and passed on).
+    ReleasedHandOver,
+}
+
+impl FromRedisValue for LeaveReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match i64::from_redis_value(v)? {
+            0 => Ok(LeaveReply::NotQueued),
+            1 => Ok(LeaveReply::Left),
+            2 => Ok(LeaveReply::ReleasedHandOver),
+            other => Err(format!("leave returned the unknown code {other}").into()),
+        }
+    }
+}
+
+/// An atomic snapshot of a lock (`inspect.lua`).
+#[derive(Debug)]
+pub(crate) struct Inspect<'a> {
+    pub(crate) keys: &'a LockKeys,
+}
+
+impl ToRedisArgs for Inspect<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, _out: &mut W) {}
+
+    fn num_of_args(&self) -> usize {
+        0
+    }
+}
+
+impl ScriptCall for Inspect<'_> {
+    type Reply = InspectReply;
+
+    fn script(&self) -> &'static Script {
+        &scripts::INSPECT
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![&self.keys.lock, &self.keys.fence]
+    }
+}
+
+/// The raw state of a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InspectReply {
+    /// The lock value, if held.
+    pub(crate) value: Option<String>,
+    /// Lease time left, if held with an expiry.
+    pub(crate) remaining: Option<Duration>,
+    /// The fence key's value, if it exists.
+    pub(crate) last_fence: Option<String>,
+}
+
+impl FromRedisValue for InspectReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let (value, pttl, last_fence): (Option<String>, i64, Option<String>) =
+            FromRedisValue::from_redis_value(v)?;
+        Ok(InspectReply {
+            value,
+            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            last_fence,
+        })
+    }
+}
+
+/// What a fenced write does to the resource when accepted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Change<'a> {
+    /// Set the value (and record the fence and holder).
+    Write(&'a str),
+    /// Record only the fence and holder.
+    Register,
+}
+
+impl Change<'_> {
+    /// `write` or `register`, for logs.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Change::Write(_) => "write",
+            Change::Register => "register",
+        }
+    }
+}
+
+/// A fenced write or registration on a Redis hash (`fenced_write.lua`).
+#[derive(Debug)]
+pub(crate) struct FencedWrite<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) fence: Fence,
+    pub(crate) holder: &'a str,
+    pub(crate) change: Change<'a>,
+}
+
+impl ToRedisArgs for FencedWrite<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(self.fence);
+        out.write_arg(self.holder.as_bytes());
+        out.write_arg(self.change.name().as_bytes());
+        out.write_arg(match self.change {
+            Change::Write(value) => value.as_bytes(),
+            Change::Register => b"",
+        });
+    }
+}
+
+impl ScriptCall for FencedWrite<'_> {
+    type Reply = FencedWriteReply;
+
+    fn script(&self) -> &'static Script {
+        &scripts::FENCED_WRITE
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![self.key]
+    }
+}
+
+/// What a fenced write found: accepted or not, and the fence and holder the
+/// resource held before the call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FencedWriteReply {
+    pub(crate) accepted: bool,
+    pub(crate) stored_fence: Option<String>,
+    pub(crate) stored_holder: Option<String>,
+}
+
+impl FromRedisValue for FencedWriteReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let (accepted, stored_fence, stored_holder): (i64, Option<String>, Option<String>) =
+            FromRedisValue::from_redis_value(v)?;
+        Ok(FencedWriteReply {
+            accepted: accepted == 1,
+            stored_fence,
+            stored_holder,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(call: &impl ToRedisArgs) -> Vec<String> {
+        call.to_redis_args()
+            .into_iter()
+            .map(|a| String::from_utf8_lossy(&a).into_owned())
+            .collect()
+    }
+
+    /// The ARGV order is the contract with the `.lua` files, which unpack
+    /// these positions into named locals on their first lines.
+    #[test]
+    fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
+        let keys = LockKeys::new("lock:", KeyLayout::HashTagged, "job")?;
+        let opts = LockOptions::default().ttl(Duration::from_secs(5));
+        let mint = Mint::new(&opts);
+        let member = QueueMember {
+            client: "c".into(),
+            waiter: 1,
+            mode: WaitMode::Fair,
+            ttl: Duration::from_secs(5),
+            handover: Duration::from_secs(1),
+            token: "t".into(),
+        };
+        let grant = Grant {
+            keys: &keys,
+            mint,
+            token: "t",
+            ttl: opts.ttl,
+            wait_mode: WaitMode::Fair,
+            member: Some(&member),
+            waiter_lease: Duration::from_secs(1),
+            queued: true,
+        };
+        assert_eq!(
+            args(&grant),
+            [
+                "clock",
+                "tagged",
+                "86400000",
+                "t",
+                "5000",
+                "fair",
+                "c:1:fair:5000:1000:t",
+                "1000",
+                "1"
+            ]
+        );
+        assert_eq!(grant.keys(), keys.all());
+        let pass_on = PassOn {
+            wake_prefix: &keys.wake_prefix,
+            publish: Publish::Publish,
+        };
+        let release = Release {
+            keys: &keys,
+            mint,
+            pass_on,
+            value: "t:7",
+        };
+        assert_eq!(
+            args(&release),
+            [
+                "clock",
+                "tagged",
+                "86400000",
+                "lock:{job}:wake:",
+                "PUBLISH",
+                "10000",
+                "t:7"
+            ]
+        );
+        let leave = Leave {
+            keys: &keys,
+            mint: Mint::new(&opts.clone().fence_mode(FenceMode::Counter)),
+            pass_on,
+            member: &member,
+        };
+        assert_eq!(args(&leave)[..3], ["counter", "tagged", "0"]);
+        assert_eq!(args(&leave)[6..], ["c:1:fair:5000:1000:t", "t"]);
+        Ok(())
+    }
+
+    #[test]
+    fn replies_decode_every_code() {
+        let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        assert_eq!(
+            GrantReply::from_redis_value(pair(1, 42)).ok(),
+            Some(GrantReply::Granted(Fence::new(42)))
+        );
+        assert_eq!(
+            GrantReply::from_redis_value(pair(0, 250)).ok(),
+            Some(GrantReply::Held(Some(Duration::from_millis(250))))
+        );
+        assert_eq!(
+            GrantReply::from_redis_value(pair(0, -1)).ok(),
+            Some(GrantReply::Held(None))
+        );
+        assert_eq!(
+            GrantReply::from_redis_value(pair(2, 0)).ok(),
+            Some(GrantReply::ReservedForHead)
+        );
+        assert!(GrantReply::from_redis_value(pair(1, -5)).is_err());
+        assert!(GrantReply::from_redis_value(pair(9, 0)).is_err());
+        assert_eq!(
+            Checked::from_redis_value(Value::Int(-1)).ok(),
+            Some(Checked::NotOurs(LossReason::TakenOver))
+        );
+        assert_eq!(
+            LeaveReply::from_redis_value(Value::Int(2)).ok(),
+            Some(LeaveReply::ReleasedHandOver)
+        );
+    }
+}

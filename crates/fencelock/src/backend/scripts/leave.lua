@@ -1,0 +1,25 @@
+-- Leave: a waiter gives up (timed out, failed or cancelled). If the lock was
+-- handed to it meanwhile, it is released; if the lock is free, it is passed
+-- on, so nobody waits for a waiter that is gone. Prepended with prelude.lua
+-- (KEYS and ARGV 1-3 are documented there).
+local wake_prefix = ARGV[4]    -- wake channel = wake_prefix .. CLIENT
+local publish = ARGV[5]        -- "PUBLISH", or "SPUBLISH" on Cluster
+local starving_us = tonumber(ARGV[6])  -- a notify head that waited this long is handed the lock
+local member = ARGV[7]         -- the leaving waiter's queue member
+local token = ARGV[8]          -- its holder token
+--
+-- Returns 2 if a lock handed to this waiter was released, 1 if it was
+-- queued, 0 otherwise.
+
+local held = redis.call('GET', LOCK)
+local removed = redis.call('ZREM', QUEUE, member)
+redis.call('ZREM', WAITERS, member)
+local handed = held and granted_to(held, token)
+if handed then
+  redis.call('DEL', LOCK)
+  removed = 2
+end
+if handed or not held then
+  pass_on(wake_prefix, publish, starving_us)
+end
+return removed

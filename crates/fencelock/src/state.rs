@@ -1,0 +1,172 @@
+//! The shared state of one held lease: what was granted, the local monotonic
+//! deadline, the loss signal, and the two calls that act on the lock in
+//! Redis for it (renew and release). Owned together by the [`Lease`] guard,
+//! its handles and the keeper task (`crate::renew`).
+//!
+//! [`Lease`]: crate::Lease
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::Backend;
+use crate::backend::ops::{Checked, Extend, Mint, PassOn, Release};
+use crate::backend::wire;
+use crate::error::{Error, LossReason, Result};
+use crate::fence::Fence;
+use crate::keys::LockKeys;
+use crate::metrics::LeaseMetrics;
+use crate::options::LockOptions;
+
+/// Margin subtracted from every lease for clock drift between this host and
+/// Redis and for timer lateness: 1 % of the ttl plus 2 ms (as in Redlock).
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// What one grant gave: fixed for the life of the lease.
+#[derive(Debug)]
+pub(crate) struct Granted {
+    pub(crate) name: String,
+    pub(crate) keys: LockKeys,
+    pub(crate) token: String,
+    /// The exact value stored in the lock key (`TOKEN:FENCE` or `TOKEN`).
+    pub(crate) value: String,
+    pub(crate) fence: Fence,
+    pub(crate) ttl: Duration,
+    /// How fences are minted for the name: a release may hand the lock over.
+    pub(crate) mint: Mint,
+}
+
+impl Granted {
+    pub(crate) fn new(
+        name: &str,
+        keys: LockKeys,
+        token: &str,
+        fence: Fence,
+        opts: &LockOptions,
+    ) -> Self {
+        Granted {
+            name: name.to_owned(),
+            value: wire::lock_value(token, fence, opts.layout),
+            keys,
+            token: token.to_owned(),
+            fence,
+            ttl: opts.ttl,
+            mint: Mint::new(opts),
+        }
+    }
+}
+
+/// Shared state of one lease.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub(crate) backend: Backend,
+    pub(crate) grant: Granted,
+    /// Local monotonic deadline: when the lease must be assumed gone.
+    deadline: Mutex<Instant>,
+    pub(crate) lost: CancellationToken,
+    pub(crate) loss: OnceLock<LossReason>,
+    /// Held by the keeper while it sends a renewal. The release takes it
+    /// once after stopping the keeper, so no renewal can be sent after the
+    /// release, without waiting for the keeper task to end.
+    pub(crate) renewing: tokio::sync::Mutex<()>,
+    /// Metrics and stats of this lease (family, hold time, once-only flags).
+    pub(crate) metrics: LeaseMetrics,
+}
+
+impl LeaseState {
+    pub(crate) fn new(
+        backend: Backend,
+        grant: Granted,
+        deadline: Instant,
+        metrics: LeaseMetrics,
+    ) -> Self {
+        LeaseState {
+            backend,
+            grant,
+            deadline: Mutex::new(deadline),
+            lost: CancellationToken::new(),
+            loss: OnceLock::new(),
+            renewing: tokio::sync::Mutex::new(()),
+            metrics,
+        }
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push_deadline(&self, candidate: Instant) {
+        let mut d = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
+        if candidate > *d {
+            *d = candidate;
+        }
+    }
+
+    /// Declares the lease lost (once) and fires the loss signal.
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
+        if self.loss.set(reason).is_ok() {
+            tracing::warn!(lock = %self.grant.name, fence = %self.grant.fence, %reason, "lease lost");
+            self.metrics.lost(reason);
+            self.lost.cancel();
+        }
+    }
+
+    pub(crate) fn loss_error(&self, fallback: LossReason) -> Error {
+        Error::LockLost {
+            name: self.grant.name.clone(),
+            fence: self.grant.fence,
+            reason: self.loss.get().copied().unwrap_or(fallback),
+        }
+    }
+
+    /// One compare-and-pexpire; moves the deadline forward on success.
+    #[tracing::instrument(name = "renew", level = "debug", skip_all, fields(lock = %self.grant.name, fence = %self.grant.fence, outcome))]
+    pub(crate) async fn extend_once(&self) -> Result<Checked> {
+        let sent = Instant::now();
+        let g = &self.grant;
+        let reply = self
+            .backend
+            .run(&Extend {
+                key: &g.keys.lock,
+                value: &g.value,
+                ttl: g.ttl,
+            })
+            .await;
+        self.metrics.renewal(matches!(reply, Ok(Checked::Done)));
+        let reply = reply?;
+        if reply == Checked::Done {
+            self.push_deadline(sent + g.ttl - drift(g.ttl));
+            tracing::debug!(lock = %g.name, fence = %g.fence, "lease renewed");
+        }
+        Ok(reply)
+    }
+
+    /// One compare-and-delete (which passes the lock on to a waiter).
+    #[tracing::instrument(name = "release", level = "debug", skip_all, fields(lock = %self.grant.name, fence = %self.grant.fence, outcome))]
+    pub(crate) async fn release_once(&self) -> Result<Checked> {
+        let g = &self.grant;
+        let reply = self
+            .backend
+            .run(&Release {
+                keys: &g.keys,
+                mint: g.mint,
+                pass_on: PassOn {
+                    wake_prefix: &g.keys.wake_prefix,
+                    publish: self.backend.publish(),
+                },
+                value: &g.value,
+            })
+            .await?;
+        if reply == Checked::Done {
+            tracing::Span::current().record("outcome", "released");
+        } else {
+            tracing::Span::current().record("outcome", "not_ours");
+            self.metrics.release_not_ours();
+        }
+        Ok(reply)
+    }
+}
