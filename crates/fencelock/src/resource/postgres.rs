@@ -13,7 +13,7 @@ use sqlx::{Arguments, AssertSqlSafe, Encode, Executor, Row, SqlSafeStr, SqlStr, 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::metrics::StatsHandle;
-use crate::resource::{Fenced, WriteOutcome};
+use crate::resource::{Fenced, WriteOutcome, check_holder};
 
 /// The column that records the fence of the last accepted write (`bigint`).
 pub const FENCE_COLUMN: &str = "lock_fence";
@@ -946,15 +946,6 @@ fn stored_fence(raw: Option<i64>) -> Result<Option<Fence>> {
         })
     })
     .transpose()
-}
-
-fn check_holder(holder: &str) -> Result<()> {
-    if holder.is_empty() {
-        return Err(Error::InvalidOption(
-            "the holder token of a fenced write is empty".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// `"part"` for one identifier, after checking it.
