@@ -10,7 +10,7 @@ mod postgres_common;
 use std::time::Duration;
 
 use anyhow::Context;
-use fencelock::sqlx::Executor;
+use fencelock::sqlx::{Connection, Executor, PgConnection};
 use fencelock::{
     Fence, FenceMode, Fenced, FencedTable, LockClient, LockOptions, ReleaseOutcome, Renewal,
     RowFence, SetClause, WriteOutcome,
@@ -354,6 +354,110 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
         .await
         .expect_err("SQL in an upsert");
     assert!(err.is_invalid_input(), "{err}");
+    Ok(())
+}
+
+/// Every operation takes the executor to run on, as sqlx's queries do: the
+/// same methods work on the pool, on a plain connection, on a pooled
+/// connection and inside a transaction. Writes inside a transaction see
+/// each other (a stale write is rejected there too); a rolled-back
+/// transaction leaves the row as it was, a committed one applies.
+#[tokio::test]
+async fn one_method_runs_on_a_pool_a_connection_and_a_transaction() -> anyhow::Result<()> {
+    let pg = start_server().await;
+    let pool = pool(&pg.url(), 2).await?;
+    let table = counter_table(&pool, "doc").await?;
+    let inc = SetClause::new().set_sql("v = v + 1");
+    let values = SetClause::new().set("v", 10_i64).set("status", "new");
+    let fence_of = |r: RowFence| (r.fence, r.holder);
+
+    // The pool.
+    assert_eq!(
+        table.update(&pool, 1_i64, Fence::new(1), "a", &inc).await?,
+        WriteOutcome::Accepted
+    );
+    // A plain connection.
+    let mut conn = PgConnection::connect(&pg.url()).await?;
+    assert_eq!(
+        table.register(&mut conn, 1_i64, Fence::new(2), "b").await?,
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        table
+            .update(&mut conn, 1_i64, Fence::new(2), "b", &inc)
+            .await?,
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        fence_of(table.read_fence(&mut conn, 1_i64).await?),
+        (Some(Fence::new(2)), Some("b".into()))
+    );
+    conn.close().await?;
+    // A connection checked out of the pool.
+    {
+        let mut pooled = pool.acquire().await?;
+        assert_eq!(
+            table
+                .upsert(&mut *pooled, 2_i64, Fence::new(1), "c", &values)
+                .await?,
+            WriteOutcome::Accepted
+        );
+    }
+    let before = row(&pool, "doc", 1).await?;
+    assert_eq!(before, (2, None, Some(2), Some("b".into())));
+
+    // A transaction, rolled back: nothing it wrote remains.
+    let mut tx = pool.begin().await?;
+    assert_eq!(
+        table.register(&mut *tx, 1_i64, Fence::new(3), "c").await?,
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        table
+            .update(&mut *tx, 1_i64, Fence::new(3), "c", &inc)
+            .await?,
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        table
+            .update(&mut *tx, 1_i64, Fence::new(2), "b", &inc)
+            .await?,
+        rejected(3, Some("c")),
+        "the transaction's own registration refuses the older fence"
+    );
+    assert_eq!(
+        table
+            .upsert(&mut *tx, 3_i64, Fence::new(3), "c", &values)
+            .await?,
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        fence_of(table.read_fence(&mut *tx, 1_i64).await?),
+        (Some(Fence::new(3)), Some("c".into()))
+    );
+    tx.rollback().await?;
+    assert_eq!(row(&pool, "doc", 1).await?, before);
+    assert!(
+        matches!(
+            table.read_fence(&pool, 3_i64).await,
+            Err(fencelock::Error::RowNotFound { .. })
+        ),
+        "the rolled-back upsert inserted nothing"
+    );
+
+    // A transaction, committed: its write is applied.
+    let mut tx = pool.begin().await?;
+    assert_eq!(
+        table
+            .update(&mut *tx, 1_i64, Fence::new(3), "c", &inc)
+            .await?,
+        WriteOutcome::Accepted
+    );
+    tx.commit().await?;
+    assert_eq!(
+        row(&pool, "doc", 1).await?,
+        (3, None, Some(3), Some("c".into()))
+    );
     Ok(())
 }
 
