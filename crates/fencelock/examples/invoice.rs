@@ -36,7 +36,8 @@ const STALL: Duration = Duration::from_millis(400);
 
 /// The guide's `fenced_update(conn, invoice_id, fence, status)`: one
 /// conditional UPDATE, accepted iff the fence is newer than the row's (or
-/// the same holder's).
+/// the same holder's). It runs on the table's pool here; a connection
+/// (`&mut conn`) or a transaction (`&mut *tx`) works the same way.
 async fn fenced_update(
     invoices: &FencedTable,
     invoice_id: i64,
@@ -46,6 +47,7 @@ async fn fenced_update(
 ) -> fencelock::Result<WriteOutcome> {
     invoices
         .update(
+            invoices.pool(),
             invoice_id,
             fence,
             holder,

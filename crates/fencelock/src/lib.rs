@@ -61,7 +61,7 @@
 //! | `fence` | the [`Fence`] newtype |
 //! | `redis` | the connection and the Lua scripts (called by SHA, `NOSCRIPT` reloads) |
 //! | `resource` | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`] |
-//! | `resource::postgres` | feature `postgres`: fenced Postgres rows, `FencedTable`, `SetClause` (sqlx) |
+//! | `resource::postgres` | feature `postgres`: fenced Postgres rows, `FencedTable`, `SetClause`, `RowKey` (sqlx) |
 //! | `error` | [`Error`] and [`LossReason`] |
 //! | [`metrics`] | diagnostics: metric names, the family rule for labels, recording helpers, the [`Stats`] snapshot |
 //!
@@ -77,8 +77,9 @@
 //! - `FencedTable` (feature `postgres`, on by default in the CLI): rows of a
 //!   Postgres table with two added columns, `lock_fence bigint` and
 //!   `lock_holder text` (migration SQL and `add_fence_columns` provided);
-//!   fenced `update`, `upsert` and `register`, each one statement. A missing
-//!   row and a table without the columns are typed errors.
+//!   fenced `update`, `upsert` and `register`, each one statement, run on a
+//!   pool, a connection or an open transaction (sqlx's executor argument). A
+//!   missing row and a table without the columns are typed errors.
 //! - Anything else with a conditional write (an object store's `If-Match`, a
 //!   version column, a compare-and-set) implements the [`Fenced`] trait; its
 //!   docs show how.
@@ -150,7 +151,7 @@ pub use options::{
 };
 #[cfg(feature = "postgres")]
 pub use resource::postgres::{
-    FENCE_COLUMN, FencedRow, FencedTable, HOLDER_COLUMN, RowFence, SetClause,
+    FENCE_COLUMN, FencedRow, FencedTable, HOLDER_COLUMN, RowFence, RowKey, SetClause,
 };
 pub use resource::{Fenced, FencedHash, HashState, WriteOutcome, fence_accepts};
 /// The sqlx version fencelock's Postgres resource is built on (feature

@@ -31,10 +31,16 @@ async fn missing_fence_columns_is_a_typed_error_naming_the_table() -> anyhow::Re
     for name in ["plain", "half"] {
         let table = FencedTable::new(pool.clone(), name)?;
         let errors = [
-            table.update(1_i64, Fence::new(1), "a", &set).await.err(),
-            table.register(1_i64, Fence::new(1), "a").await.err(),
-            table.upsert(2_i64, Fence::new(1), "a", &set).await.err(),
-            table.read_fence(1_i64).await.err(),
+            table
+                .update(&pool, 1_i64, Fence::new(1), "a", &set)
+                .await
+                .err(),
+            table.register(&pool, 1_i64, Fence::new(1), "a").await.err(),
+            table
+                .upsert(&pool, 2_i64, Fence::new(1), "a", &set)
+                .await
+                .err(),
+            table.read_fence(&pool, 1_i64).await.err(),
         ];
         for error in errors {
             let error = error.expect("must fail without the fence columns");
@@ -67,11 +73,12 @@ async fn missing_fence_columns_is_a_typed_error_naming_the_table() -> anyhow::Re
     let table = FencedTable::new(pool.clone(), "plain")?;
     table.add_fence_columns().await?;
     assert_eq!(
-        table.update(1_i64, Fence::new(1), "a", &set).await?,
+        table.update(&pool, 1_i64, Fence::new(1), "a", &set).await?,
         WriteOutcome::Accepted
     );
     let typo = table
         .update(
+            &pool,
             1_i64,
             Fence::new(2),
             "a",
@@ -93,6 +100,7 @@ async fn missing_row_is_a_typed_error() -> anyhow::Result<()> {
     let table = counter_table(&pool, "doc").await?;
     let update = table
         .update(
+            &pool,
             42_i64,
             Fence::new(1),
             "a",
@@ -106,7 +114,7 @@ async fn missing_row_is_a_typed_error() -> anyhow::Result<()> {
     );
     assert!(update.is_resource_setup() && !update.is_retryable());
     let register = table
-        .register(42_i64, Fence::new(1), "a")
+        .register(&pool, 42_i64, Fence::new(1), "a")
         .await
         .expect_err("no row 42");
     assert!(
@@ -114,7 +122,7 @@ async fn missing_row_is_a_typed_error() -> anyhow::Result<()> {
         "{register:?}"
     );
     assert!(matches!(
-        table.read_fence(42_i64).await,
+        table.read_fence(&pool, 42_i64).await,
         Err(Error::RowNotFound { .. })
     ));
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM doc")
@@ -141,7 +149,7 @@ async fn bad_names_fences_and_clauses_are_refused_before_sending() -> anyhow::Re
     ));
     let set = SetClause::new().set("status", "x");
     let too_big = table
-        .update(1_i64, Fence::new(u64::MAX), "a", &set)
+        .update(&pool, 1_i64, Fence::new(u64::MAX), "a", &set)
         .await
         .expect_err("fence above i64::MAX");
     assert!(
@@ -149,12 +157,13 @@ async fn bad_names_fences_and_clauses_are_refused_before_sending() -> anyhow::Re
         "{too_big}"
     );
     let empty_holder = table
-        .update(1_i64, Fence::new(1), "", &set)
+        .update(&pool, 1_i64, Fence::new(1), "", &set)
         .await
         .expect_err("empty holder");
     assert!(empty_holder.is_invalid_input(), "{empty_holder}");
     let bad_column = table
         .update(
+            &pool,
             1_i64,
             Fence::new(1),
             "a",
@@ -168,6 +177,7 @@ async fn bad_names_fences_and_clauses_are_refused_before_sending() -> anyhow::Re
     );
     let unbound = table
         .update(
+            &pool,
             1_i64,
             Fence::new(1),
             "a",
@@ -177,7 +187,7 @@ async fn bad_names_fences_and_clauses_are_refused_before_sending() -> anyhow::Re
         .expect_err("placeholder without a value");
     assert!(unbound.is_invalid_input(), "{unbound}");
     let empty = table
-        .update(1_i64, Fence::new(1), "a", &SetClause::new())
+        .update(&pool, 1_i64, Fence::new(1), "a", &SetClause::new())
         .await
         .expect_err("empty");
     assert!(empty.is_invalid_input(), "{empty}");
@@ -186,6 +196,7 @@ async fn bad_names_fences_and_clauses_are_refused_before_sending() -> anyhow::Re
     assert_eq!(
         table
             .update(
+                &pool,
                 1_i64,
                 Fence::new(1),
                 "a",
@@ -218,15 +229,13 @@ async fn connection_killed_mid_transaction_is_a_typed_error_and_writes_nothing()
 
     let mut tx = conn.begin().await?;
     assert_eq!(
-        table
-            .register_in(&mut tx, 1_i64, Fence::new(5), "b")
-            .await?,
+        table.register(&mut *tx, 1_i64, Fence::new(5), "b").await?,
         WriteOutcome::Accepted
     );
     let inc = SetClause::new().set_sql("v = v + 1");
     assert_eq!(
         table
-            .update_in(&mut tx, 1_i64, Fence::new(5), "b", &inc)
+            .update(&mut *tx, 1_i64, Fence::new(5), "b", &inc)
             .await?,
         WriteOutcome::Accepted
     );
@@ -238,7 +247,7 @@ async fn connection_killed_mid_transaction_is_a_typed_error_and_writes_nothing()
     assert!(killed);
 
     let err = table
-        .update_in(&mut tx, 1_i64, Fence::new(5), "b", &inc)
+        .update(&mut *tx, 1_i64, Fence::new(5), "b", &inc)
         .await
         .expect_err("the connection is gone");
     eprintln!("mid-transaction kill: {err:?}");
@@ -271,7 +280,7 @@ async fn connection_killed_mid_statement_is_a_typed_error_and_writes_nothing() -
         tokio::spawn(async move {
             let mut conn = conn;
             table
-                .update_in(&mut conn, 1_i64, Fence::new(5), "b", &slow)
+                .update(&mut conn, 1_i64, Fence::new(5), "b", &slow)
                 .await
         })
     };
@@ -327,6 +336,7 @@ async fn server_gone_is_a_connection_error() -> anyhow::Result<()> {
     pg.kill();
     let err = table
         .update(
+            &pool,
             1_i64,
             Fence::new(1),
             "a",

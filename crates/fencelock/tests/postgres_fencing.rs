@@ -10,7 +10,7 @@ mod postgres_common;
 use std::time::Duration;
 
 use anyhow::Context;
-use fencelock::sqlx::Executor;
+use fencelock::sqlx::{Connection, Executor, PgConnection};
 use fencelock::{
     Fence, FenceMode, Fenced, FencedTable, LockClient, LockOptions, ReleaseOutcome, Renewal,
     RowFence, SetClause, WriteOutcome,
@@ -61,7 +61,13 @@ async fn guide_order_stale_holder_rejected_after_current_holder_wrote() -> anyho
                     std::thread::sleep(Duration::from_millis(400));
                     b_wrote_rx.recv_timeout(Duration::from_secs(10))?;
                     let write = table
-                        .update(1_i64, fence, lease.token(), &status("closed by A"))
+                        .update(
+                            table.pool(),
+                            1_i64,
+                            fence,
+                            lease.token(),
+                            &status("closed by A"),
+                        )
                         .await?;
                     let release = lease.release().await?;
                     Ok((fence, write, release))
@@ -76,7 +82,7 @@ async fn guide_order_stale_holder_rejected_after_current_holder_wrote() -> anyho
     assert_eq!((a_fence, b.fence()), (Fence::new(1), Fence::new(2)));
     assert_eq!(
         table
-            .update(1_i64, b.fence(), b.token(), &status("closed by B"))
+            .update(&pool, 1_i64, b.fence(), b.token(), &status("closed by B"))
             .await?,
         WriteOutcome::Accepted
     );
@@ -120,21 +126,27 @@ async fn equal_fence_other_holder_rejected_same_holder_accepted() -> anyhow::Res
     let inc = SetClause::new().set_sql("v = v + 1");
 
     assert_eq!(
-        table.update(1_i64, Fence::new(47), "a", &inc).await?,
+        table
+            .update(&pool, 1_i64, Fence::new(47), "a", &inc)
+            .await?,
         WriteOutcome::Accepted
     );
     // Same fence, another holder (the counter was reset and re-issued 47).
     assert_eq!(
-        table.update(1_i64, Fence::new(47), "b", &inc).await?,
+        table
+            .update(&pool, 1_i64, Fence::new(47), "b", &inc)
+            .await?,
         rejected(47, Some("a"))
     );
     assert_eq!(
-        table.register(1_i64, Fence::new(47), "b").await?,
+        table.register(&pool, 1_i64, Fence::new(47), "b").await?,
         rejected(47, Some("a"))
     );
     // Same fence, same holder: the holder writing again.
     assert_eq!(
-        table.update(1_i64, Fence::new(47), "a", &inc).await?,
+        table
+            .update(&pool, 1_i64, Fence::new(47), "a", &inc)
+            .await?,
         WriteOutcome::Accepted
     );
     assert_eq!(
@@ -143,12 +155,16 @@ async fn equal_fence_other_holder_rejected_same_holder_accepted() -> anyhow::Res
     );
     // Lower: refused, also from the stored holder.
     assert_eq!(
-        table.update(1_i64, Fence::new(46), "a", &inc).await?,
+        table
+            .update(&pool, 1_i64, Fence::new(46), "a", &inc)
+            .await?,
         rejected(47, Some("a"))
     );
     // Higher: accepted from anyone.
     assert_eq!(
-        table.update(1_i64, Fence::new(48), "b", &inc).await?,
+        table
+            .update(&pool, 1_i64, Fence::new(48), "b", &inc)
+            .await?,
         WriteOutcome::Accepted
     );
     assert_eq!(
@@ -161,11 +177,15 @@ async fn equal_fence_other_holder_rejected_same_holder_accepted() -> anyhow::Res
     pool.execute("UPDATE doc SET lock_fence = 60, lock_holder = NULL WHERE id = 1")
         .await?;
     assert_eq!(
-        table.update(1_i64, Fence::new(60), "b", &inc).await?,
+        table
+            .update(&pool, 1_i64, Fence::new(60), "b", &inc)
+            .await?,
         rejected(60, None)
     );
     assert_eq!(
-        table.update(1_i64, Fence::new(61), "b", &inc).await?,
+        table
+            .update(&pool, 1_i64, Fence::new(61), "b", &inc)
+            .await?,
         WriteOutcome::Accepted
     );
     assert_eq!(
@@ -184,11 +204,11 @@ async fn row_never_written_under_a_lock_accepts_any_fence() -> anyhow::Result<()
     let table = counter_table(&pool, "doc").await?;
     pool.execute("INSERT INTO doc (id, v) VALUES (2, 0)")
         .await?;
-    assert_eq!(table.read_fence(1_i64).await?, RowFence::default());
+    assert_eq!(table.read_fence(&pool, 1_i64).await?, RowFence::default());
 
     assert_eq!(
         table
-            .update(1_i64, Fence::new(0), "a", &status("x"))
+            .update(&pool, 1_i64, Fence::new(0), "a", &status("x"))
             .await?,
         WriteOutcome::Accepted
     );
@@ -197,10 +217,10 @@ async fn row_never_written_under_a_lock_accepts_any_fence() -> anyhow::Result<()
         (0, Some("x".into()), Some(0), Some("a".into()))
     );
     assert_eq!(
-        table.register(2_i64, Fence::new(5), "b").await?,
+        table.register(&pool, 2_i64, Fence::new(5), "b").await?,
         WriteOutcome::Accepted
     );
-    let registered = table.read_fence(2_i64).await?;
+    let registered = table.read_fence(&pool, 2_i64).await?;
     assert_eq!(
         (registered.fence, registered.holder.as_deref()),
         (Some(Fence::new(5)), Some("b"))
@@ -217,12 +237,12 @@ async fn register_records_the_fence_only() -> anyhow::Result<()> {
     let table = counter_table(&pool, "doc").await?;
     assert_eq!(
         table
-            .update(1_i64, Fence::new(10), "a", &status("open"))
+            .update(&pool, 1_i64, Fence::new(10), "a", &status("open"))
             .await?,
         WriteOutcome::Accepted
     );
     assert_eq!(
-        table.register(1_i64, Fence::new(11), "b").await?,
+        table.register(&pool, 1_i64, Fence::new(11), "b").await?,
         WriteOutcome::Accepted
     );
     assert_eq!(
@@ -231,18 +251,18 @@ async fn register_records_the_fence_only() -> anyhow::Result<()> {
     );
     assert_eq!(
         table
-            .update(1_i64, Fence::new(10), "a", &status("stale"))
+            .update(&pool, 1_i64, Fence::new(10), "a", &status("stale"))
             .await?,
         rejected(11, Some("b"))
     );
     // Registering again with the same fence and holder is accepted (idempotent).
     assert_eq!(
-        table.register(1_i64, Fence::new(11), "b").await?,
+        table.register(&pool, 1_i64, Fence::new(11), "b").await?,
         WriteOutcome::Accepted
     );
     assert_eq!(
         table
-            .update(1_i64, Fence::new(11), "b", &status("closed"))
+            .update(&pool, 1_i64, Fence::new(11), "b", &status("closed"))
             .await?,
         WriteOutcome::Accepted
     );
@@ -265,7 +285,7 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
 
     assert_eq!(
         table
-            .upsert(7_i64, Fence::new(5), "a", &values(1, "new"))
+            .upsert(&pool, 7_i64, Fence::new(5), "a", &values(1, "new"))
             .await?,
         WriteOutcome::Accepted
     );
@@ -275,13 +295,14 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
     );
     assert_eq!(
         table
-            .upsert(7_i64, Fence::new(4), "z", &values(2, "stale"))
+            .upsert(&pool, 7_i64, Fence::new(4), "z", &values(2, "stale"))
             .await?,
         rejected(5, Some("a"))
     );
     assert_eq!(
         table
             .upsert(
+                &pool,
                 7_i64,
                 Fence::new(5),
                 "z",
@@ -296,13 +317,13 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
     );
     assert_eq!(
         table
-            .upsert(7_i64, Fence::new(5), "a", &values(3, "again"))
+            .upsert(&pool, 7_i64, Fence::new(5), "a", &values(3, "again"))
             .await?,
         WriteOutcome::Accepted
     );
     assert_eq!(
         table
-            .upsert(7_i64, Fence::new(6), "b", &values(4, "newer"))
+            .upsert(&pool, 7_i64, Fence::new(6), "b", &values(4, "newer"))
             .await?,
         WriteOutcome::Accepted
     );
@@ -313,7 +334,7 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
     // The pre-existing, never-fenced row 1 is updated by an upsert too.
     assert_eq!(
         table
-            .upsert(1_i64, Fence::new(1), "a", &values(9, "fenced"))
+            .upsert(&pool, 1_i64, Fence::new(1), "a", &values(9, "fenced"))
             .await?,
         WriteOutcome::Accepted
     );
@@ -324,6 +345,7 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
 
     let err = table
         .upsert(
+            &pool,
             8_i64,
             Fence::new(9),
             "a",
@@ -332,6 +354,110 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
         .await
         .expect_err("SQL in an upsert");
     assert!(err.is_invalid_input(), "{err}");
+    Ok(())
+}
+
+/// Every operation takes the executor to run on, as sqlx's queries do: the
+/// same methods work on the pool, on a plain connection, on a pooled
+/// connection and inside a transaction. Writes inside a transaction see
+/// each other (a stale write is rejected there too); a rolled-back
+/// transaction leaves the row as it was, a committed one applies.
+#[tokio::test]
+async fn one_method_runs_on_a_pool_a_connection_and_a_transaction() -> anyhow::Result<()> {
+    let pg = start_server().await;
+    let pool = pool(&pg.url(), 2).await?;
+    let table = counter_table(&pool, "doc").await?;
+    let inc = SetClause::new().set_sql("v = v + 1");
+    let values = SetClause::new().set("v", 10_i64).set("status", "new");
+    let fence_of = |r: RowFence| (r.fence, r.holder);
+
+    // The pool.
+    assert_eq!(
+        table.update(&pool, 1_i64, Fence::new(1), "a", &inc).await?,
+        WriteOutcome::Accepted
+    );
+    // A plain connection.
+    let mut conn = PgConnection::connect(&pg.url()).await?;
+    assert_eq!(
+        table.register(&mut conn, 1_i64, Fence::new(2), "b").await?,
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        table
+            .update(&mut conn, 1_i64, Fence::new(2), "b", &inc)
+            .await?,
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        fence_of(table.read_fence(&mut conn, 1_i64).await?),
+        (Some(Fence::new(2)), Some("b".into()))
+    );
+    conn.close().await?;
+    // A connection checked out of the pool.
+    {
+        let mut pooled = pool.acquire().await?;
+        assert_eq!(
+            table
+                .upsert(&mut *pooled, 2_i64, Fence::new(1), "c", &values)
+                .await?,
+            WriteOutcome::Accepted
+        );
+    }
+    let before = row(&pool, "doc", 1).await?;
+    assert_eq!(before, (2, None, Some(2), Some("b".into())));
+
+    // A transaction, rolled back: nothing it wrote remains.
+    let mut tx = pool.begin().await?;
+    assert_eq!(
+        table.register(&mut *tx, 1_i64, Fence::new(3), "c").await?,
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        table
+            .update(&mut *tx, 1_i64, Fence::new(3), "c", &inc)
+            .await?,
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        table
+            .update(&mut *tx, 1_i64, Fence::new(2), "b", &inc)
+            .await?,
+        rejected(3, Some("c")),
+        "the transaction's own registration refuses the older fence"
+    );
+    assert_eq!(
+        table
+            .upsert(&mut *tx, 3_i64, Fence::new(3), "c", &values)
+            .await?,
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        fence_of(table.read_fence(&mut *tx, 1_i64).await?),
+        (Some(Fence::new(3)), Some("c".into()))
+    );
+    tx.rollback().await?;
+    assert_eq!(row(&pool, "doc", 1).await?, before);
+    assert!(
+        matches!(
+            table.read_fence(&pool, 3_i64).await,
+            Err(fencelock::Error::RowNotFound { .. })
+        ),
+        "the rolled-back upsert inserted nothing"
+    );
+
+    // A transaction, committed: its write is applied.
+    let mut tx = pool.begin().await?;
+    assert_eq!(
+        table
+            .update(&mut *tx, 1_i64, Fence::new(3), "c", &inc)
+            .await?,
+        WriteOutcome::Accepted
+    );
+    tx.commit().await?;
+    assert_eq!(
+        row(&pool, "doc", 1).await?,
+        (3, None, Some(3), Some("c".into()))
+    );
     Ok(())
 }
 
@@ -356,7 +482,9 @@ async fn schema_qualified_table_and_custom_key_column() -> anyhow::Result<()> {
         .set_sql("total = total + $2")
         .bind(25_i64);
     assert_eq!(
-        table.update("INV-42", Fence::new(3), "a", &add).await?,
+        table
+            .update(&pool, "INV-42", Fence::new(3), "a", &add)
+            .await?,
         WriteOutcome::Accepted
     );
     let (total, st): (i64, String) = fencelock::sqlx::query_as(
@@ -366,7 +494,7 @@ async fn schema_qualified_table_and_custom_key_column() -> anyhow::Result<()> {
     .await?;
     assert_eq!((total, st.as_str()), (125, "adjusted"));
     let err = table
-        .update("INV-43", Fence::new(3), "a", &add)
+        .update(&pool, "INV-43", Fence::new(3), "a", &add)
         .await
         .expect_err("missing row");
     assert!(

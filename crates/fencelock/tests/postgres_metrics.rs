@@ -31,25 +31,25 @@ fn fenced_table_writes_are_counted() -> Result<()> {
             let set = || SetClause::new().set("status", "closed");
             ensure!(
                 table
-                    .update(1i64, Fence::new(5), "b", &set())
+                    .update(&pool, 1i64, Fence::new(5), "b", &set())
                     .await?
                     .is_accepted()
             );
             ensure!(
                 !table
-                    .update(1i64, Fence::new(4), "a", &set())
+                    .update(&pool, 1i64, Fence::new(4), "a", &set())
                     .await?
                     .is_accepted()
             );
             ensure!(
                 !table
-                    .upsert(1i64, Fence::new(3), "a", &set())
+                    .upsert(&pool, 1i64, Fence::new(3), "a", &set())
                     .await?
                     .is_accepted()
             );
             ensure!(
                 table
-                    .upsert(2i64, Fence::new(1), "c", &set())
+                    .upsert(&pool, 2i64, Fence::new(1), "c", &set())
                     .await?
                     .is_accepted()
             );

@@ -68,11 +68,23 @@ async fn write_only_check_loses_the_stale_increment_every_race() -> anyhow::Resu
         let a_read = read_v(&h.a).await?;
         let b_read = read_v(&h.b).await?;
         let a =
-            h.a.update(1_i64, fa, "a", &SetClause::new().set("v", a_read + 1))
-                .await?;
+            h.a.update(
+                h.a.pool(),
+                1_i64,
+                fa,
+                "a",
+                &SetClause::new().set("v", a_read + 1),
+            )
+            .await?;
         let b =
-            h.b.update(1_i64, fb, "b", &SetClause::new().set("v", b_read + 1))
-                .await?;
+            h.b.update(
+                h.b.pool(),
+                1_i64,
+                fb,
+                "b",
+                &SetClause::new().set("v", b_read + 1),
+            )
+            .await?;
         assert!(
             a.is_accepted() && b.is_accepted(),
             "race {race}: {a:?} {b:?}"
@@ -97,11 +109,20 @@ async fn register_before_read_loses_nothing() -> anyhow::Result<()> {
     for race in 0..RACES {
         let (fa, fb) = fences(race);
         let a_read = read_v(&h.a).await?;
-        assert_eq!(h.b.register(1_i64, fb, "b").await?, WriteOutcome::Accepted);
+        assert_eq!(
+            h.b.register(h.b.pool(), 1_i64, fb, "b").await?,
+            WriteOutcome::Accepted
+        );
         let b_read = read_v(&h.b).await?;
         let a =
-            h.a.update(1_i64, fa, "a", &SetClause::new().set("v", a_read + 1))
-                .await?;
+            h.a.update(
+                h.a.pool(),
+                1_i64,
+                fa,
+                "a",
+                &SetClause::new().set("v", a_read + 1),
+            )
+            .await?;
         assert_eq!(
             a,
             WriteOutcome::Rejected {
@@ -111,8 +132,14 @@ async fn register_before_read_loses_nothing() -> anyhow::Result<()> {
             "race {race}"
         );
         let b =
-            h.b.update(1_i64, fb, "b", &SetClause::new().set("v", b_read + 1))
-                .await?;
+            h.b.update(
+                h.b.pool(),
+                1_i64,
+                fb,
+                "b",
+                &SetClause::new().set("v", b_read + 1),
+            )
+            .await?;
         assert!(b.is_accepted(), "race {race}: {b:?}");
         acknowledged += 1;
     }
@@ -132,8 +159,8 @@ async fn one_statement_increment_loses_nothing() -> anyhow::Result<()> {
     let (mut acknowledged, mut stale_accepted) = (0_i64, 0);
     for race in 0..RACES {
         let (fa, fb) = fences(race);
-        let a_write = h.a.update(1_i64, fa, "a", &inc);
-        let b_write = h.b.update(1_i64, fb, "b", &inc);
+        let a_write = h.a.update(h.a.pool(), 1_i64, fa, "a", &inc);
+        let b_write = h.b.update(h.b.pool(), 1_i64, fb, "b", &inc);
         // `join!` polls (and so sends) its first future first: alternate.
         let (a, b) = if race % 2 == 0 {
             tokio::join!(a_write, b_write)
@@ -180,7 +207,10 @@ async fn concurrent_one_statement_writers_ack_exactly_what_was_applied() -> anyh
             let (mut acked, mut rejected) = (0_i64, 0_u64);
             for _ in 0..EACH {
                 let fence = Fence::new(next.fetch_add(1, Ordering::SeqCst));
-                match table.update(1_i64, fence, &holder, &inc).await? {
+                match table
+                    .update(table.pool(), 1_i64, fence, &holder, &inc)
+                    .await?
+                {
                     WriteOutcome::Accepted => acked += 1,
                     WriteOutcome::Rejected { current_fence, .. } => {
                         assert!(current_fence > Some(fence), "{current_fence:?} vs {fence}");

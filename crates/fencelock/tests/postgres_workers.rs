@@ -65,7 +65,7 @@ async fn worker(redis_url: &str, pg_url: &str, id: &str) -> anyhow::Result<(u64,
             .await
             .with_context(|| format!("worker {id}: acquire #{i}"))?;
         match table
-            .update(1_i64, lease.fence(), lease.token(), &inc)
+            .update(table.pool(), 1_i64, lease.fence(), lease.token(), &inc)
             .await?
         {
             WriteOutcome::Accepted => acked += 1,

@@ -1,0 +1,47 @@
+//! [`FencedRow`]: one row of a [`FencedTable`] behind the [`Fenced`] trait.
+
+use super::{FencedTable, RowKey, SetClause};
+use crate::error::Result;
+use crate::fence::Fence;
+use crate::resource::{Fenced, WriteOutcome};
+
+/// One row of a [`FencedTable`], for code written against [`Fenced`]
+/// (`write` = the [`SetClause`] of a conditional `UPDATE`, run on the
+/// table's pool). Created by [`FencedTable::row`].
+#[derive(Debug, Clone)]
+pub struct FencedRow<K> {
+    table: FencedTable,
+    key: K,
+}
+
+impl<K> FencedRow<K> {
+    pub(super) fn new(table: FencedTable, key: K) -> Self {
+        FencedRow { table, key }
+    }
+
+    /// The row's key.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// The table.
+    pub fn table(&self) -> &FencedTable {
+        &self.table
+    }
+}
+
+impl<K: RowKey> Fenced for FencedRow<K> {
+    /// The assignments of the conditional `UPDATE`.
+    type Write = SetClause;
+
+    /// [`FencedTable::update`] of this row, on the table's pool.
+    fn fenced_write(
+        &self,
+        fence: Fence,
+        holder: &str,
+        set: &SetClause,
+    ) -> impl Future<Output = Result<WriteOutcome>> + Send {
+        self.table
+            .update(self.table.pool(), &self.key, fence, holder, set)
+    }
+}
