@@ -92,9 +92,6 @@ pub fn fence_accepts(
 ///
 /// # Errors
 /// [`Error::InvalidOption`] for an empty `holder`.
-// Without the `postgres` feature nothing calls it yet; `redis_hash` still
-// has its own copy of this check.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) fn check_holder(holder: &str) -> Result<()> {
     if holder.is_empty() {
         return Err(Error::InvalidOption(

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, validate_name};
 use crate::metrics::StatsHandle;
-use crate::resource::{Fenced, WriteOutcome};
+use crate::resource::{Fenced, WriteOutcome, check_holder};
 
 /// A Redis hash with fields `value`, `fence` and `holder`, written only
 /// through the fence check. Compatible with the guide's hash (`fence`,
@@ -137,11 +137,7 @@ impl FencedHash {
 
     #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.key, %fence, op = change.name(), outcome))]
     async fn call(&self, fence: Fence, holder: &str, change: Change<'_>) -> Result<WriteOutcome> {
-        if holder.is_empty() {
-            return Err(Error::InvalidOption(
-                "the holder token of a fenced write is empty".into(),
-            ));
-        }
+        check_holder(holder)?;
         let reply = self
             .conn
             .run(&FencedWrite {
