@@ -1,0 +1,115 @@
+//! The calls write the ARGV their scripts unpack; the replies decode every
+//! code the scripts return.
+
+use super::*;
+
+fn args(call: &impl ToRedisArgs) -> Vec<String> {
+    call.to_redis_args()
+        .into_iter()
+        .map(|a| String::from_utf8_lossy(&a).into_owned())
+        .collect()
+}
+
+/// The ARGV order is the contract with the `.lua` files, which unpack
+/// these positions into named locals on their first lines.
+#[test]
+fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
+    let keys = LockKeys::new("lock:", KeyLayout::HashTagged, "job")?;
+    let opts = LockOptions::default().ttl(Duration::from_secs(5));
+    let mint = Mint::new(&opts);
+    let member = QueueMember {
+        client: "c".into(),
+        waiter: 1,
+        mode: WaitMode::Fair,
+        ttl: Duration::from_secs(5),
+        handover: Duration::from_secs(1),
+        token: "t".into(),
+    };
+    let grant = Grant {
+        keys: &keys,
+        mint,
+        token: "t",
+        ttl: opts.ttl,
+        wait_mode: WaitMode::Fair,
+        member: Some(&member),
+        waiter_lease: Duration::from_secs(1),
+        queued: true,
+    };
+    assert_eq!(
+        args(&grant),
+        [
+            "clock",
+            "tagged",
+            "86400000",
+            "t",
+            "5000",
+            "fair",
+            "c:1:fair:5000:1000:t",
+            "1000",
+            "1"
+        ]
+    );
+    assert_eq!(grant.keys(), keys.all());
+    let pass_on = PassOn {
+        wake_prefix: &keys.wake_prefix,
+        publish: Publish::Publish,
+    };
+    let release = Release {
+        keys: &keys,
+        mint,
+        pass_on,
+        value: "t:7",
+    };
+    assert_eq!(
+        args(&release),
+        [
+            "clock",
+            "tagged",
+            "86400000",
+            "lock:{job}:wake:",
+            "PUBLISH",
+            "10000",
+            "t:7"
+        ]
+    );
+    let leave = Leave {
+        keys: &keys,
+        mint: Mint::new(&opts.clone().fence_mode(FenceMode::Counter)),
+        pass_on,
+        member: &member,
+    };
+    assert_eq!(args(&leave)[..3], ["counter", "tagged", "0"]);
+    assert_eq!(args(&leave)[6..], ["c:1:fair:5000:1000:t", "t"]);
+    Ok(())
+}
+
+#[test]
+fn replies_decode_every_code() {
+    let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+    assert_eq!(
+        GrantReply::from_redis_value(pair(1, 42)).ok(),
+        Some(GrantReply::Granted(Fence::new(42)))
+    );
+    assert_eq!(
+        GrantReply::from_redis_value(pair(0, 250)).ok(),
+        Some(GrantReply::Held(Some(Duration::from_millis(250))))
+    );
+    assert_eq!(
+        GrantReply::from_redis_value(pair(0, -1)).ok(),
+        Some(GrantReply::Held(None))
+    );
+    assert_eq!(
+        GrantReply::from_redis_value(pair(2, 0)).ok(),
+        Some(GrantReply::ReservedForHead)
+    );
+    assert!(GrantReply::from_redis_value(pair(1, -5)).is_err());
+    assert!(GrantReply::from_redis_value(pair(9, 0)).is_err());
+    assert_eq!(
+        Checked::from_redis_value(Value::Int(-1)).ok(),
+        Some(Checked::NotOurs(LossReason::TakenOver))
+    );
+    assert_eq!(
+        LeaveReply::from_redis_value(Value::Int(2)).ok(),
+        Some(LeaveReply::ReleasedHandOver)
+    );
+}
