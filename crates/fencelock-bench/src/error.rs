@@ -6,10 +6,11 @@ use crate::url::RedisUrl;
 
 /// A failed bench run: what kind of failure, and a one-line message.
 ///
-/// The engine names the server by its shown URL, and [`crate::run`] puts
-/// that in place of the raw URL in the text of every underlying error (which
-/// is why the error keeps no [`source`](std::error::Error::source): those
-/// errors may name the raw URL).
+/// The message never contains the Redis password: the engine names the
+/// server only by its redacted URL, and [`crate::run`] scrubs the URL and the
+/// password out of the text of every underlying error (which is why the
+/// error keeps no [`source`](std::error::Error::source): those errors may
+/// name the raw URL).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     kind: ErrorKind,
@@ -71,9 +72,18 @@ impl Error {
         Error::new(kind, format!("cannot connect to {url}: {e}"))
     }
 
-    /// The error with `url` shown as [`RedisUrl::shown`] in its message.
-    pub(crate) fn scrubbed(self, url: &RedisUrl) -> Self {
-        Error::new(self.kind, url.scrub(&self.message))
+    /// The error as shown: every trace of `url`'s password removed from its
+    /// message, and a connection error that does not name the server yet
+    /// (a refusal on an open connection) naming it.
+    pub(crate) fn shown_for(self, url: &RedisUrl) -> Self {
+        let message = url.scrub(&self.message);
+        let message = match self.kind {
+            ErrorKind::Auth | ErrorKind::Unreachable if !message.contains(url.shown()) => {
+                format!("Redis at {url}: {message}")
+            }
+            _ => message,
+        };
+        Error::new(self.kind, message)
     }
 }
 
@@ -136,6 +146,25 @@ impl From<tokio::task::JoinError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_errors_keep_the_kind_drop_the_password_and_name_the_server() {
+        let url = RedisUrl::new("unix:///run/redis.sock?pass=hunter2");
+        let e = Error::new(
+            ErrorKind::Auth,
+            "refused for unix:///run/redis.sock?pass=hunter2",
+        )
+        .shown_for(&url);
+        assert_eq!(e.kind(), ErrorKind::Auth);
+        assert_eq!(e.to_string(), "refused for unix:///run/redis.sock?pass=***");
+        let e = Error::new(ErrorKind::Auth, "NOAUTH: Authentication required.").shown_for(&url);
+        assert_eq!(
+            e.to_string(),
+            "Redis at unix:///run/redis.sock?pass=***: NOAUTH: Authentication required."
+        );
+        let e = Error::failed("a floor grant was refused").shown_for(&url);
+        assert_eq!(e.to_string(), "a floor grant was refused");
+    }
 
     #[test]
     fn messages_are_one_line() {

@@ -10,6 +10,10 @@
 //! human table or as JSON lines, also while it grows (through an
 //! [`Observer`]); [`Report::svg`] draws the `--plot` figure.
 //!
+//! The Redis URL is never shown with its password: the header, `Debug` of a
+//! [`Config`] and every [`Error`] name the server by its redacted URL
+//! (`redis://user:***@host`, `unix:///path?pass=***`).
+//!
 //! The engine uses only the public API of the `fencelock` library; the
 //! floors are its own bare scripts on plain connections.
 //!
@@ -21,7 +25,7 @@
 //! | `report` | [`Report`], [`Header`], [`Record`], [`Measurement`] |
 //! | `render` | [`Renderer`]: the human table and the JSON lines, the only place either is written |
 //! | `plot` | the `--plot` SVG |
-//! | `url` | the Redis URL under test |
+//! | `url` | the Redis URL under test, shown only redacted |
 //! | `error` | [`Error`] and [`ErrorKind`] |
 
 mod error;
@@ -58,7 +62,7 @@ pub enum Scenario {
     Many,
 }
 
-/// What to measure, and on which Redis.
+/// What to measure, and on which Redis. `Debug` shows the URL redacted.
 #[derive(Debug, Clone)]
 pub struct Config {
     url: RedisUrl,
@@ -99,7 +103,7 @@ impl Config {
         }
     }
 
-    /// The Redis URL, as shown in the report.
+    /// The Redis URL with its password replaced by `***`.
     pub fn redis(&self) -> &str {
         self.url.shown()
     }
@@ -132,7 +136,7 @@ impl Observer for () {}
 pub async fn run(config: &Config, observer: &mut impl Observer) -> Result<Report> {
     run_scenarios(config, observer)
         .await
-        .map_err(|e| e.scrubbed(&config.url))
+        .map_err(|e| e.shown_for(&config.url))
 }
 
 async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<Report> {
@@ -228,4 +232,21 @@ async fn measure<T>(
     let out = work.await;
     observer.measured();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_shows_its_url_redacted() {
+        let config = Config::new("redis://bench:s3cret-pw@127.0.0.1:7000/");
+        assert_eq!(config.redis(), "redis://bench:***@127.0.0.1:7000/");
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("s3cret-pw"), "{debug}");
+        assert!(
+            debug.contains("redis://bench:***@127.0.0.1:7000/"),
+            "{debug}"
+        );
+    }
 }

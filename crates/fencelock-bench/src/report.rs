@@ -20,7 +20,7 @@ pub struct Report {
 /// What every record of a run shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
-    /// The Redis measured: its URL.
+    /// The Redis measured: its URL with the password replaced by `***`.
     pub redis: String,
     /// The measuring time of each scenario (and of each wait mode).
     pub duration: Duration,

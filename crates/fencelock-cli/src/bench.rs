@@ -105,7 +105,8 @@ async fn run_on(config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
     })
 }
 
-/// An engine error with the exit code of its kind.
+/// An engine error with the exit code of its kind (its message never
+/// contains the Redis password).
 fn failure(e: fencelock_bench::Error) -> anyhow::Error {
     let code = match e.kind() {
         ErrorKind::InvalidInput => exit::USAGE,
