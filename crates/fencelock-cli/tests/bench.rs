@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
 
+use fencelock_testkit::{RedisConfig, RedisServer};
 use serde_json::{Map, Value};
 
 const MODES: [&str; 3] = ["poll", "notify", "fair"];
@@ -310,4 +311,106 @@ fn bench_usage_errors_exit_64() {
         stderr.contains("--plot") && stderr.contains("cannot create"),
         "{stderr:?}"
     );
+}
+
+/// The password of a `--redis` URL never reaches stdout or stderr: the
+/// header shows the URL redacted (`redis://:***@…`, `unix://…?pass=***`),
+/// and so does every error. A refused password exits 78 whichever scenario
+/// connects first, an unreachable server 69.
+#[test]
+fn bench_never_shows_the_redis_password() {
+    const PASSWORD: &str = "bench-secret-4711";
+    const WRONG: &str = "wrong-secret-0815";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("redis.sock");
+    let socket = socket.to_str().expect("utf-8 temp path");
+    let server = RedisServer::start_with(
+        RedisConfig::default()
+            .with_password(PASSWORD)
+            .with_arg("--unixsocket")
+            .with_arg(socket),
+    );
+    let port = server.port();
+    let no_secret = |args: &[&str], stdout: &str, stderr: &str| {
+        for secret in [PASSWORD, WRONG] {
+            assert!(
+                !stdout.contains(secret) && !stderr.contains(secret),
+                "{args:?} showed a password:\nstdout:\n{stdout}\nstderr:\n{stderr}"
+            );
+        }
+    };
+
+    // The right password: the header shows the URL redacted.
+    for (url, shown) in [
+        (
+            server.url(),
+            format!("fencelock bench on redis://:***@127.0.0.1:{port}/:"),
+        ),
+        (
+            format!("redis://default:{PASSWORD}@127.0.0.1:{port}/"),
+            format!("fencelock bench on redis://default:***@127.0.0.1:{port}/:"),
+        ),
+        (
+            format!("unix://{socket}?pass={PASSWORD}"),
+            format!("fencelock bench on unix://{socket}?pass=***:"),
+        ),
+    ] {
+        for json in [false, true] {
+            let mut args = vec![
+                "--redis",
+                &url,
+                "bench",
+                "--scenario",
+                "uncontended",
+                "--duration",
+                "100ms",
+            ];
+            if json {
+                args.push("--json");
+            }
+            let (out, stdout, stderr) = run(&args);
+            assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+            no_secret(&args, &stdout, &stderr);
+            if json {
+                assert_eq!(json_lines(&stdout).len(), 1, "{stdout}");
+            } else {
+                assert!(stdout.starts_with(&shown), "{args:?}: {stdout}");
+            }
+        }
+    }
+
+    // A wrong password, whichever scenario connects first; a password that
+    // Redis never sees (`password=` is not a query key redis-rs reads).
+    let wrong = format!("redis://:{WRONG}@127.0.0.1:{port}/");
+    let wrong_user = format!("redis://default:{WRONG}@127.0.0.1:{port}/");
+    let unix_password = format!("unix://{socket}?password={WRONG}");
+    for (url, shown) in [
+        (&wrong, format!("redis://:***@127.0.0.1:{port}/")),
+        (
+            &wrong_user,
+            format!("redis://default:***@127.0.0.1:{port}/"),
+        ),
+        (&unix_password, format!("unix://{socket}?password=***")),
+    ] {
+        for scenario in ["uncontended", "contended", "many"] {
+            let args = ["--redis", url, "bench", "--scenario", scenario];
+            let (out, stdout, stderr) = run(&args);
+            assert_eq!(out.status.code(), Some(78), "{args:?}: {stderr}");
+            no_secret(&args, &stdout, &stderr);
+            assert!(stderr.contains(&shown), "{args:?}: {stderr}");
+        }
+    }
+
+    // Unreachable: nothing listens on the socket or the port.
+    let gone_socket = dir.path().join("gone.sock");
+    let gone_socket = gone_socket.to_str().expect("utf-8 temp path");
+    let closed = RedisServer::client_url_unreachable();
+    let closed = closed.replace("redis://", &format!("redis://:{WRONG}@"));
+    for url in [format!("unix://{gone_socket}?pass={WRONG}"), closed] {
+        let args = ["--redis", &url, "bench", "--scenario", "uncontended"];
+        let (out, stdout, stderr) = run(&args);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {stderr}");
+        no_secret(&args, &stdout, &stderr);
+        assert!(stderr.contains("***"), "{args:?}: {stderr}");
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::scenarios::{Contended, mode_name};
+use crate::scenarios::{Contended, mode_name};
 
 const PANEL_W: f64 = 460.0;
 const PANEL_H: f64 = 300.0;
@@ -11,7 +11,7 @@ const MARGIN: f64 = 50.0;
 const COLORS: [&str; 4] = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd"];
 
 /// Renders the SVG document.
-pub(crate) fn render(runs: &[Contended]) -> String {
+pub(crate) fn render(runs: &[&Contended]) -> String {
     let width = 2.0 * (PANEL_W + 2.0 * MARGIN);
     let height = PANEL_H + 2.0 * MARGIN + 30.0;
     let mut svg = String::new();
@@ -58,7 +58,7 @@ fn panel(
     svg: &mut String,
     left: f64,
     title: &str,
-    runs: &[Contended],
+    runs: &[&Contended],
     samples: impl Fn(&Contended) -> &Vec<f64>,
 ) {
     let x0 = left + MARGIN;

@@ -3,21 +3,24 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use crate::error::{Error, ErrorKind, Result};
+use crate::url::RedisUrl;
+
 /// Opens a plain connection for measurements (not through fencelock).
-pub(crate) async fn connection(url: &str) -> anyhow::Result<MultiplexedConnection> {
-    let client = redis::Client::open(url).context("bad Redis URL")?;
+pub(crate) async fn connection(url: &RedisUrl) -> Result<MultiplexedConnection> {
+    let client = redis::Client::open(url.raw())
+        .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("bad Redis URL {url}: {e}")))?;
     client
         .get_multiplexed_async_connection()
         .await
-        .with_context(|| format!("cannot connect to {url}"))
+        .map_err(|e| Error::connecting(url, e))
 }
 
 /// Sequential `PING`s per second on one connection for `duration`.
-pub(crate) async fn ping_rate(url: &str, duration: Duration) -> anyhow::Result<f64> {
+pub(crate) async fn ping_rate(url: &RedisUrl, duration: Duration) -> Result<f64> {
     let mut conn = connection(url).await?;
     let started = Instant::now();
     let mut n = 0u64;
@@ -31,10 +34,10 @@ pub(crate) async fn ping_rate(url: &str, duration: Duration) -> anyhow::Result<f
 /// `PING`s per second from `clients` connections, each sequential (what
 /// `redis-benchmark -c N PING` measures).
 pub(crate) async fn ping_rate_parallel(
-    url: &str,
+    url: &RedisUrl,
     clients: usize,
     duration: Duration,
-) -> anyhow::Result<f64> {
+) -> Result<f64> {
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients {
         conns.push(connection(url).await?);
@@ -75,7 +78,7 @@ pub(crate) struct ServerCounters {
 }
 
 impl ServerCounters {
-    pub(crate) async fn read(url: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn read(url: &RedisUrl) -> Result<Self> {
         let mut conn = connection(url).await?;
         let info: String = redis::cmd("INFO").arg("all").query_async(&mut conn).await?;
         let field = |name: &str| {
@@ -85,7 +88,7 @@ impl ServerCounters {
         };
         let commands = field("total_commands_processed")
             .and_then(|v| v.parse().ok())
-            .context("INFO lacks total_commands_processed")?;
+            .ok_or_else(|| Error::failed("INFO lacks total_commands_processed"))?;
         let cpu = |main: &str, all: &str| {
             field(main)
                 .or_else(|| field(all))

@@ -16,11 +16,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Context;
 use redis::{PushKind, Script, Value};
 use tokio::time::Instant;
 
-use super::measure::{ServerCounters, connection, quantile};
+use crate::error::{Error, Result};
+use crate::measure::{ServerCounters, connection, quantile};
+use crate::url::RedisUrl;
 
 const GRANT: &str = r"
 local last = redis.call('GET', KEYS[2])
@@ -39,22 +40,26 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 ";
 
-/// Cycles of the fenced floor.
+/// The fenced floor: acquire + release cycles of the least Redis work a
+/// clock-fenced lock must do, as two bare scripts on a plain connection. No
+/// fenced lock on the same Redis can be faster.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Floor {
-    pub(crate) cycles_per_s: f64,
-    pub(crate) redis_cpu_us_per_cycle: f64,
+pub struct Floor {
+    /// Cycles per second, all tasks together.
+    pub cycles_per_s: f64,
+    /// Redis CPU µs per cycle.
+    pub redis_cpu_us_per_cycle: f64,
 }
 
 /// Runs `tasks` tasks, each cycling the floor scripts on its own name, all
 /// sharing one multiplexed connection (as a lock client's tasks do), for
 /// `duration`. Keys live under `prefix`.
 pub(crate) async fn fenced(
-    url: &str,
+    url: &RedisUrl,
     prefix: &str,
     tasks: usize,
     duration: Duration,
-) -> anyhow::Result<Floor> {
+) -> Result<Floor> {
     let conn = connection(url).await?;
     let (grant, release) = (Arc::new(Script::new(GRANT)), Arc::new(Script::new(RELEASE)));
     let stop = Arc::new(AtomicBool::new(false));
@@ -77,16 +82,18 @@ pub(crate) async fn fenced(
                         .arg(86_400_000)
                         .invoke_async(&mut conn)
                         .await?;
-                    let value = value.context("a floor grant was refused")?;
+                    let value = value.ok_or_else(|| Error::failed("a floor grant was refused"))?;
                     let released: i64 = release
                         .key(&lock)
                         .arg(&value)
                         .invoke_async(&mut conn)
                         .await?;
-                    anyhow::ensure!(released == 1, "a floor release found the lock gone");
+                    if released != 1 {
+                        return Err(Error::failed("a floor release found the lock gone"));
+                    }
                     n += 1;
                 }
-                anyhow::Ok(n)
+                Ok::<_, Error>(n)
             })
         })
         .collect();
@@ -109,26 +116,26 @@ pub(crate) async fn fenced(
 /// lock is held). The publisher and the subscriber are threads with their
 /// own runtimes, like the workers of the contended scenario.
 pub(crate) async fn handoff_ms(
-    url: &str,
+    url: &RedisUrl,
     channel: &str,
     hold: Duration,
     samples: usize,
-) -> anyhow::Result<f64> {
-    let (url, channel) = (url.to_string(), channel.to_string());
+) -> Result<f64> {
+    let (url, channel) = (url.clone(), channel.to_string());
     tokio::task::spawn_blocking(move || handoff_on_threads(&url, &channel, hold, samples)).await?
 }
 
 fn handoff_on_threads(
-    url: &str,
+    url: &RedisUrl,
     channel: &str,
     hold: Duration,
     samples: usize,
-) -> anyhow::Result<f64> {
+) -> Result<f64> {
     let (received_tx, received) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
-    let (ready_tx, ready) = std::sync::mpsc::channel::<anyhow::Result<()>>();
+    let (ready_tx, ready) = std::sync::mpsc::channel::<Result<()>>();
     let done = Arc::new(tokio::sync::Notify::new());
     let subscriber = {
-        let (url, channel, done) = (url.to_string(), channel.to_string(), done.clone());
+        let (url, channel, done) = (url.clone(), channel.to_string(), done.clone());
         std::thread::spawn(move || {
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -166,7 +173,7 @@ fn handoff_on_threads(
     };
     let measured = ready
         .recv()
-        .context("the floor subscriber thread ended")
+        .map_err(|_| Error::failed("the floor subscriber thread ended"))
         .and_then(|r| r)
         .and_then(|()| {
             tokio::runtime::Builder::new_current_thread()
@@ -182,32 +189,34 @@ fn handoff_on_threads(
 }
 
 async fn subscribe(
-    url: &str,
+    url: &RedisUrl,
     channel: &str,
     sender: impl redis::aio::AsyncPushSender,
-) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    let info = redis::IntoConnectionInfo::into_connection_info(url)?;
+) -> Result<redis::aio::MultiplexedConnection> {
+    let info = redis::IntoConnectionInfo::into_connection_info(url.raw())
+        .map_err(|e| Error::connecting(url, e))?;
     let settings = info
         .redis_settings()
         .clone()
         .set_protocol(redis::ProtocolVersion::RESP3);
-    let client = redis::Client::open(info.set_redis_settings(settings))?;
+    let client = redis::Client::open(info.set_redis_settings(settings))
+        .map_err(|e| Error::connecting(url, e))?;
     let config = redis::AsyncConnectionConfig::new().set_push_sender(sender);
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .with_context(|| format!("cannot connect to {url}"))?;
+        .map_err(|e| Error::connecting(url, e))?;
     conn.subscribe(channel).await?;
     Ok(conn)
 }
 
 async fn publish_samples(
-    url: &str,
+    url: &RedisUrl,
     channel: &str,
     hold: Duration,
     samples: usize,
     received: &std::sync::mpsc::Receiver<(Instant, Vec<u8>)>,
-) -> anyhow::Result<Vec<f64>> {
+) -> Result<Vec<f64>> {
     let mut publisher = connection(url).await?;
     let publish = Script::new("return redis.call('PUBLISH', KEYS[1], ARGV[1])");
     let mut floors = Vec::with_capacity(samples);
@@ -219,12 +228,14 @@ async fn publish_samples(
             .arg(i)
             .invoke_async(&mut publisher)
             .await?;
-        anyhow::ensure!(receivers == 1, "the floor subscriber is not subscribed");
+        if receivers != 1 {
+            return Err(Error::failed("the floor subscriber is not subscribed"));
+        }
         let expected = i.to_string().into_bytes();
         loop {
             let (at, payload) = received
                 .recv_timeout(Duration::from_secs(5))
-                .context("the floor subscriber received nothing within 5 s")?;
+                .map_err(|_| Error::failed("the floor subscriber received nothing within 5 s"))?;
             if payload == expected {
                 floors.push(at.saturating_duration_since(sent).as_secs_f64() * 1e3);
                 break;

@@ -1,4 +1,5 @@
-//! The benchmark scenarios of DESIGN.md §6.
+//! The benchmark scenarios of DESIGN.md §6: each is measured in one
+//! function here and returns its typed result.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -7,21 +8,25 @@ use std::time::Duration;
 use fencelock::{LockClient, LockOptions, WaitMode};
 use tokio::time::Instant;
 
-use super::floor;
-use super::measure::{ServerCounters, jain, ping_rate, ping_rate_parallel, quantile};
+use crate::error::{Error, Result};
+use crate::floor::{self, Floor};
+use crate::measure::{ServerCounters, jain, ping_rate, ping_rate_parallel, quantile};
+use crate::url::RedisUrl;
 
-/// Settings shared by the scenarios.
+/// Settings shared by the scenarios of one run.
 #[derive(Debug, Clone)]
 pub(crate) struct Setup {
-    pub(crate) url: String,
+    pub(crate) url: RedisUrl,
     pub(crate) prefix: String,
+    /// Names this run's keys (`bench:{run_id}:…`) apart from other runs'.
+    pub(crate) run_id: String,
     pub(crate) duration: Duration,
     pub(crate) options: LockOptions,
 }
 
 impl Setup {
-    async fn client(&self) -> anyhow::Result<LockClient> {
-        Ok(LockClient::builder(&self.url)
+    async fn client(&self) -> Result<LockClient> {
+        Ok(LockClient::builder(self.url.raw())
             .prefix(&self.prefix)
             .defaults(self.options.clone())
             .connect()
@@ -29,22 +34,40 @@ impl Setup {
     }
 }
 
-/// One connection, one name, acquire + release in sequence.
+/// `uncontended`: one connection, acquire + release of one name in
+/// sequence, next to `PING` on one connection.
 #[derive(Debug, Clone)]
-pub(crate) struct Uncontended {
-    pub(crate) cycles_per_s: f64,
-    pub(crate) redis_ping_per_s: f64,
-    pub(crate) ratio_to_bound: f64,
-    pub(crate) mode: WaitMode,
-    /// The fenced floor (see `floor`) on one connection, same runtime.
-    pub(crate) floor_cycles_per_s: f64,
+pub struct Uncontended {
+    /// Acquire + release cycles per second.
+    pub cycles_per_s: f64,
+    /// Sequential `PING`s per second on one connection.
+    pub redis_ping_per_s: f64,
+    /// `cycles_per_s` ÷ (`redis_ping_per_s` ÷ 2): the share of the
+    /// 2-round-trip bound reached.
+    pub ratio_to_bound: f64,
+    /// The wait mode of the lock options used.
+    pub mode: WaitMode,
+    /// The fenced floor on one connection, same runtime.
+    pub floor: Floor,
 }
 
-pub(crate) async fn uncontended(setup: &Setup, run_id: &str) -> anyhow::Result<Uncontended> {
+impl Uncontended {
+    /// The fenced floor's share of the 2-round-trip bound.
+    pub fn floor_ratio_to_bound(&self) -> f64 {
+        self.floor.cycles_per_s / (self.redis_ping_per_s / 2.0)
+    }
+
+    /// The share of the fenced floor that fencelock reaches.
+    pub fn ratio_to_floor(&self) -> f64 {
+        self.cycles_per_s / self.floor.cycles_per_s
+    }
+}
+
+pub(crate) async fn uncontended(setup: &Setup) -> Result<Uncontended> {
     // One connection used by one task in sequence: measured on a
     // single-threaded runtime, as such a program would run (a multi-threaded
     // one adds a cross-thread wake-up to every reply), PING included.
-    let (setup, name) = (setup.clone(), format!("bench:{run_id}:uncontended"));
+    let (setup, name) = (setup.clone(), format!("bench:{}:uncontended", setup.run_id));
     tokio::task::spawn_blocking(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -54,7 +77,7 @@ pub(crate) async fn uncontended(setup: &Setup, run_id: &str) -> anyhow::Result<U
     .await?
 }
 
-async fn uncontended_on(setup: &Setup, name: &str) -> anyhow::Result<Uncontended> {
+async fn uncontended_on(setup: &Setup, name: &str) -> Result<Uncontended> {
     let ping = ping_rate(&setup.url, setup.duration / 2).await?;
     let floor = floor::fenced(
         &setup.url,
@@ -81,43 +104,64 @@ async fn uncontended_on(setup: &Setup, name: &str) -> anyhow::Result<Uncontended
         redis_ping_per_s: ping,
         ratio_to_bound: cycles / (ping / 2.0),
         mode: opts.wait_mode_value(),
-        floor_cycles_per_s: floor.cycles_per_s,
+        floor,
     })
 }
 
-/// Workers (threads with their own runtime and connections) contending for
-/// one name.
+/// `contended`, one wait mode: workers (threads with their own runtime and
+/// connections) contending for one name.
 #[derive(Debug, Clone)]
-pub(crate) struct Contended {
-    pub(crate) mode: WaitMode,
-    pub(crate) workers: usize,
-    pub(crate) hold_ms: f64,
-    pub(crate) real_hold_ms: f64,
-    pub(crate) completions: u64,
-    pub(crate) completions_per_s: f64,
-    pub(crate) utilization: f64,
-    pub(crate) waits_ms: Vec<f64>,
-    pub(crate) handoffs_ms: Vec<f64>,
-    pub(crate) jain_fairness: f64,
-    pub(crate) commands_per_completion: f64,
-    pub(crate) redis_cpu_ms_per_1k: f64,
-    pub(crate) overlaps: u64,
-    pub(crate) same_worker_share: f64,
+pub struct Contended {
+    /// The wait mode of every worker.
+    pub mode: WaitMode,
+    /// Workers contending.
+    pub workers: usize,
+    /// The hold asked for, in ms.
+    pub hold_ms: f64,
+    /// The hold measured per completion, in ms.
+    pub real_hold_ms: f64,
+    /// Critical sections completed.
+    pub completions: u64,
+    /// Completions per second.
+    pub completions_per_s: f64,
+    /// The share of the time the lock was held.
+    pub utilization: f64,
+    /// Acquire waits in ms, sorted.
+    pub waits_ms: Vec<f64>,
+    /// Hand-overs (release → grant to a different worker) in ms, sorted.
+    pub handoffs_ms: Vec<f64>,
+    /// Jain's fairness index over the completions per worker.
+    pub jain_fairness: f64,
+    /// Redis commands per completion.
+    pub commands_per_completion: f64,
+    /// Redis CPU ms per 1,000 completions.
+    pub redis_cpu_ms_per_1k: f64,
+    /// Times a worker was granted the lock while another held it: must be 0.
+    pub overlaps: u64,
+    /// The share of grants that went back to the worker that released.
+    pub same_worker_share: f64,
+    /// The handoff floor of this run (median, ms), measured once for all
+    /// wait modes.
+    pub handoff_floor_ms: f64,
 }
 
 impl Contended {
-    pub(crate) fn wait_ms(&self, q: f64) -> f64 {
+    /// The `q`-quantile (0..=1) of the acquire waits, in ms (NaN without
+    /// samples).
+    pub fn wait_ms(&self, q: f64) -> f64 {
         quantile(&self.waits_ms, q)
     }
 
-    pub(crate) fn handoff_ms(&self, q: f64) -> f64 {
+    /// The `q`-quantile (0..=1) of the hand-overs, in ms (NaN without
+    /// samples).
+    pub fn handoff_ms(&self, q: f64) -> f64 {
         quantile(&self.handoffs_ms, q)
     }
 
-    /// The utilization a hand-over taking `handoff_floor_ms` allows with this
+    /// The utilization a hand-over taking the handoff floor allows with this
     /// run's real hold.
-    pub(crate) fn utilization_bound(&self, handoff_floor_ms: f64) -> f64 {
-        self.real_hold_ms / (self.real_hold_ms + handoff_floor_ms)
+    pub fn utilization_bound(&self) -> f64 {
+        self.real_hold_ms / (self.real_hold_ms + self.handoff_floor_ms)
     }
 }
 
@@ -130,14 +174,16 @@ struct Section {
     released: Instant,
 }
 
+/// Measures one wait mode; `handoff_floor_ms` is the floor measured for the
+/// whole scenario, stored with the result.
 pub(crate) async fn contended(
     setup: &Setup,
-    run_id: &str,
     mode: WaitMode,
     workers: usize,
     hold: Duration,
-) -> anyhow::Result<Contended> {
-    let name = format!("bench:{run_id}:contended:{}", mode_name(mode));
+    handoff_floor_ms: f64,
+) -> Result<Contended> {
+    let name = format!("bench:{}:contended:{}", setup.run_id, mode_name(mode));
     let opts = setup
         .options
         .clone()
@@ -158,7 +204,7 @@ pub(crate) async fn contended(
             let (setup, name, opts) = (setup.clone(), name.clone(), opts.clone());
             let (inside, overlaps, stop) = (inside.clone(), overlaps.clone(), stop.clone());
             let (ready_tx, go) = (ready_tx.clone(), go.clone());
-            std::thread::spawn(move || -> anyhow::Result<Vec<Section>> {
+            std::thread::spawn(move || -> Result<Vec<Section>> {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
@@ -189,7 +235,7 @@ pub(crate) async fn contended(
                             released,
                         });
                     }
-                    anyhow::Ok(sections)
+                    Ok::<_, Error>(sections)
                 })
             })
         })
@@ -208,7 +254,7 @@ pub(crate) async fn contended(
     let mut sections = Vec::new();
     for t in threads {
         let joined = tokio::task::spawn_blocking(move || t.join()).await?;
-        sections.extend(joined.map_err(|_| anyhow::anyhow!("a bench worker panicked"))??);
+        sections.extend(joined.map_err(|_| Error::failed("a bench worker panicked"))??);
     }
     let elapsed = started.elapsed().as_secs_f64();
     let after = ServerCounters::read(&setup.url).await?;
@@ -275,28 +321,47 @@ pub(crate) async fn contended(
         } else {
             same as f64 / (completions - 1) as f64
         },
+        handoff_floor_ms,
     })
 }
 
-/// Many tasks on many names, all sharing one client (one multiplexed
-/// connection).
+/// `many`: many tasks on as many names, all sharing one client (one
+/// multiplexed connection), next to `PING` from as many connections.
 #[derive(Debug, Clone)]
-pub(crate) struct Many {
-    pub(crate) tasks: usize,
-    pub(crate) cycles_per_s: f64,
-    pub(crate) redis_ping_c64_per_s: f64,
-    pub(crate) ratio_to_bound: f64,
-    pub(crate) redis_cpu_us_per_cycle: f64,
-    pub(crate) commands_per_cycle: f64,
-    /// The fenced floor (see `floor`) with as many tasks on one connection.
-    pub(crate) floor: floor::Floor,
+pub struct Many {
+    /// Tasks, each on a name of its own.
+    pub tasks: usize,
+    /// Acquire + release cycles per second, all tasks together.
+    pub cycles_per_s: f64,
+    /// `PING`s per second from `tasks` connections, each sequential.
+    pub redis_ping_c64_per_s: f64,
+    /// `cycles_per_s` ÷ (`redis_ping_c64_per_s` ÷ 2).
+    pub ratio_to_bound: f64,
+    /// Redis CPU µs per cycle.
+    pub redis_cpu_us_per_cycle: f64,
+    /// Redis commands per cycle.
+    pub commands_per_cycle: f64,
+    /// The fenced floor with as many tasks on one connection.
+    pub floor: Floor,
 }
 
-pub(crate) async fn many(setup: &Setup, run_id: &str, tasks: usize) -> anyhow::Result<Many> {
+impl Many {
+    /// The fenced floor's share of the bound.
+    pub fn floor_ratio_to_bound(&self) -> f64 {
+        self.floor.cycles_per_s / (self.redis_ping_c64_per_s / 2.0)
+    }
+
+    /// The share of the fenced floor that fencelock reaches.
+    pub fn ratio_to_floor(&self) -> f64 {
+        self.cycles_per_s / self.floor.cycles_per_s
+    }
+}
+
+pub(crate) async fn many(setup: &Setup, tasks: usize) -> Result<Many> {
     let ping = ping_rate_parallel(&setup.url, tasks, setup.duration / 2).await?;
     let floor = floor::fenced(
         &setup.url,
-        &format!("{}bench:{run_id}:many-floor:", setup.prefix),
+        &format!("{}bench:{}:many-floor:", setup.prefix, setup.run_id),
         tasks,
         setup.duration / 2,
     )
@@ -309,14 +374,14 @@ pub(crate) async fn many(setup: &Setup, run_id: &str, tasks: usize) -> anyhow::R
     let handles: Vec<_> = (0..tasks)
         .map(|i| {
             let (client, opts, stop) = (client.clone(), opts.clone(), stop.clone());
-            let name = format!("bench:{run_id}:many:{i}");
+            let name = format!("bench:{}:many:{i}", setup.run_id);
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     client.acquire(&name, &opts).await?.release().await?;
                     n += 1;
                 }
-                anyhow::Ok(n)
+                Ok::<_, Error>(n)
             })
         })
         .collect();
@@ -341,7 +406,8 @@ pub(crate) async fn many(setup: &Setup, run_id: &str, tasks: usize) -> anyhow::R
     })
 }
 
-pub(crate) fn mode_name(mode: WaitMode) -> &'static str {
+/// The name of a wait mode, as on the command line and in reports.
+pub fn mode_name(mode: WaitMode) -> &'static str {
     match mode {
         WaitMode::Poll => "poll",
         WaitMode::Fair => "fair",

@@ -1,0 +1,87 @@
+//! The report of a run: one header, then one record per scenario (and per
+//! wait mode of a scenario that has them), in the order measured.
+
+use std::time::Duration;
+
+use crate::render::{Format, Renderer};
+use crate::scenarios::{Contended, Many, Uncontended};
+
+/// Everything one run measured. It grows record by record while the run
+/// goes on (see [`crate::Observer::updated`]); a [`Renderer`] shows it as the
+/// human table or as JSON lines.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// What every record shares.
+    pub header: Header,
+    /// The records, in the order measured.
+    pub records: Vec<Record>,
+}
+
+/// What every record of a run shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// The Redis measured: its URL with the password replaced by `***`.
+    pub redis: String,
+    /// The measuring time of each scenario (and of each wait mode).
+    pub duration: Duration,
+}
+
+/// One measured record.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// The position in [`crate::Config::scenarios`] of the scenario that
+    /// measured this record: consecutive records of one step form one block
+    /// of the human table (the wait modes of `contended` share a heading and
+    /// a footer).
+    pub step: usize,
+    /// What was measured.
+    pub measurement: Measurement,
+}
+
+/// The result of one scenario, or of one wait mode of a scenario.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Measurement {
+    /// See [`Uncontended`].
+    Uncontended(Uncontended),
+    /// See [`Contended`].
+    Contended(Contended),
+    /// See [`Many`].
+    Many(Many),
+}
+
+impl Report {
+    /// An empty report under `header`.
+    pub fn new(header: Header) -> Self {
+        Report {
+            header,
+            records: Vec::new(),
+        }
+    }
+
+    /// The `contended` records (one per wait mode), in the order measured.
+    pub fn contended(&self) -> impl Iterator<Item = &Contended> {
+        self.records.iter().filter_map(|r| match &r.measurement {
+            Measurement::Contended(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    /// Overlapping holders over the whole run: anything but 0 is a broken
+    /// lock.
+    pub fn overlaps(&self) -> u64 {
+        self.contended().map(|c| c.overlaps).sum()
+    }
+
+    /// The whole report in `format`, as a [`Renderer`] shows it while the
+    /// run goes on.
+    pub fn render(&self, format: Format) -> String {
+        Renderer::new(format).finish(self)
+    }
+
+    /// The SVG of the acquire-wait and handoff distributions of each
+    /// `contended` wait mode, side by side (`fencelock bench --plot`).
+    pub fn svg(&self) -> String {
+        crate::plot::render(&self.contended().collect::<Vec<_>>())
+    }
+}

@@ -1,0 +1,186 @@
+//! `fencelock bench`: the command line of the benchmark engine
+//! (`fencelock-bench`). Flags become a [`Config`], a private redis-server
+//! is started unless `--redis` names one, the report goes to stdout as it
+//! grows (progress to stderr when it is a terminal), then the `--plot` file;
+//! engine errors become exit codes.
+
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context;
+use fencelock_bench::{Config, ErrorKind, Format, Observer, Renderer, Report, Scenario};
+
+use crate::cli::{BenchArgs, Global, ScenarioArg};
+use crate::exit;
+use crate::private_redis::PrivateRedis;
+
+pub(crate) async fn run(global: &Global, args: &BenchArgs) -> anyhow::Result<u8> {
+    if args.workers == 0 || args.tasks == 0 {
+        return Err(exit::fail(
+            exit::USAGE,
+            "--workers and --tasks must be at least 1",
+        ));
+    }
+    if args.plot.is_some() && !args.scenario.contains(&ScenarioArg::Contended) {
+        return Err(exit::fail(
+            exit::USAGE,
+            "--plot needs the contended scenario: add --scenario contended",
+        ));
+    }
+    // An unwritable plot path is reported now, not after the whole run (an
+    // existing plot is kept until the new one is written).
+    if let Some(path) = &args.plot {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| {
+                exit::fail(
+                    exit::USAGE,
+                    format!("--plot {}: cannot create it: {e}", path.display()),
+                )
+            })?;
+    }
+    let (url, private) = PrivateRedis::unless_given(global.redis.as_deref()).await?;
+    let result = run_on(config(global, args, url), args).await;
+    if let Some(p) = private {
+        p.stop().await;
+    }
+    result
+}
+
+/// The engine's configuration from the flags.
+fn config(global: &Global, args: &BenchArgs, url: String) -> Config {
+    let mut config = Config::new(url);
+    config.prefix = global.prefix.clone();
+    config.scenarios = args
+        .scenario
+        .iter()
+        .map(|s| match s {
+            ScenarioArg::Uncontended => Scenario::Uncontended,
+            ScenarioArg::Contended => Scenario::Contended,
+            ScenarioArg::Many => Scenario::Many,
+        })
+        .collect();
+    config.duration = args.duration;
+    config.options = fencelock::LockOptions::default()
+        .layout(global.layout.into())
+        .fence_mode(
+            global
+                .fence_mode
+                .map_or(fencelock::FenceMode::Clock, Into::into),
+        );
+    config.modes = args.mode.iter().map(|&m| m.into()).collect();
+    config.workers = args.workers;
+    config.hold = args.hold;
+    config.tasks = args.tasks;
+    config
+}
+
+async fn run_on(config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
+    let format = if args.json {
+        Format::JsonLines
+    } else {
+        Format::Text
+    };
+    let mut output = Output {
+        renderer: Renderer::new(format),
+        progress: None,
+    };
+    let report: Report = fencelock_bench::run(&config, &mut output)
+        .await
+        .map_err(failure)?;
+    print!("{}", output.renderer.finish(&report));
+    if let Some(path) = &args.plot {
+        std::fs::write(path, report.svg())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        print!("{}", output.renderer.plot_written(path));
+    }
+    Ok(if report.overlaps() == 0 {
+        exit::OK
+    } else {
+        exit::FAILED
+    })
+}
+
+/// An engine error with the exit code of its kind (its message never
+/// contains the Redis password).
+fn failure(e: fencelock_bench::Error) -> anyhow::Error {
+    let code = match e.kind() {
+        ErrorKind::InvalidInput => exit::USAGE,
+        ErrorKind::Auth => exit::CONFIG,
+        ErrorKind::Unreachable => exit::UNAVAILABLE,
+        _ => exit::SOFTWARE,
+    };
+    exit::fail(code, e.to_string())
+}
+
+/// The report on stdout as it grows, progress on stderr.
+struct Output {
+    renderer: Renderer,
+    progress: Option<Progress>,
+}
+
+impl Observer for Output {
+    fn measuring(&mut self, what: &str, expected: Duration) {
+        // Never on stdout, so `--json` output stays clean.
+        if std::io::stderr().is_terminal() {
+            self.progress = Some(Progress::show(what, expected));
+        }
+    }
+
+    fn measured(&mut self) {
+        if let Some(progress) = self.progress.take() {
+            progress.clear();
+        }
+    }
+
+    fn updated(&mut self, report: &Report) {
+        print!("{}", self.renderer.update(report));
+    }
+}
+
+/// "running WHAT… elapsed/expected s" on stderr, redrawn every 250 ms until
+/// cleared.
+struct Progress {
+    done: Arc<Mutex<bool>>,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl Progress {
+    fn show(what: &str, expected: Duration) -> Self {
+        let done = Arc::new(Mutex::new(false));
+        let ticker = {
+            let (done, what) = (done.clone(), what.to_string());
+            tokio::spawn(async move {
+                let started = tokio::time::Instant::now();
+                loop {
+                    {
+                        let done = done.lock().unwrap_or_else(PoisonError::into_inner);
+                        if *done {
+                            break;
+                        }
+                        eprint!(
+                            "\r\x1b[2K  running {what}… {:.0}/{:.0} s",
+                            started.elapsed().as_secs_f64(),
+                            expected.as_secs_f64()
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            })
+        };
+        Progress { done, ticker }
+    }
+
+    /// Clears the line; nothing is drawn after this returns.
+    fn clear(self) {
+        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        *done = true;
+        eprint!("\r\x1b[2K");
+        drop(done);
+        self.ticker.abort();
+    }
+}
