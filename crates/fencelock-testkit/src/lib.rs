@@ -42,6 +42,7 @@
 pub mod postgres;
 pub mod process;
 pub mod redis_server;
+pub mod server_process;
 mod spawner;
 pub mod worker;
 
@@ -49,7 +50,8 @@ use std::net::TcpListener;
 
 pub use postgres::{PgPausedGuard, PgServer, remove_leftovers};
 pub use process::{GuardedChild, process_alive, spawn_guarded, try_spawn_guarded};
-pub use redis_server::{PausedGuard, Persistence, RedisConfig, RedisServer};
+pub use redis_server::{Persistence, RedisConfig, RedisServer};
+pub use server_process::{Pausable, PausedGuard};
 pub use worker::Worker;
 
 /// Returns a TCP port on `127.0.0.1` that was free a moment ago: binds port

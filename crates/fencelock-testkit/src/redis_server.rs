@@ -22,18 +22,21 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use redis::{FromRedisValue, RedisResult, Value};
 use tempfile::TempDir;
 
 use crate::free_port;
-use crate::process::{GuardedChild, try_spawn_guarded};
+use crate::process::GuardedChild;
+pub use crate::server_process::PausedGuard;
+use crate::server_process::{
+    LaunchError, Pausable, StartFailure, append_file, find_on_path, is_executable,
+    launch_until_ready, read_lossy, start_on_free_port,
+};
 
 /// Environment variable that overrides the `redis-server` binary (a path, or
 /// a name looked up on `PATH`).
@@ -153,38 +156,25 @@ impl RedisServer {
             .prefix("fencelock-redis-")
             .tempdir()
             .expect("failed to create a temporary directory for redis-server");
-        let mut failures = String::new();
-        for attempt in 1..=START_ATTEMPTS {
-            let port = free_port();
-            match launch(&bin, &config, port, dir.path()) {
-                Ok(child) => {
-                    return RedisServer {
-                        child,
-                        port,
-                        config,
-                        bin,
-                        dir,
-                    };
-                }
-                Err(LaunchError::Exited(status)) => {
-                    let _ = writeln!(
-                        failures,
-                        "attempt {attempt}: redis-server on port {port} exited early ({status})"
-                    );
-                }
-                Err(error) => panic!(
-                    "{}",
-                    failure_report(&error.describe(&bin, port), dir.path())
-                ),
+        let started = start_on_free_port("redis-server", START_ATTEMPTS, free_port, |port| {
+            launch(&bin, &config, port, dir.path())
+        });
+        let headline = match started {
+            Ok((port, child)) => {
+                return RedisServer {
+                    child,
+                    port,
+                    config,
+                    bin,
+                    dir,
+                };
             }
-        }
-        panic!(
-            "{}",
-            failure_report(
-                &format!("redis-server failed to start {START_ATTEMPTS} times:\n{failures}"),
-                dir.path()
-            )
-        )
+            Err(StartFailure::Fatal(port, error)) => describe(&error, &bin, port),
+            Err(StartFailure::Exhausted(failures)) => {
+                format!("redis-server failed to start {START_ATTEMPTS} times:\n{failures}")
+            }
+        };
+        panic!("{}", failure_report(&headline, dir.path()))
     }
 
     /// A `redis://` URL on a free loopback port where nothing listens, for
@@ -252,8 +242,7 @@ impl RedisServer {
 
     /// Pauses the server until the returned guard is dropped.
     pub fn pause_guard(&self) -> PausedGuard<'_> {
-        self.pause();
-        PausedGuard { server: self }
+        PausedGuard::new(self)
     }
 
     /// Kills the server with SIGKILL (no shutdown, no final fsync) and reaps
@@ -289,7 +278,7 @@ impl RedisServer {
                 }
                 Err(error) => panic!(
                     "{}",
-                    failure_report(&error.describe(&self.bin, self.port), self.dir.path())
+                    failure_report(&describe(&error, &self.bin, self.port), self.dir.path())
                 ),
             }
         }
@@ -374,46 +363,31 @@ impl Drop for RedisServer {
     }
 }
 
-/// Keeps a [`RedisServer`] paused (SIGSTOP) until dropped, then resumes it.
-/// Created by [`RedisServer::pause_guard`].
-#[derive(Debug)]
-#[must_use = "the server is resumed as soon as the guard is dropped"]
-pub struct PausedGuard<'a> {
-    server: &'a RedisServer,
-}
+impl Pausable for RedisServer {
+    fn pause(&self) {
+        RedisServer::pause(self);
+    }
 
-impl Drop for PausedGuard<'_> {
-    fn drop(&mut self) {
-        self.server.resume();
+    fn resume(&self) {
+        RedisServer::resume(self);
     }
 }
 
-/// Why [`launch`] failed.
-enum LaunchError {
-    /// The program could not be spawned.
-    Spawn(io::Error),
-    /// The server exited before answering `PING` (e.g. port in use).
-    Exited(ExitStatus),
-    /// The server is still running but did not answer within the deadline.
-    NotReady(String),
-}
-
-impl LaunchError {
-    fn describe(&self, bin: &Path, port: u16) -> String {
-        match self {
-            LaunchError::Spawn(error) if error.kind() == io::ErrorKind::NotFound => {
-                format!("{NOT_FOUND_MESSAGE} [tried {}]", bin.display())
-            }
-            LaunchError::Spawn(error) => {
-                format!("failed to spawn {}: {error}", bin.display())
-            }
-            LaunchError::Exited(status) => {
-                format!("redis-server on port {port} exited early ({status})")
-            }
-            LaunchError::NotReady(last_error) => format!(
-                "redis-server on port {port} did not answer PING within {READY_DEADLINE:?} (last error: {last_error})"
-            ),
+/// A launch failure of the server on `port`, for a panic message.
+fn describe(error: &LaunchError, bin: &Path, port: u16) -> String {
+    match error {
+        LaunchError::Spawn(error) if error.kind() == io::ErrorKind::NotFound => {
+            format!("{NOT_FOUND_MESSAGE} [tried {}]", bin.display())
         }
+        LaunchError::Spawn(error) => {
+            format!("failed to spawn {}: {error}", bin.display())
+        }
+        LaunchError::Exited(status) => {
+            format!("redis-server on port {port} exited early ({status})")
+        }
+        LaunchError::NotReady(last_error) => format!(
+            "redis-server on port {port} did not answer PING within {READY_DEADLINE:?} (last error: {last_error})"
+        ),
     }
 }
 
@@ -448,23 +422,8 @@ fn launch(
         .stdout(append_file(&dir.join(STDOUT_FILE)))
         .stderr(append_file(&dir.join(STDERR_FILE)));
 
-    let mut child = try_spawn_guarded(command).map_err(LaunchError::Spawn)?;
     let url = server_url(port, config.password.as_deref());
-    let deadline = Instant::now() + READY_DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait() {
-            return Err(LaunchError::Exited(status));
-        }
-        let last_error = match probe(&url, child.pid()) {
-            Ok(()) => return Ok(child),
-            Err(error) => error,
-        };
-        if Instant::now() >= deadline {
-            // `child` is killed on drop.
-            return Err(LaunchError::NotReady(last_error));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    launch_until_ready(command, READY_DEADLINE, |child| probe(&url, child.pid()))
 }
 
 /// Checks that the server at `url` is the process `pid` (not another test's
@@ -532,30 +491,9 @@ fn percent_encode_userinfo(s: &str) -> String {
     out
 }
 
-fn append_file(path: &Path) -> File {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap_or_else(|error| panic!("failed to open {}: {error}", path.display()))
-}
-
-fn read_lossy(path: &Path) -> String {
-    std::fs::read(path)
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .unwrap_or_default()
-}
-
 /// `headline`, followed by the server's log, stdout and stderr.
 fn failure_report(headline: &str, dir: &Path) -> String {
-    let mut report = headline.trim_end().to_owned();
-    for name in [LOG_FILE, STDOUT_FILE, STDERR_FILE] {
-        let contents = read_lossy(&dir.join(name));
-        if !contents.trim().is_empty() {
-            let _ = write!(report, "\n--- {name} ---\n{}", contents.trim_end());
-        }
-    }
-    report
+    crate::server_process::failure_report(headline, dir, &[LOG_FILE, STDOUT_FILE, STDERR_FILE])
 }
 
 /// The `redis-server` binary: [`REDIS_SERVER_BIN_ENV`] if set, else
@@ -590,18 +528,6 @@ fn resolve_bin(overridden: Option<OsString>, path: Option<OsString>) -> PathBuf 
         None => find_on_path(Path::new("redis-server"), path.as_deref())
             .unwrap_or_else(|| panic!("{NOT_FOUND_MESSAGE}")),
     }
-}
-
-fn find_on_path(name: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    std::env::split_paths(path?)
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path)
-        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
 }
 
 #[cfg(test)]
