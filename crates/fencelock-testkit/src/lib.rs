@@ -44,6 +44,7 @@ pub mod process;
 pub mod redis_server;
 pub mod server_process;
 mod spawner;
+pub mod tls;
 pub mod worker;
 
 use std::net::TcpListener;
@@ -52,6 +53,7 @@ pub use postgres::{PgPausedGuard, PgServer, remove_leftovers};
 pub use process::{GuardedChild, process_alive, spawn_guarded, try_spawn_guarded};
 pub use redis_server::{Persistence, RedisConfig, RedisServer};
 pub use server_process::{Pausable, PausedGuard};
+pub use tls::{CertKey, ClientAuth, ServerCert, TestCerts, TlsConfig, TlsFiles};
 pub use worker::Worker;
 
 /// Returns a TCP port on `127.0.0.1` that was free a moment ago: binds port
@@ -76,4 +78,21 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("found no free loopback port below 55535 in 1000 attempts")
+}
+
+/// Like [`free_port`], for a Redis Cluster node: a loopback port that was
+/// free a moment ago and whose cluster bus port (`port + 10000`) was free
+/// too.
+///
+/// # Panics
+///
+/// Panics if no such port is found in 1000 attempts.
+pub(crate) fn free_cluster_port() -> u16 {
+    for _ in 0..1000 {
+        let port = free_port();
+        if TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("found no free loopback port whose cluster bus port (+10000) is free in 1000 attempts")
 }

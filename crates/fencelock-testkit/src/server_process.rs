@@ -1,8 +1,8 @@
 //! What every server type of the testkit shares: launching a server process
 //! and waiting until it is ready (`launch_until_ready`, `LaunchError`),
 //! retrying on fresh ports, pausing it for a scope ([`PausedGuard`] over
-//! [`Pausable`]), and reading its log files for panic messages
-//! (`failure_report`).
+//! [`Pausable`]), bounded polling (`poll_until`), and reading its log files
+//! for panic messages (`failure_report`, `log_tail`).
 //!
 //! Only [`Pausable`] and [`PausedGuard`] are public: every server type
 //! ([`crate::RedisServer`], [`crate::PgServer`]) hands out a
@@ -20,6 +20,9 @@ use crate::process::{GuardedChild, try_spawn_guarded};
 
 /// How often readiness probes and other polling loops look again.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How many lines of a log [`log_tail`] keeps for a panic message.
+pub(crate) const TAIL_LINES: usize = 40;
 
 /// A server that can be frozen and resumed in place (SIGSTOP/SIGCONT), so
 /// that [`PausedGuard`] can resume it when the guard goes out of scope.
@@ -125,6 +128,22 @@ pub(crate) fn start_on_free_port(
     Err(StartFailure::Exhausted(failures))
 }
 
+/// Polls `check` every [`POLL_INTERVAL`] until it returns `Ok` or `timeout`
+/// has passed; then returns the last error. `check` runs at least once.
+pub(crate) fn poll_until<T>(
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(value) => return Ok(value),
+            Err(error) if Instant::now() >= deadline => return Err(error),
+            Err(_) => std::thread::sleep(POLL_INTERVAL),
+        }
+    }
+}
+
 /// Opens `path` for appending, creating it (for a child's stdout/stderr).
 ///
 /// # Panics
@@ -143,6 +162,24 @@ pub(crate) fn read_lossy(path: &Path) -> String {
     std::fs::read(path)
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
         .unwrap_or_default()
+}
+
+/// The last `lines` lines of `text`.
+pub(crate) fn tail(text: &str, lines: usize) -> &str {
+    let trimmed = text.trim_end();
+    let mut start = trimmed.len();
+    for _ in 0..lines {
+        match trimmed[..start].rfind('\n') {
+            Some(newline) => start = newline,
+            None => return trimmed,
+        }
+    }
+    trimmed[start..].trim_start_matches('\n')
+}
+
+/// The last [`TAIL_LINES`] lines of the file at `path` (empty if unreadable).
+pub(crate) fn log_tail(path: &Path) -> String {
+    tail(&read_lossy(path), TAIL_LINES).to_owned()
 }
 
 /// `headline`, followed by the named files of `dir` that are not empty.
@@ -170,4 +207,29 @@ pub(crate) fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path)
         .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        assert_eq!(tail("a\nb\nc\n", 2), "b\nc");
+        assert_eq!(tail("a\nb\nc", 5), "a\nb\nc");
+        assert_eq!(tail("", 3), "");
+        assert_eq!(tail("only\n\n", 1), "only");
+    }
+
+    #[test]
+    fn poll_until_returns_the_last_error_after_the_deadline() {
+        let mut calls = 0;
+        let result: Result<(), String> = poll_until(Duration::from_millis(50), || {
+            calls += 1;
+            Err(format!("attempt {calls}"))
+        });
+        assert_eq!(result, Err(format!("attempt {calls}")));
+        assert!(calls >= 2);
+        assert_eq!(poll_until(Duration::ZERO, || Ok::<_, String>(7)), Ok(7));
+    }
 }
