@@ -1,5 +1,6 @@
-//! Test support for `fencelock`: real `redis-server` processes with fault
-//! injection, and child processes that cannot outlive the test.
+//! Test support for `fencelock`: real `redis-server` processes — single,
+//! TLS and Cluster — and PostgreSQL servers with fault injection,
+//! and child processes that cannot outlive the test.
 //!
 //! # Module map
 //!
@@ -21,8 +22,50 @@
 //!   `postgres` user when the tests run as root), with a trusted superuser
 //!   URL, [`PgServer::create_database`], [`PgServer::psql`] and
 //!   [`PgServer::pause`] / [`PgServer::resume`].
+//! - [`tls`]: [`TestCerts`] (a CA, server and client leaves, and bad
+//!   variants, made with `rcgen`/ring) and [`TlsConfig`]: with
+//!   [`RedisConfig::with_tls`] a [`RedisServer`] listens only on TLS, its
+//!   [`RedisServer::url`] is `rediss://`, [`RedisServer::tls_files`] names
+//!   the CA and client PEM files, and [`RedisServer::client`] connects with
+//!   them; [`ClientAuth::Required`] makes it mutual TLS.
+//!
+//!   ```no_run
+//!   use fencelock_testkit::{ClientAuth, RedisConfig, RedisServer, TlsConfig};
+//!
+//!   let tls = TlsConfig::default().with_client_auth(ClientAuth::Required);
+//!   let server = RedisServer::start_with(RedisConfig::default().with_tls(tls));
+//!   let ca_file = &server.tls_files().expect("TLS").ca_cert;
+//!   let mut con = server.client().get_connection().expect("mutual TLS");
+//!   # let _ = (ca_file, &mut con);
+//!   ```
+//! - [`cluster`]: [`RedisCluster`] — 3 masters + 3 replicas made with
+//!   `redis-cli --cluster create`, ready when every node reports
+//!   `cluster_state:ok` and every replica is linked; seed URLs, the owner of
+//!   a slot or key, masters and replicas, pause/resume/kill/restart of any
+//!   node, [`RedisCluster::failover`], and slot-migration helpers.
+//!
+//!   ```no_run
+//!   use fencelock_testkit::RedisCluster;
+//!
+//!   let mut cluster = RedisCluster::start();
+//!   let master = cluster.owner_of_key("lock:{job}");
+//!   cluster.kill(master);
+//!   let replacement = cluster.wait_replaced(master); // its replica, ~4 s
+//!   # let _ = (replacement, cluster.cluster_url());
+//!   ```
+//! - [`server_process`]: what the server types share; public are
+//!   [`PausedGuard`] and [`Pausable`] (`pause_guard` of every server).
 //! - [`free_port`]: a free loopback port for servers, or for URLs where
 //!   nothing listens ([`RedisServer::client_url_unreachable`]).
+//!
+//! # TLS crypto provider
+//!
+//! The testkit enables redis-rs' `tls-rustls`, `tls-rustls-insecure` and
+//! `tokio-rustls-comp` features with rustls' `ring` provider only (no
+//! aws-lc). redis-rs takes rustls' process-wide default provider, so the
+//! testkit installs ring as that default ([`tls::install_crypto_provider`])
+//! before its first TLS connection; it keeps a provider the test installed
+//! first.
 //!
 //! # Orphan safety
 //!
@@ -37,8 +80,10 @@
 //!
 //! `redis-server` is taken from `PATH`, or from the
 //! [`FENCELOCK_REDIS_SERVER_BIN`](redis_server::REDIS_SERVER_BIN_ENV)
-//! environment variable. Linux only.
+//! environment variable; `redis-cli` (for clusters) from next to it, `PATH`,
+//! or [`FENCELOCK_REDIS_CLI_BIN`](redis_server::REDIS_CLI_BIN_ENV). Linux only.
 
+pub mod cluster;
 pub mod postgres;
 pub mod process;
 pub mod redis_server;
@@ -49,6 +94,7 @@ pub mod worker;
 
 use std::net::TcpListener;
 
+pub use cluster::{FailoverMode, RedisCluster, RedisClusterConfig};
 pub use postgres::{PgPausedGuard, PgServer, remove_leftovers};
 pub use process::{GuardedChild, process_alive, spawn_guarded, try_spawn_guarded};
 pub use redis_server::{Persistence, RedisConfig, RedisServer};

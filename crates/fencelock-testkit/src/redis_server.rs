@@ -46,6 +46,10 @@ use crate::{free_cluster_port, free_port};
 /// a name looked up on `PATH`).
 pub const REDIS_SERVER_BIN_ENV: &str = "FENCELOCK_REDIS_SERVER_BIN";
 
+/// Environment variable that overrides the `redis-cli` binary (used to
+/// create clusters).
+pub const REDIS_CLI_BIN_ENV: &str = "FENCELOCK_REDIS_CLI_BIN";
+
 const NOT_FOUND_MESSAGE: &str = "redis-server not found on PATH: install it with `apt-get install -y redis-server` (or set FENCELOCK_REDIS_SERVER_BIN)";
 
 /// How long a freshly spawned server has to answer `PING`.
@@ -735,6 +739,21 @@ fn redis_server_bin() -> PathBuf {
         std::env::var_os(REDIS_SERVER_BIN_ENV),
         std::env::var_os("PATH"),
     )
+}
+
+/// The `redis-cli` binary: [`REDIS_CLI_BIN_ENV`] if set, else `redis-cli`
+/// next to the `redis-server` in use, else on `PATH`.
+pub(crate) fn redis_cli_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os(REDIS_CLI_BIN_ENV).filter(|bin| !bin.is_empty()) {
+        return PathBuf::from(bin);
+    }
+    let beside_server = redis_server_bin().with_file_name("redis-cli");
+    if is_executable(&beside_server) {
+        return beside_server;
+    }
+    find_on_path(Path::new("redis-cli"), std::env::var_os("PATH").as_deref()).unwrap_or_else(|| {
+        panic!("redis-cli not found on PATH: install it with `apt-get install -y redis-tools` (or set {REDIS_CLI_BIN_ENV})")
+    })
 }
 
 fn resolve_bin(overridden: Option<OsString>, path: Option<OsString>) -> PathBuf {

@@ -144,6 +144,42 @@ pub(crate) fn poll_until<T>(
     }
 }
 
+/// Runs `command` to completion, at most `timeout` (then kills it), and
+/// returns its stdout, or an error with its exit status and stderr.
+pub(crate) fn run_with_timeout(mut command: Command, timeout: Duration) -> Result<String, String> {
+    use std::io::{Read as _, Seek as _};
+
+    let program = command.get_program().to_string_lossy().into_owned();
+    let mut out = tempfile::tempfile().map_err(|e| e.to_string())?;
+    let mut err = tempfile::tempfile().map_err(|e| e.to_string())?;
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(err.try_clone().map_err(|e| e.to_string())?);
+    let mut child = try_spawn_guarded(command).map_err(|e| format!("spawn {program}: {e}"))?;
+    let status = child.wait_timeout(timeout);
+    let read = |file: &mut File| {
+        let mut text = String::new();
+        let _ = file.seek(io::SeekFrom::Start(0));
+        let _ = file.read_to_string(&mut text);
+        text
+    };
+    let (stdout, stderr) = (read(&mut out), read(&mut err));
+    match status {
+        Some(status) if status.success() => Ok(stdout),
+        Some(status) => Err(format!(
+            "{program} failed ({status}): {}{}",
+            stdout.trim(),
+            stderr.trim()
+        )),
+        None => Err(format!(
+            "{program} did not finish within {timeout:?} (killed); output so far: {}{}",
+            stdout.trim(),
+            stderr.trim()
+        )),
+    }
+}
+
 /// Opens `path` for appending, creating it (for a child's stdout/stderr).
 ///
 /// # Panics
