@@ -1,5 +1,5 @@
 //! Test support for `fencelock`: real `redis-server` processes — single,
-//! TLS and Cluster — and PostgreSQL servers with fault injection,
+//! TLS, Cluster and Sentinel — and PostgreSQL servers with fault injection,
 //! and child processes that cannot outlive the test.
 //!
 //! # Module map
@@ -53,6 +53,23 @@
 //!   let replacement = cluster.wait_replaced(master); // its replica, ~4 s
 //!   # let _ = (replacement, cluster.cluster_url());
 //!   ```
+//! - [`sentinel`]: [`RedisSentinel`] — a primary, 2 replicas and 3
+//!   sentinels (quorum 2, `down-after-milliseconds 1000`), ready when every
+//!   sentinel reports quorum; the `redis+sentinel://` URL, the current
+//!   primary, pause/resume/kill/restart of any process ([`SentinelNode`]),
+//!   [`RedisSentinel::failover`], and extra data-node configuration
+//!   ([`RedisSentinelConfig::data`]: `min-replicas-to-write`, a password,
+//!   ACL users).
+//!
+//!   ```no_run
+//!   use fencelock_testkit::{RedisSentinel, SentinelNode};
+//!
+//!   let sentinel = RedisSentinel::start();
+//!   let old = sentinel.primary();
+//!   let _frozen = sentinel.pause_guard(SentinelNode::Data(old));
+//!   let new = sentinel.wait_new_primary(old); // ~3 s
+//!   # let _ = (new, sentinel.url());
+//!   ```
 //! - [`server_process`]: what the server types share; public are
 //!   [`PausedGuard`] and [`Pausable`] (`pause_guard` of every server).
 //! - [`free_port`]: a free loopback port for servers, or for URLs where
@@ -81,12 +98,14 @@
 //! `redis-server` is taken from `PATH`, or from the
 //! [`FENCELOCK_REDIS_SERVER_BIN`](redis_server::REDIS_SERVER_BIN_ENV)
 //! environment variable; `redis-cli` (for clusters) from next to it, `PATH`,
-//! or [`FENCELOCK_REDIS_CLI_BIN`](redis_server::REDIS_CLI_BIN_ENV). Linux only.
+//! or [`FENCELOCK_REDIS_CLI_BIN`](redis_server::REDIS_CLI_BIN_ENV). Sentinels
+//! run as `redis-server sentinel.conf --sentinel`. Linux only.
 
 pub mod cluster;
 pub mod postgres;
 pub mod process;
 pub mod redis_server;
+pub mod sentinel;
 pub mod server_process;
 mod spawner;
 pub mod tls;
@@ -98,6 +117,7 @@ pub use cluster::{FailoverMode, RedisCluster, RedisClusterConfig};
 pub use postgres::{PgPausedGuard, PgServer, remove_leftovers};
 pub use process::{GuardedChild, process_alive, spawn_guarded, try_spawn_guarded};
 pub use redis_server::{Persistence, RedisConfig, RedisServer};
+pub use sentinel::{RedisSentinel, RedisSentinelConfig, SentinelNode};
 pub use server_process::{Pausable, PausedGuard};
 pub use tls::{CertKey, ClientAuth, ServerCert, TestCerts, TlsConfig, TlsFiles};
 pub use worker::Worker;
