@@ -342,6 +342,13 @@ fn children_die_when_the_test_process_is_killed() {
     };
     let redis_pid = read_pid("redis_pid");
     let guarded_pid = read_pid("guarded_pid");
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read probe stdout");
+    let redis_dir = line
+        .trim()
+        .strip_prefix("redis_dir=")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("expected `redis_dir=PATH` from the probe, got {line:?}"));
     assert!(process_alive(redis_pid));
     assert!(process_alive(guarded_pid));
 
@@ -356,6 +363,9 @@ fn children_die_when_the_test_process_is_killed() {
         wait_process_gone(guarded_pid, GONE_TIMEOUT),
         "guarded child {guarded_pid} outlived its SIGKILLed parent"
     );
+    // No destructor removed the server's directory: the test does.
+    assert!(redis_dir.is_dir(), "{}", redis_dir.display());
+    std::fs::remove_dir_all(&redis_dir).expect("remove the probe's server directory");
 }
 
 #[test]
