@@ -1,5 +1,6 @@
-//! Test support for `fencelock`: real `redis-server` processes with fault
-//! injection, and child processes that cannot outlive the test.
+//! Test support for `fencelock`: real `redis-server` processes — single,
+//! TLS, Cluster and Sentinel — and PostgreSQL servers with fault injection,
+//! and child processes that cannot outlive the test.
 //!
 //! # Module map
 //!
@@ -21,8 +22,67 @@
 //!   `postgres` user when the tests run as root), with a trusted superuser
 //!   URL, [`PgServer::create_database`], [`PgServer::psql`] and
 //!   [`PgServer::pause`] / [`PgServer::resume`].
+//! - [`tls`]: [`TestCerts`] (a CA, server and client leaves, and bad
+//!   variants, made with `rcgen`/ring) and [`TlsConfig`]: with
+//!   [`RedisConfig::with_tls`] a [`RedisServer`] listens only on TLS, its
+//!   [`RedisServer::url`] is `rediss://`, [`RedisServer::tls_files`] names
+//!   the CA and client PEM files, and [`RedisServer::client`] connects with
+//!   them; [`ClientAuth::Required`] makes it mutual TLS.
+//!
+//!   ```no_run
+//!   use fencelock_testkit::{ClientAuth, RedisConfig, RedisServer, TlsConfig};
+//!
+//!   let tls = TlsConfig::default().with_client_auth(ClientAuth::Required);
+//!   let server = RedisServer::start_with(RedisConfig::default().with_tls(tls));
+//!   let ca_file = &server.tls_files().expect("TLS").ca_cert;
+//!   let mut con = server.client().get_connection().expect("mutual TLS");
+//!   # let _ = (ca_file, &mut con);
+//!   ```
+//! - [`cluster`]: [`RedisCluster`] — 3 masters + 3 replicas made with
+//!   `redis-cli --cluster create`, ready when every node reports
+//!   `cluster_state:ok` and every replica is linked; seed URLs, the owner of
+//!   a slot or key, masters and replicas, pause/resume/kill/restart of any
+//!   node, [`RedisCluster::failover`], and slot-migration helpers.
+//!
+//!   ```no_run
+//!   use fencelock_testkit::RedisCluster;
+//!
+//!   let mut cluster = RedisCluster::start();
+//!   let master = cluster.owner_of_key("lock:{job}");
+//!   cluster.kill(master);
+//!   let replacement = cluster.wait_replaced(master); // its replica, ~4 s
+//!   # let _ = (replacement, cluster.cluster_url());
+//!   ```
+//! - [`sentinel`]: [`RedisSentinel`] — a primary, 2 replicas and 3
+//!   sentinels (quorum 2, `down-after-milliseconds 1000`), ready when every
+//!   sentinel reports quorum; the `redis+sentinel://` URL, the current
+//!   primary, pause/resume/kill/restart of any process ([`SentinelNode`]),
+//!   [`RedisSentinel::failover`], and extra data-node configuration
+//!   ([`RedisSentinelConfig::data`]: `min-replicas-to-write`, a password,
+//!   ACL users).
+//!
+//!   ```no_run
+//!   use fencelock_testkit::{RedisSentinel, SentinelNode};
+//!
+//!   let sentinel = RedisSentinel::start();
+//!   let old = sentinel.primary();
+//!   let _frozen = sentinel.pause_guard(SentinelNode::Data(old));
+//!   let new = sentinel.wait_new_primary(old); // ~3 s
+//!   # let _ = (new, sentinel.url());
+//!   ```
+//! - [`server_process`]: what the server types share; public are
+//!   [`PausedGuard`] and [`Pausable`] (`pause_guard` of every server).
 //! - [`free_port`]: a free loopback port for servers, or for URLs where
 //!   nothing listens ([`RedisServer::client_url_unreachable`]).
+//!
+//! # TLS crypto provider
+//!
+//! The testkit enables redis-rs' `tls-rustls`, `tls-rustls-insecure` and
+//! `tokio-rustls-comp` features with rustls' `ring` provider only (no
+//! aws-lc). redis-rs takes rustls' process-wide default provider, so the
+//! testkit installs ring as that default ([`tls::install_crypto_provider`])
+//! before its first TLS connection; it keeps a provider the test installed
+//! first.
 //!
 //! # Orphan safety
 //!
@@ -37,19 +97,29 @@
 //!
 //! `redis-server` is taken from `PATH`, or from the
 //! [`FENCELOCK_REDIS_SERVER_BIN`](redis_server::REDIS_SERVER_BIN_ENV)
-//! environment variable. Linux only.
+//! environment variable; `redis-cli` (for clusters) from next to it, `PATH`,
+//! or [`FENCELOCK_REDIS_CLI_BIN`](redis_server::REDIS_CLI_BIN_ENV). Sentinels
+//! run as `redis-server sentinel.conf --sentinel`. Linux only.
 
+pub mod cluster;
 pub mod postgres;
 pub mod process;
 pub mod redis_server;
+pub mod sentinel;
+pub mod server_process;
 mod spawner;
+pub mod tls;
 pub mod worker;
 
 use std::net::TcpListener;
 
+pub use cluster::{FailoverMode, RedisCluster, RedisClusterConfig};
 pub use postgres::{PgPausedGuard, PgServer, remove_leftovers};
 pub use process::{GuardedChild, process_alive, spawn_guarded, try_spawn_guarded};
-pub use redis_server::{PausedGuard, Persistence, RedisConfig, RedisServer};
+pub use redis_server::{Persistence, RedisConfig, RedisServer};
+pub use sentinel::{RedisSentinel, RedisSentinelConfig, SentinelNode};
+pub use server_process::{Pausable, PausedGuard};
+pub use tls::{CertKey, ClientAuth, ServerCert, TestCerts, TlsConfig, TlsFiles};
 pub use worker::Worker;
 
 /// Returns a TCP port on `127.0.0.1` that was free a moment ago: binds port
@@ -74,4 +144,21 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("found no free loopback port below 55535 in 1000 attempts")
+}
+
+/// Like [`free_port`], for a Redis Cluster node: a loopback port that was
+/// free a moment ago and whose cluster bus port (`port + 10000`) was free
+/// too.
+///
+/// # Panics
+///
+/// Panics if no such port is found in 1000 attempts.
+pub(crate) fn free_cluster_port() -> u16 {
+    for _ in 0..1000 {
+        let port = free_port();
+        if TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("found no free loopback port whose cluster bus port (+10000) is free in 1000 attempts")
 }

@@ -30,14 +30,12 @@
 //! (Debian and Ubuntu); else `initdb` and `postgres` on `PATH`. If none is
 //! found the testkit panics with the command that installs them.
 
-use std::fmt::Write as _;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read as _};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{self, Signal};
@@ -46,6 +44,10 @@ use tempfile::TempDir;
 
 use crate::free_port;
 use crate::process::{GuardedChild, try_spawn_guarded};
+use crate::server_process::{
+    LaunchError, Pausable, PausedGuard, StartFailure, append_file, is_executable,
+    launch_until_ready, read_lossy, start_on_free_port,
+};
 
 /// Environment variable naming the directory that holds `initdb`, `postgres`
 /// and `psql`, overriding the search.
@@ -140,50 +142,30 @@ impl PgServer {
         }
         initdb(&bindir, run_as, dir.path());
 
-        let mut failures = String::new();
-        for attempt in 1..=START_ATTEMPTS {
-            let port = free_port();
-            match launch(&bindir, run_as, port, dir.path()) {
-                Ok(child) => {
-                    return PgServer {
-                        child,
-                        port,
-                        bindir,
-                        dir,
-                    };
-                }
-                Err(LaunchError::Exited(status)) => {
-                    let _ = writeln!(
-                        failures,
-                        "attempt {attempt}: postgres on port {port} exited early ({status})"
-                    );
-                }
-                Err(LaunchError::Spawn(error)) => panic!(
-                    "{}",
-                    failure_report(
-                        &format!(
-                            "failed to spawn {}: {error}",
-                            bindir.join("postgres").display()
-                        ),
-                        dir.path()
-                    )
-                ),
-                Err(LaunchError::NotReady) => panic!(
-                    "{}",
-                    failure_report(
-                        &format!("postgres on port {port} was not ready within {READY_DEADLINE:?}"),
-                        dir.path()
-                    )
-                ),
+        let started = start_on_free_port("postgres", START_ATTEMPTS, free_port, |port| {
+            launch(&bindir, run_as, port, dir.path())
+        });
+        let headline = match started {
+            Ok((port, child)) => {
+                return PgServer {
+                    child,
+                    port,
+                    bindir,
+                    dir,
+                };
             }
-        }
-        panic!(
-            "{}",
-            failure_report(
-                &format!("postgres failed to start {START_ATTEMPTS} times:\n{failures}"),
-                dir.path()
-            )
-        )
+            Err(StartFailure::Fatal(_, LaunchError::Spawn(error))) => format!(
+                "failed to spawn {}: {error}",
+                bindir.join("postgres").display()
+            ),
+            Err(StartFailure::Fatal(port, _)) => {
+                format!("postgres on port {port} was not ready within {READY_DEADLINE:?}")
+            }
+            Err(StartFailure::Exhausted(failures)) => {
+                format!("postgres failed to start {START_ATTEMPTS} times:\n{failures}")
+            }
+        };
+        panic!("{}", failure_report(&headline, dir.path()))
     }
 
     /// The TCP port the server listens on.
@@ -310,8 +292,7 @@ impl PgServer {
 
     /// Pauses the server until the returned guard is dropped.
     pub fn pause_guard(&self) -> PgPausedGuard<'_> {
-        self.pause();
-        PgPausedGuard { server: self }
+        PausedGuard::new(self)
     }
 
     /// Kills the postmaster with SIGKILL (no shutdown) and reaps it; its
@@ -351,25 +332,19 @@ impl Drop for PgServer {
     }
 }
 
-/// Keeps a [`PgServer`] paused (SIGSTOP) until dropped, then resumes it.
-/// Created by [`PgServer::pause_guard`].
-#[derive(Debug)]
-#[must_use = "the server is resumed as soon as the guard is dropped"]
-pub struct PgPausedGuard<'a> {
-    server: &'a PgServer,
-}
+impl Pausable for PgServer {
+    fn pause(&self) {
+        PgServer::pause(self);
+    }
 
-impl Drop for PgPausedGuard<'_> {
-    fn drop(&mut self) {
-        self.server.resume();
+    fn resume(&self) {
+        PgServer::resume(self);
     }
 }
 
-enum LaunchError {
-    Spawn(io::Error),
-    Exited(ExitStatus),
-    NotReady,
-}
+/// Keeps a [`PgServer`] paused (SIGSTOP) until dropped, then resumes it.
+/// Created by [`PgServer::pause_guard`].
+pub type PgPausedGuard<'a> = PausedGuard<'a, PgServer>;
 
 /// Where servers get their temporary directories (see [`PgServer::start`]).
 fn base_dir() -> PathBuf {
@@ -458,21 +433,13 @@ fn launch(
         .stdout(append_file(&dir.join(LOG_FILE)))
         .stderr(append_file(&dir.join(LOG_FILE)));
     as_user(&mut command, run_as);
-    let mut child = try_spawn_guarded(command).map_err(LaunchError::Spawn)?;
-    let deadline = Instant::now() + READY_DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait() {
-            return Err(LaunchError::Exited(status));
-        }
+    launch_until_ready(command, READY_DEADLINE, |_| {
         if is_ready(&data, port) {
-            return Ok(child);
+            Ok(())
+        } else {
+            Err("not ready".to_owned())
         }
-        if Instant::now() >= deadline {
-            // `child` is killed on drop.
-            return Err(LaunchError::NotReady);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 /// Ready when `postmaster.pid` (which only our server writes, in our data
@@ -575,12 +542,6 @@ fn has_server_binaries(dir: &Path) -> bool {
     is_executable(&dir.join("initdb")) && is_executable(&dir.join("postgres"))
 }
 
-fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path)
-        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
-}
-
 fn is_plain_identifier(name: &str) -> bool {
     let mut chars = name.chars();
     name.len() <= 63
@@ -653,14 +614,6 @@ fn nix_pid(pid: u32) -> Pid {
     Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))
 }
 
-fn append_file(path: &Path) -> File {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap_or_else(|error| panic!("failed to open {}: {error}", path.display()))
-}
-
 fn read_file(mut file: File) -> String {
     use std::io::Seek as _;
     let mut bytes = Vec::new();
@@ -669,26 +622,15 @@ fn read_file(mut file: File) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn read_lossy(path: &Path) -> String {
-    std::fs::read(path)
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .unwrap_or_default()
-}
-
 /// `headline`, followed by the logs of initdb and the server.
 fn failure_report(headline: &str, dir: &Path) -> String {
-    let mut report = headline.trim_end().to_owned();
-    for name in [INITDB_LOG, LOG_FILE] {
-        let contents = read_lossy(&dir.join(name));
-        if !contents.trim().is_empty() {
-            let _ = write!(report, "\n--- {name} ---\n{}", contents.trim_end());
-        }
-    }
-    report
+    crate::server_process::failure_report(headline, dir, &[INITDB_LOG, LOG_FILE])
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]

@@ -8,6 +8,9 @@
 //! ([`RedisServer::kill`]) and restarted on the same port and directory
 //! ([`RedisServer::restart`]) to inject faults.
 //!
+//! With [`RedisConfig::with_tls`] the server listens only on TLS, with
+//! certificates generated for the test (see [`crate::tls`]).
+//!
 //! ```no_run
 //! use fencelock_testkit::{Persistence, RedisConfig, RedisServer};
 //!
@@ -22,22 +25,30 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use redis::{FromRedisValue, RedisResult, Value};
 use tempfile::TempDir;
 
-use crate::free_port;
-use crate::process::{GuardedChild, try_spawn_guarded};
+use crate::process::GuardedChild;
+pub use crate::server_process::PausedGuard;
+use crate::server_process::{
+    LaunchError, Pausable, StartFailure, append_file, find_on_path, is_executable,
+    launch_until_ready, log_tail, read_lossy, start_on_free_port,
+};
+use crate::tls::{TestCerts, TlsConfig, TlsFiles, install_crypto_provider};
+use crate::{free_cluster_port, free_port};
 
 /// Environment variable that overrides the `redis-server` binary (a path, or
 /// a name looked up on `PATH`).
 pub const REDIS_SERVER_BIN_ENV: &str = "FENCELOCK_REDIS_SERVER_BIN";
+
+/// Environment variable that overrides the `redis-cli` binary (used to
+/// create clusters).
+pub const REDIS_CLI_BIN_ENV: &str = "FENCELOCK_REDIS_CLI_BIN";
 
 const NOT_FOUND_MESSAGE: &str = "redis-server not found on PATH: install it with `apt-get install -y redis-server` (or set FENCELOCK_REDIS_SERVER_BIN)";
 
@@ -53,6 +64,9 @@ const START_ATTEMPTS: u32 = 5;
 const RESTART_ATTEMPTS: u32 = 10;
 
 const LOG_FILE: &str = "redis.log";
+const CONF_FILE: &str = "redis.conf";
+const SENTINEL_CONF_FILE: &str = "sentinel.conf";
+const TLS_DIR: &str = "tls";
 const STDOUT_FILE: &str = "redis.stdout";
 const STDERR_FILE: &str = "redis.stderr";
 
@@ -82,7 +96,7 @@ impl Persistence {
 }
 
 /// How to start a [`RedisServer`]. `RedisConfig::default()` is an
-/// unauthenticated server without persistence.
+/// unauthenticated plaintext server without persistence.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RedisConfig {
     /// Extra command-line arguments, appended after the testkit's own (so
@@ -93,6 +107,17 @@ pub struct RedisConfig {
     /// If set, the server requires this password (`--requirepass`), and
     /// [`RedisServer::url`] includes it.
     pub password: Option<String>,
+    /// Lines of the server's config file (`redis.conf` in its directory,
+    /// given as the first argument), e.g. `"replicaof 127.0.0.1 7000"`.
+    /// It is written once, before the first start; `CONFIG REWRITE` (which
+    /// Sentinel also sends) updates it, and [`RedisServer::restart`] reads
+    /// it again. Command-line settings — the testkit's own and
+    /// [`RedisConfig::extra_args`] — override it, so put settings that the
+    /// server may rewrite at run time (such as `replicaof`) here instead.
+    pub conf_lines: Vec<String>,
+    /// If set, the server listens only on TLS with these certificates (see
+    /// [`TlsConfig`]); [`RedisServer::url`] is then `rediss://`.
+    pub tls: Option<TlsConfig>,
 }
 
 impl RedisConfig {
@@ -113,6 +138,59 @@ impl RedisConfig {
         self.extra_args.push(arg.into());
         self
     }
+
+    /// Appends one line to [`RedisConfig::conf_lines`].
+    pub fn with_conf_line(mut self, line: impl Into<String>) -> Self {
+        self.conf_lines.push(line.into());
+        self
+    }
+
+    /// Sets [`RedisConfig::tls`]: the server listens only on TLS.
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+}
+
+/// What a [`RedisServer`] process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A data node: `redis-server redis.conf …`.
+    Server,
+    /// A Sentinel: `redis-server sentinel.conf --sentinel …`.
+    Sentinel,
+}
+
+/// How a [`RedisServer`] picks its port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PortPick {
+    /// Any free port ([`free_port`]).
+    Any,
+    /// A free port whose cluster bus port (`port + 10000`) is free too.
+    ClusterBus,
+}
+
+/// The less common ways to start a server, used by the topologies.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Launch<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) ports: PortPick,
+    /// Where the server's temporary directory is made (else the system's
+    /// temporary directory).
+    pub(crate) parent_dir: Option<&'a Path>,
+    /// The prefix of the directory's name.
+    pub(crate) dir_prefix: &'a str,
+}
+
+impl Default for Launch<'_> {
+    fn default() -> Self {
+        Launch {
+            kind: Kind::Server,
+            ports: PortPick::Any,
+            parent_dir: None,
+            dir_prefix: "fencelock-redis-",
+        }
+    }
 }
 
 /// A `redis-server` child process on `127.0.0.1`, in its own temporary
@@ -124,6 +202,8 @@ pub struct RedisServer {
     child: GuardedChild,
     port: u16,
     config: RedisConfig,
+    kind: Kind,
+    tls_files: Option<TlsFiles>,
     bin: PathBuf,
     dir: TempDir,
 }
@@ -148,43 +228,66 @@ impl RedisServer {
     /// Panics if `redis-server` cannot be found (see [`REDIS_SERVER_BIN_ENV`]),
     /// or the server does not become ready; the message includes its log.
     pub fn start_with(config: RedisConfig) -> RedisServer {
+        RedisServer::start_launch(config, Launch::default())
+    }
+
+    /// [`RedisServer::start_with`], with the choices of [`Launch`].
+    pub(crate) fn start_launch(config: RedisConfig, how: Launch<'_>) -> RedisServer {
         let bin = redis_server_bin();
-        let dir = tempfile::Builder::new()
-            .prefix("fencelock-redis-")
-            .tempdir()
-            .expect("failed to create a temporary directory for redis-server");
-        let mut failures = String::new();
-        for attempt in 1..=START_ATTEMPTS {
-            let port = free_port();
-            match launch(&bin, &config, port, dir.path()) {
-                Ok(child) => {
-                    return RedisServer {
-                        child,
-                        port,
-                        config,
-                        bin,
-                        dir,
-                    };
-                }
-                Err(LaunchError::Exited(status)) => {
-                    let _ = writeln!(
-                        failures,
-                        "attempt {attempt}: redis-server on port {port} exited early ({status})"
-                    );
-                }
-                Err(error) => panic!(
-                    "{}",
-                    failure_report(&error.describe(&bin, port), dir.path())
-                ),
-            }
+        let builder = tempfile::Builder::new().prefix(how.dir_prefix).clone();
+        let dir = match how.parent_dir {
+            Some(parent) => builder.tempdir_in(parent),
+            None => builder.tempdir(),
         }
-        panic!(
-            "{}",
-            failure_report(
-                &format!("redis-server failed to start {START_ATTEMPTS} times:\n{failures}"),
-                dir.path()
+        .expect("failed to create a temporary directory for redis-server");
+        let conf_name = match how.kind {
+            Kind::Server => CONF_FILE,
+            Kind::Sentinel => SENTINEL_CONF_FILE,
+        };
+        let mut conf = config.conf_lines.join("\n");
+        conf.push('\n');
+        let conf_path = dir.path().join(conf_name);
+        std::fs::write(&conf_path, conf)
+            .unwrap_or_else(|error| panic!("failed to write {}: {error}", conf_path.display()));
+        let tls_files = config
+            .tls
+            .as_ref()
+            .map(|tls| TlsFiles::write(&dir.path().join(TLS_DIR), tls));
+        if tls_files.is_some() {
+            install_crypto_provider();
+        }
+        let pick = match how.ports {
+            PortPick::Any => free_port,
+            PortPick::ClusterBus => free_cluster_port,
+        };
+        let started = start_on_free_port("redis-server", START_ATTEMPTS, pick, |port| {
+            launch(
+                &bin,
+                &config,
+                how.kind,
+                tls_files.as_ref(),
+                port,
+                dir.path(),
             )
-        )
+        });
+        let headline = match started {
+            Ok((port, child)) => {
+                return RedisServer {
+                    child,
+                    port,
+                    config,
+                    kind: how.kind,
+                    tls_files,
+                    bin,
+                    dir,
+                };
+            }
+            Err(StartFailure::Fatal(port, error)) => describe(&error, &bin, port),
+            Err(StartFailure::Exhausted(failures)) => {
+                format!("redis-server failed to start {START_ATTEMPTS} times:\n{failures}")
+            }
+        };
+        panic!("{}", failure_report(&headline, dir.path()))
     }
 
     /// A `redis://` URL on a free loopback port where nothing listens, for
@@ -206,9 +309,58 @@ impl RedisServer {
 
     /// The URL for clients: `redis://127.0.0.1:PORT/`, or
     /// `redis://:PASSWORD@127.0.0.1:PORT/` (password percent-encoded) when a
-    /// password is configured.
+    /// password is configured; `rediss://…` for a TLS server.
     pub fn url(&self) -> String {
-        server_url(self.port, self.config.password.as_deref())
+        server_url(
+            self.scheme(),
+            self.port,
+            self.config.password.as_deref(),
+            false,
+        )
+    }
+
+    /// Whether the server listens on TLS ([`RedisConfig::tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.config.tls.is_some()
+    }
+
+    /// For a TLS server, the PEM files written into its directory: the CA to
+    /// trust, the client certificate and key for mutual TLS, and more (see
+    /// [`TlsFiles`]). `None` for a plaintext server.
+    pub fn tls_files(&self) -> Option<&TlsFiles> {
+        self.tls_files.as_ref()
+    }
+
+    /// For a TLS server, its certificates in memory (PEM), including the bad
+    /// variants for negative tests. `None` for a plaintext server.
+    pub fn tls_certs(&self) -> Option<&TestCerts> {
+        self.config.tls.as_ref().map(|tls| &tls.certs)
+    }
+
+    /// A redis-rs client for [`RedisServer::url`]. For a TLS server it
+    /// trusts [`TestCerts::ca`] (checking the server's certificate and name
+    /// as any client would) and presents [`TestCerts::client`], so it works
+    /// with every [`crate::ClientAuth`] setting.
+    ///
+    /// # Panics
+    ///
+    /// Panics if redis-rs rejects the URL or the certificates.
+    pub fn client(&self) -> redis::Client {
+        let result = match self.tls_certs() {
+            Some(certs) => {
+                install_crypto_provider();
+                redis::Client::build_with_tls(
+                    self.url(),
+                    TestCerts::redis_tls(&certs.ca.cert_pem, Some(&certs.client)),
+                )
+            }
+            None => redis::Client::open(self.url()),
+        };
+        result.unwrap_or_else(|error| panic!("redis client for {}: {error}", self.url()))
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.is_tls() { "rediss" } else { "redis" }
     }
 
     /// The process id of the current server process (after
@@ -232,6 +384,17 @@ impl RedisServer {
         read_lossy(&self.dir.path().join(LOG_FILE))
     }
 
+    /// The last lines of the server's log, for panic messages.
+    pub(crate) fn log_tail(&self) -> String {
+        log_tail(&self.dir.path().join(LOG_FILE))
+    }
+
+    /// Whether the process is frozen by [`RedisServer::pause`] (the kernel
+    /// reports it as stopped).
+    pub fn is_paused(&self) -> bool {
+        matches!(crate::process::process_state(self.pid()), Some('T' | 't'))
+    }
+
     /// Whether the server process has not exited (a paused server is
     /// running).
     pub fn is_running(&mut self) -> bool {
@@ -252,8 +415,7 @@ impl RedisServer {
 
     /// Pauses the server until the returned guard is dropped.
     pub fn pause_guard(&self) -> PausedGuard<'_> {
-        self.pause();
-        PausedGuard { server: self }
+        PausedGuard::new(self)
     }
 
     /// Kills the server with SIGKILL (no shutdown, no final fsync) and reaps
@@ -275,7 +437,14 @@ impl RedisServer {
         self.kill();
         let mut failures = String::new();
         for attempt in 1..=RESTART_ATTEMPTS {
-            match launch(&self.bin, &self.config, self.port, self.dir.path()) {
+            match launch(
+                &self.bin,
+                &self.config,
+                self.kind,
+                self.tls_files.as_ref(),
+                self.port,
+                self.dir.path(),
+            ) {
                 Ok(child) => {
                     self.child = child;
                     return;
@@ -289,7 +458,7 @@ impl RedisServer {
                 }
                 Err(error) => panic!(
                     "{}",
-                    failure_report(&error.describe(&self.bin, self.port), self.dir.path())
+                    failure_report(&describe(&error, &self.bin, self.port), self.dir.path())
                 ),
             }
         }
@@ -362,7 +531,12 @@ impl RedisServer {
     ///
     /// Panics if `args` is empty.
     pub fn try_cmd_timeout(&self, args: &[&str], timeout: Duration) -> RedisResult<Value> {
-        run_cmd(&self.url(), args, timeout)
+        let client = admin_client(
+            self.port,
+            &self.config,
+            self.tls_certs().map(|certs| &certs.client),
+        )?;
+        run_cmd(&client, args, timeout)
     }
 }
 
@@ -374,70 +548,82 @@ impl Drop for RedisServer {
     }
 }
 
-/// Keeps a [`RedisServer`] paused (SIGSTOP) until dropped, then resumes it.
-/// Created by [`RedisServer::pause_guard`].
-#[derive(Debug)]
-#[must_use = "the server is resumed as soon as the guard is dropped"]
-pub struct PausedGuard<'a> {
-    server: &'a RedisServer,
-}
+impl Pausable for RedisServer {
+    fn pause(&self) {
+        RedisServer::pause(self);
+    }
 
-impl Drop for PausedGuard<'_> {
-    fn drop(&mut self) {
-        self.server.resume();
+    fn resume(&self) {
+        RedisServer::resume(self);
     }
 }
 
-/// Why [`launch`] failed.
-enum LaunchError {
-    /// The program could not be spawned.
-    Spawn(io::Error),
-    /// The server exited before answering `PING` (e.g. port in use).
-    Exited(ExitStatus),
-    /// The server is still running but did not answer within the deadline.
-    NotReady(String),
-}
-
-impl LaunchError {
-    fn describe(&self, bin: &Path, port: u16) -> String {
-        match self {
-            LaunchError::Spawn(error) if error.kind() == io::ErrorKind::NotFound => {
-                format!("{NOT_FOUND_MESSAGE} [tried {}]", bin.display())
-            }
-            LaunchError::Spawn(error) => {
-                format!("failed to spawn {}: {error}", bin.display())
-            }
-            LaunchError::Exited(status) => {
-                format!("redis-server on port {port} exited early ({status})")
-            }
-            LaunchError::NotReady(last_error) => format!(
-                "redis-server on port {port} did not answer PING within {READY_DEADLINE:?} (last error: {last_error})"
-            ),
+/// A launch failure of the server on `port`, for a panic message.
+fn describe(error: &LaunchError, bin: &Path, port: u16) -> String {
+    match error {
+        LaunchError::Spawn(error) if error.kind() == io::ErrorKind::NotFound => {
+            format!("{NOT_FOUND_MESSAGE} [tried {}]", bin.display())
         }
+        LaunchError::Spawn(error) => {
+            format!("failed to spawn {}: {error}", bin.display())
+        }
+        LaunchError::Exited(status) => {
+            format!("redis-server on port {port} exited early ({status})")
+        }
+        LaunchError::NotReady(last_error) => format!(
+            "redis-server on port {port} did not answer PING within {READY_DEADLINE:?} (last error: {last_error})"
+        ),
     }
 }
 
-/// Spawns one redis-server on `port` and waits until it answers `PING`.
+/// Spawns one redis-server (or Sentinel) on `port` and waits until it
+/// answers `PING`.
 fn launch(
     bin: &Path,
     config: &RedisConfig,
+    kind: Kind,
+    tls: Option<&TlsFiles>,
     port: u16,
     dir: &Path,
 ) -> Result<GuardedChild, LaunchError> {
     let mut command = Command::new(bin);
+    match kind {
+        Kind::Server => command.arg(dir.join(CONF_FILE)),
+        Kind::Sentinel => command.arg(dir.join(SENTINEL_CONF_FILE)).arg("--sentinel"),
+    };
+    command.arg("--bind").arg("127.0.0.1");
+    match tls {
+        Some(files) => {
+            let client_auth = config.tls.as_ref().map(|tls| tls.client_auth);
+            command
+                .args(["--port", "0"])
+                .arg("--tls-port")
+                .arg(port.to_string())
+                .arg("--tls-cert-file")
+                .arg(&files.server_cert)
+                .arg("--tls-key-file")
+                .arg(&files.server_key)
+                .arg("--tls-ca-cert-file")
+                .arg(&files.ca_cert)
+                .arg("--tls-auth-clients")
+                .arg(client_auth.unwrap_or_default().arg());
+        }
+        None => {
+            command.arg("--port").arg(port.to_string());
+        }
+    }
     command
-        .arg("--bind")
-        .arg("127.0.0.1")
-        .arg("--port")
-        .arg(port.to_string())
         .arg("--dir")
         .arg(dir)
         .arg("--logfile")
         .arg(dir.join(LOG_FILE))
         .args(["--daemonize", "no"])
-        .args(["--enable-debug-command", "yes"])
-        .args(["--protected-mode", "no"])
-        .args(config.persistence.args());
+        .args(["--protected-mode", "no"]);
+    if kind == Kind::Server {
+        command
+            .args(["--enable-debug-command", "yes"])
+            .args(config.persistence.args());
+    }
     if let Some(password) = &config.password {
         command.arg("--requirepass").arg(password);
     }
@@ -448,29 +634,38 @@ fn launch(
         .stdout(append_file(&dir.join(STDOUT_FILE)))
         .stderr(append_file(&dir.join(STDERR_FILE)));
 
-    let mut child = try_spawn_guarded(command).map_err(LaunchError::Spawn)?;
-    let url = server_url(port, config.password.as_deref());
-    let deadline = Instant::now() + READY_DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait() {
-            return Err(LaunchError::Exited(status));
+    let client_cert = config.tls.as_ref().map(|tls| &tls.certs.client);
+    launch_until_ready(command, READY_DEADLINE, |child| {
+        let client = admin_client(port, config, client_cert).map_err(|e| e.to_string())?;
+        probe(&client, child.pid())
+    })
+}
+
+/// The client of the testkit's own admin commands and readiness probe: the
+/// server's URL, and for a TLS server one that presents the client
+/// certificate but does not check the server's (so it also reaches a server
+/// that presents a bad leaf on purpose).
+fn admin_client(
+    port: u16,
+    config: &RedisConfig,
+    client_cert: Option<&crate::tls::CertKey>,
+) -> RedisResult<redis::Client> {
+    match &config.tls {
+        Some(tls) => {
+            install_crypto_provider();
+            let url = server_url("rediss", port, config.password.as_deref(), true);
+            redis::Client::build_with_tls(
+                url,
+                TestCerts::redis_tls(&tls.certs.ca.cert_pem, client_cert),
+            )
         }
-        let last_error = match probe(&url, child.pid()) {
-            Ok(()) => return Ok(child),
-            Err(error) => error,
-        };
-        if Instant::now() >= deadline {
-            // `child` is killed on drop.
-            return Err(LaunchError::NotReady(last_error));
-        }
-        std::thread::sleep(Duration::from_millis(20));
+        None => redis::Client::open(server_url("redis", port, config.password.as_deref(), false)),
     }
 }
 
 /// Checks that the server at `url` is the process `pid` (not another test's
 /// server that took the port) and answers `PING` (not still loading).
-fn probe(url: &str, pid: u32) -> Result<(), String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+fn probe(client: &redis::Client, pid: u32) -> Result<(), String> {
     let mut con = client
         .get_connection_with_timeout(PROBE_TIMEOUT)
         .map_err(|e| e.to_string())?;
@@ -494,11 +689,10 @@ fn probe(url: &str, pid: u32) -> Result<(), String> {
     Ok(())
 }
 
-fn run_cmd(url: &str, args: &[&str], timeout: Duration) -> RedisResult<Value> {
+fn run_cmd(client: &redis::Client, args: &[&str], timeout: Duration) -> RedisResult<Value> {
     let (name, rest) = args
         .split_first()
         .expect("a redis command needs at least its name");
-    let client = redis::Client::open(url)?;
     let mut con = client.get_connection_with_timeout(timeout)?;
     con.set_read_timeout(Some(timeout))?;
     con.set_write_timeout(Some(timeout))?;
@@ -509,14 +703,15 @@ fn run_cmd(url: &str, args: &[&str], timeout: Duration) -> RedisResult<Value> {
     cmd.query(&mut con)
 }
 
-fn server_url(port: u16, password: Option<&str>) -> String {
-    match password {
-        Some(password) => format!(
-            "redis://:{}@127.0.0.1:{port}/",
-            percent_encode_userinfo(password)
-        ),
-        None => format!("redis://127.0.0.1:{port}/"),
-    }
+/// `SCHEME://[:PASSWORD@]127.0.0.1:PORT/`, with `#insecure` (no check of
+/// the server's certificate) if `insecure`.
+fn server_url(scheme: &str, port: u16, password: Option<&str>, insecure: bool) -> String {
+    let auth = match password {
+        Some(password) => format!(":{}@", percent_encode_userinfo(password)),
+        None => String::new(),
+    };
+    let fragment = if insecure { "#insecure" } else { "" };
+    format!("{scheme}://{auth}127.0.0.1:{port}/{fragment}")
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters.
@@ -532,30 +727,9 @@ fn percent_encode_userinfo(s: &str) -> String {
     out
 }
 
-fn append_file(path: &Path) -> File {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap_or_else(|error| panic!("failed to open {}: {error}", path.display()))
-}
-
-fn read_lossy(path: &Path) -> String {
-    std::fs::read(path)
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .unwrap_or_default()
-}
-
 /// `headline`, followed by the server's log, stdout and stderr.
 fn failure_report(headline: &str, dir: &Path) -> String {
-    let mut report = headline.trim_end().to_owned();
-    for name in [LOG_FILE, STDOUT_FILE, STDERR_FILE] {
-        let contents = read_lossy(&dir.join(name));
-        if !contents.trim().is_empty() {
-            let _ = write!(report, "\n--- {name} ---\n{}", contents.trim_end());
-        }
-    }
-    report
+    crate::server_process::failure_report(headline, dir, &[LOG_FILE, STDOUT_FILE, STDERR_FILE])
 }
 
 /// The `redis-server` binary: [`REDIS_SERVER_BIN_ENV`] if set, else
@@ -565,6 +739,21 @@ fn redis_server_bin() -> PathBuf {
         std::env::var_os(REDIS_SERVER_BIN_ENV),
         std::env::var_os("PATH"),
     )
+}
+
+/// The `redis-cli` binary: [`REDIS_CLI_BIN_ENV`] if set, else `redis-cli`
+/// next to the `redis-server` in use, else on `PATH`.
+pub(crate) fn redis_cli_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os(REDIS_CLI_BIN_ENV).filter(|bin| !bin.is_empty()) {
+        return PathBuf::from(bin);
+    }
+    let beside_server = redis_server_bin().with_file_name("redis-cli");
+    if is_executable(&beside_server) {
+        return beside_server;
+    }
+    find_on_path(Path::new("redis-cli"), std::env::var_os("PATH").as_deref()).unwrap_or_else(|| {
+        panic!("redis-cli not found on PATH: install it with `apt-get install -y redis-tools` (or set {REDIS_CLI_BIN_ENV})")
+    })
 }
 
 fn resolve_bin(overridden: Option<OsString>, path: Option<OsString>) -> PathBuf {
@@ -590,18 +779,6 @@ fn resolve_bin(overridden: Option<OsString>, path: Option<OsString>) -> PathBuf 
         None => find_on_path(Path::new("redis-server"), path.as_deref())
             .unwrap_or_else(|| panic!("{NOT_FOUND_MESSAGE}")),
     }
-}
-
-fn find_on_path(name: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    std::env::split_paths(path?)
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path)
-        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -633,10 +810,17 @@ mod tests {
 
     #[test]
     fn url_encodes_password() {
-        assert_eq!(server_url(7000, None), "redis://127.0.0.1:7000/");
         assert_eq!(
-            server_url(7000, Some("p@ss:w/rd")),
+            server_url("redis", 7000, None, false),
+            "redis://127.0.0.1:7000/"
+        );
+        assert_eq!(
+            server_url("redis", 7000, Some("p@ss:w/rd"), false),
             "redis://:p%40ss%3Aw%2Frd@127.0.0.1:7000/"
+        );
+        assert_eq!(
+            server_url("rediss", 7000, None, true),
+            "rediss://127.0.0.1:7000/#insecure"
         );
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use fencelock_testkit::process::wait_process_gone;
 use fencelock_testkit::{
-    Persistence, RedisConfig, RedisServer, free_port, process_alive, spawn_guarded,
+    Persistence, PgServer, RedisConfig, RedisServer, free_port, process_alive, spawn_guarded,
 };
 use redis::Value;
 
@@ -342,6 +342,13 @@ fn children_die_when_the_test_process_is_killed() {
     };
     let redis_pid = read_pid("redis_pid");
     let guarded_pid = read_pid("guarded_pid");
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read probe stdout");
+    let redis_dir = line
+        .trim()
+        .strip_prefix("redis_dir=")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("expected `redis_dir=PATH` from the probe, got {line:?}"));
     assert!(process_alive(redis_pid));
     assert!(process_alive(guarded_pid));
 
@@ -356,4 +363,23 @@ fn children_die_when_the_test_process_is_killed() {
         wait_process_gone(guarded_pid, GONE_TIMEOUT),
         "guarded child {guarded_pid} outlived its SIGKILLed parent"
     );
+    // No destructor removed the server's directory: the test does.
+    assert!(redis_dir.is_dir(), "{}", redis_dir.display());
+    std::fs::remove_dir_all(&redis_dir).expect("remove the probe's server directory");
+}
+
+#[test]
+fn pg_server_answers_and_its_pause_guard_resumes_it() {
+    let pg = PgServer::start();
+    assert_eq!(pg.psql("postgres", "SELECT 1 + 1"), "2");
+    {
+        let _paused = pg.pause_guard();
+        let state = std::fs::read_to_string(format!("/proc/{}/stat", pg.pid())).expect("stat");
+        assert!(state.contains(") T"), "not stopped: {state}");
+    }
+    assert_eq!(pg.psql("postgres", "SELECT 2"), "2");
+    let (pid, dir) = (pg.pid(), pg.dir().to_owned());
+    drop(pg);
+    assert!(wait_process_gone(pid, GONE_TIMEOUT));
+    assert!(!dir.exists());
 }

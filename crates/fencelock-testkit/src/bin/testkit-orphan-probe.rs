@@ -2,9 +2,10 @@
 //!
 //! Starts a [`RedisServer`] and a guarded `sleep` from a short-lived thread
 //! (which then exits, like a tokio worker thread might), checks the server
-//! still answers, prints `redis_pid=N` and `guarded_pid=N` on stdout, then
-//! sleeps until it is killed (at most 60 s). The test SIGKILLs this process
-//! and expects both children to die with it.
+//! still answers, prints `redis_pid=N`, `guarded_pid=N` and `redis_dir=PATH`
+//! on stdout, then sleeps until it is killed (at most 60 s). The test
+//! SIGKILLs this process, expects both children to die with it, and removes
+//! the server's directory (no destructor ran to do it).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -33,6 +34,7 @@ fn main() {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "redis_pid={}", server.pid()).expect("write to stdout");
     writeln!(stdout, "guarded_pid={}", sleeper.pid()).expect("write to stdout");
+    writeln!(stdout, "redis_dir={}", server.dir().display()).expect("write to stdout");
     stdout.flush().expect("flush stdout");
     drop(stdout);
 
