@@ -14,9 +14,9 @@
 //! - [`process`]: [`spawn_guarded`] runs any [`std::process::Command`] as a
 //!   [`GuardedChild`] (signals, `wait_timeout`, piped stdin/stdout for driving
 //!   a worker process line by line), plus [`process_alive`].
-//! - [`worker`]: [`Worker`] drives a `fencelock-worker` process (a lease
-//!   holder in its own process, line protocol on stdin/stdout) so tests can
-//!   freeze a real holder with SIGSTOP.
+//! - [`worker`]: [`Worker`] drives a process line by line over
+//!   stdin/stdout (the library's tests run a lease holder that way, so they
+//!   can freeze a real holder with SIGSTOP).
 //! - [`postgres`]: [`PgServer`] initialises and starts a PostgreSQL server
 //!   on a free loopback port in its own temporary directory (as the
 //!   `postgres` user when the tests run as root), with a trusted superuser

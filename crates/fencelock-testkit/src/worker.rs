@@ -1,44 +1,35 @@
-//! A `fencelock-worker` process driven line by line: [`Worker`].
+//! A process driven line by line over stdin/stdout: [`Worker`].
 //!
-//! The worker binary (`src/bin/fencelock-worker.rs`, whose header documents
-//! the line protocol) holds a real lease in its own process, so a test can
-//! freeze the holder — renewal task included — with SIGSTOP
-//! ([`Worker::stop`]) and wake it with SIGCONT ([`Worker::cont`]).
+//! The tests of `fencelock` run a lock holder in a process of its own (their
+//! test binary re-run as a worker entry point, which documents the line
+//! protocol), so a test can freeze the holder — renewal task included — with
+//! SIGSTOP ([`Worker::stop`]) and wake it with SIGCONT ([`Worker::cont`]).
+//! This module knows nothing of that protocol: it starts the process, skips
+//! what it prints before its `ready` line (a re-run test binary prints a
+//! line or two of its own first), and then trades one line for one line.
 //!
 //! ```no_run
-//! use fencelock_testkit::{RedisServer, Worker};
+//! use std::process::Command;
+//! use fencelock_testkit::Worker;
 //!
-//! let server = RedisServer::start();
-//! let mut worker = Worker::start(&server.url(), &["default", "counter"]);
-//! assert!(worker.send("acquire job 300 0 renew").starts_with("acquired 1 "));
-//! worker.stop(); // the lease expires while the worker is frozen
+//! let mut worker = Worker::start(Command::new("my-worker"));
+//! assert_eq!(worker.send("ping"), "pong");
+//! worker.stop(); // frozen: it answers nothing until `cont`
 //! ```
-//!
-//! # Locating the binary
-//!
-//! Integration tests of another package cannot use `CARGO_BIN_EXE_*` of this
-//! one, so the binary is found through [`WORKER_BIN_ENV`] if set, else next
-//! to the running test binary's directory (`target/<profile>/deps/..`).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::process::{GuardedChild, spawn_guarded};
 
-/// Environment variable with the path of the `fencelock-worker` binary.
-pub const WORKER_BIN_ENV: &str = "FENCELOCK_WORKER_BIN";
-
 /// How long [`Worker::send`] waits for a reply line.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
-const NOT_FOUND: &str = "fencelock-worker binary not found: run `cargo build -p fencelock-testkit --bins` or `cargo nextest run --workspace`";
-
-/// A running `fencelock-worker` process: stdin and stdout piped, stderr to a
-/// temporary file (shown when a reply times out). Killed when dropped.
+/// A running worker process: stdin and stdout piped, stderr to a temporary
+/// file (shown when a reply times out). Killed when dropped.
 #[derive(Debug)]
 pub struct Worker {
     child: GuardedChild,
@@ -48,32 +39,26 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Starts `fencelock-worker URL ARGS…` (`ARGS` are `[guide|default]
-    /// [clock|counter]`) and waits for its `ready` line.
+    /// Starts `command` (its stdin, stdout and stderr are set here) and
+    /// waits for its `ready` line, skipping any line before it.
     ///
     /// # Panics
     ///
-    /// Panics if the binary cannot be found (see [`worker_bin`]) or started,
-    /// or if it does not print `ready` within [`REPLY_TIMEOUT`].
-    pub fn start(url: &str, args: &[&str]) -> Worker {
+    /// Panics if the process cannot be started, or if it does not print
+    /// `ready` within [`REPLY_TIMEOUT`] (with its stderr in the message).
+    pub fn start(mut command: Command) -> Worker {
         let stderr = tempfile::tempfile().expect("failed to create a file for the worker's stderr");
-        let mut command = Command::new(worker_bin());
-        command
-            .arg(url)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(
-                stderr
-                    .try_clone()
-                    .expect("failed to duplicate the worker's stderr file"),
-            );
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(
+            stderr
+                .try_clone()
+                .expect("failed to duplicate the worker's stderr file"),
+        );
         let mut child = spawn_guarded(command);
         let stdin = child.take_stdin().expect("the worker's stdin was piped");
         let stdout = child.take_stdout().expect("the worker's stdout was piped");
         let (tx, replies) = mpsc::channel();
         std::thread::Builder::new()
-            .name(format!("fencelock-worker-{}-stdout", child.pid()))
+            .name(format!("worker-{}-stdout", child.pid()))
             .spawn(move || {
                 for line in BufReader::new(stdout).lines() {
                     let Ok(line) = line else { break };
@@ -89,13 +74,13 @@ impl Worker {
             replies,
             stderr,
         };
-        let first = worker.recv(REPLY_TIMEOUT, "the `ready` line");
-        assert_eq!(
-            first,
-            "ready",
-            "fencelock-worker did not start cleanly{}",
-            worker.stderr_report()
-        );
+        let started = std::time::Instant::now();
+        loop {
+            let left = REPLY_TIMEOUT.saturating_sub(started.elapsed());
+            if worker.recv(left, "the `ready` line") == "ready" {
+                break;
+            }
+        }
         worker
     }
 
@@ -133,7 +118,7 @@ impl Worker {
         let sent = writeln!(self.stdin, "{line}").and_then(|()| self.stdin.flush());
         if let Err(error) = sent {
             panic!(
-                "failed to send {line:?} to fencelock-worker (pid {}): {error}{}",
+                "failed to send {line:?} to worker (pid {}): {error}{}",
                 self.pid(),
                 self.stderr_report()
             );
@@ -181,7 +166,7 @@ impl Worker {
         match self.replies.recv_timeout(timeout) {
             Ok(line) => line,
             Err(mpsc::RecvTimeoutError::Timeout) => panic!(
-                "fencelock-worker (pid {}, state {}) sent no line within {timeout:?}: waited for {what}{}",
+                "worker (pid {}, state {}) sent no line within {timeout:?}: waited for {what}{}",
                 self.pid(),
                 crate::process::process_state(self.pid())
                     .map_or_else(|| "gone".to_owned(), String::from),
@@ -190,7 +175,7 @@ impl Worker {
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let status = self.child.wait_timeout(Duration::from_secs(1));
                 panic!(
-                    "fencelock-worker (pid {}) closed its stdout (exit status {status:?}) while the test waited for {what}{}",
+                    "worker (pid {}) closed its stdout (exit status {status:?}) while the test waited for {what}{}",
                     self.pid(),
                     self.stderr_report()
                 )
@@ -208,41 +193,4 @@ impl Worker {
             format!("\n--- worker stderr ---\n{}", text.trim_end())
         }
     }
-}
-
-/// The `fencelock-worker` binary: [`WORKER_BIN_ENV`] if set, else
-/// `fencelock-worker` in the parent of the running executable's directory
-/// (`target/<profile>/deps/..` for a test binary), else in that directory.
-///
-/// # Panics
-///
-/// Panics with a hint on how to build it if it cannot be found.
-pub fn worker_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os(WORKER_BIN_ENV).filter(|b| !b.is_empty()) {
-        let bin = PathBuf::from(bin);
-        assert!(
-            bin.is_file(),
-            "{WORKER_BIN_ENV}={} is not a file; {NOT_FOUND}",
-            bin.display()
-        );
-        return bin;
-    }
-    let exe = std::env::current_exe().expect("cannot locate the running test binary");
-    let candidates = exe
-        .parent()
-        .into_iter()
-        .flat_map(|dir| {
-            [
-                dir.parent().map(|p| p.to_path_buf()),
-                Some(dir.to_path_buf()),
-            ]
-        })
-        .flatten()
-        .map(|dir| dir.join("fencelock-worker"));
-    for candidate in candidates {
-        if candidate.is_file() {
-            return candidate;
-        }
-    }
-    panic!("{NOT_FOUND} (looked next to {})", exe.display())
 }

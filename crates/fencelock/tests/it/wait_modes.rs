@@ -36,16 +36,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
+use fencelock::testing::{QueueMember, parse_lock_value};
 use fencelock::{
     Error, Fence, KeyLayout, Lease, LockClient, LockKeys, LockOptions, NOTIFY_HANDOVER_LEASE,
     ReleaseOutcome, Renewal, WaitMode,
 };
-use fencelock_testkit::{RedisServer, Worker};
+use fencelock_testkit::RedisServer;
+
+use crate::support::TestRedis;
+use crate::support::{Keys, POLL_DEADLINE, poll};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-/// Upper bound for anything the tests poll for.
-const POLL_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Allowance for scheduling on a loaded 2-core machine, added to every upper
 /// bound that the design derives from leases and retry intervals.
@@ -73,26 +74,16 @@ fn queue(server: &RedisServer, keys: &LockKeys) -> Vec<String> {
     server.query(&["ZRANGE", &keys.queue, "0", "-1"])
 }
 
-fn get(server: &RedisServer, key: &str) -> Option<String> {
-    server.query(&["GET", key])
+/// A queue member, parsed as the library encodes it.
+fn parse_member(text: &str) -> Result<QueueMember> {
+    Ok(text.parse()?)
 }
 
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    server.query(&["PTTL", key])
-}
-
-/// The holder token of a queue member `CLIENT:WAITER:MODE:TTL:WLEASE:TOKEN`.
-fn member_token(member: &str) -> Result<&str> {
-    member
-        .splitn(6, ':')
-        .nth(5)
-        .with_context(|| format!("{member:?} is not a queue member"))
-}
-
-/// The wake-up channel of a queue member (`CLIENT:…` → `PREFIX CLIENT`).
-fn wake_channel(keys: &LockKeys, member: &str) -> String {
-    let client = member.split(':').next().unwrap_or_default();
-    format!("{}{client}", keys.wake_prefix)
+/// The fence in a hash-tagged lock value (`TOKEN:FENCE`).
+fn value_fence(value: &str) -> Result<Fence> {
+    parse_lock_value(value, KeyLayout::HashTagged)
+        .1
+        .with_context(|| format!("lock value {value:?} has no fence"))
 }
 
 /// Subscribers of one channel (`PUBSUB NUMSUB`).
@@ -101,28 +92,6 @@ fn subscribers(server: &RedisServer, channel: &str) -> Result<i64> {
     match reply.get(1) {
         Some(redis::Value::Int(n)) => Ok(*n),
         other => bail!("unexpected PUBSUB NUMSUB reply {other:?}"),
-    }
-}
-
-/// The fence in a lock value `TOKEN:FENCE`.
-fn value_fence(value: &str) -> Result<Fence> {
-    let (_, fence) = value
-        .rsplit_once(':')
-        .with_context(|| format!("lock value {value:?} has no fence"))?;
-    Ok(fence.parse()?)
-}
-
-/// Polls `check` every 5 ms until it returns `Some`, or fails after `limit`.
-async fn poll<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> Result<T> {
-    let give_up = Instant::now() + limit;
-    loop {
-        if let Some(out) = check() {
-            return Ok(out);
-        }
-        if Instant::now() >= give_up {
-            bail!("timed out after {limit:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -227,7 +196,7 @@ async fn wait_behind_a_two_second_holder(mode: WaitMode) -> Result<Waited> {
         "fence {} after {h_fence}",
         lease.fence()
     );
-    ensure!(get(&server, &keys.lock) == Some(format!("{}:{}", lease.token(), lease.fence())));
+    ensure!(server.get(&keys.lock) == Some(format!("{}:{}", lease.token(), lease.fence())));
     ensure!(lease.release().await? == ReleaseOutcome::Released);
     Ok(Waited {
         scripts,
@@ -290,8 +259,10 @@ async fn heavy_poll_waiter_retries_many_times_while_the_lock_is_held() -> Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_notify_waiter_without_a_release_message_acquires_when_the_holder_ttl_runs_out()
 -> Result<()> {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let waiter = LockClient::connect(&server.url()).await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let ttl = Duration::from_millis(1500);
@@ -332,8 +303,10 @@ async fn heavy_notify_waiter_without_a_release_message_acquires_when_the_holder_
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_notify_waiter_without_a_release_message_acquires_within_a_third_of_its_waiter_lease()
 -> Result<()> {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let waiter = LockClient::connect(&server.url()).await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let wlease = Duration::from_millis(900);
@@ -361,8 +334,10 @@ async fn heavy_notify_waiter_without_a_release_message_acquires_within_a_third_o
 /// is restored, and the next release wakes it promptly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_notify_waiter_survives_its_subscription_being_killed() -> Result<()> {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let waiter = LockClient::connect(&server.url()).await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let h = holder
@@ -374,7 +349,7 @@ async fn heavy_notify_waiter_survives_its_subscription_being_killed() -> Result<
         &waiter_opts(WaitMode::Notify, Duration::from_secs(30)),
     );
     let member = queued(&server, &keys, 1).await?.remove(0);
-    let channel = wake_channel(&keys, &member);
+    let channel = parse_member(&member)?.wake_channel(&keys);
     ensure!(subscribers(&server, &channel)? == 1);
     let scripts_before = server.script_calls();
     let killed: i64 = server.query(&["CLIENT", "KILL", "TYPE", "pubsub"]);
@@ -413,8 +388,10 @@ async fn heavy_notify_waiter_survives_its_subscription_being_killed() -> Result<
 /// 30 s waiter lease rules out its own retry); also on a name it first waits
 /// on after the restart.
 async fn wake_ups_survive_a_restart(down: Duration) -> Result<()> {
-    let mut server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        mut server,
+        client: holder,
+    } = TestRedis::start().await?;
     let waiter = LockClient::connect(&server.url()).await?;
     let wait_opts = waiter_opts(WaitMode::Notify, Duration::from_secs(30));
     // Before the restart: the waiter subscribes for "job" and is woken.
@@ -491,7 +468,7 @@ async fn wake_up_once(
         .context("the holder's acquire")?;
     let task = spawn_acquire(waiter, name, wait_opts);
     let member = queued(server, &keys, 1).await?.remove(0);
-    let channel = wake_channel(&keys, &member);
+    let channel = parse_member(&member)?.wake_channel(&keys);
     let _ = poll(
         &format!("a subscriber on {channel}"),
         Duration::from_secs(3),
@@ -521,8 +498,10 @@ async fn wake_up_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fair_waiters_are_granted_in_queue_order() -> Result<()> {
     const WAITERS: usize = 8;
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let h = holder
         .try_acquire("job", &holder_opts(Duration::from_secs(60)))
@@ -588,21 +567,23 @@ async fn fair_waiters_are_granted_in_queue_order() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_fair_sigkilled_head_blocks_the_next_waiter_only_for_its_waiter_lease() -> Result<()>
 {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let wlease = Duration::from_millis(300);
     let h = holder
         .try_acquire("job", &holder_opts(Duration::from_secs(30)))
         .await?;
 
-    let mut dead = Worker::start(&server.url(), &["default", "clock"]);
+    let mut dead = crate::support::worker::start(&server.url(), &["default", "clock"]);
     dead.post(&format!(
         "acquire job 10000 30000 renew fair wlease={}",
         wlease.as_millis()
     ));
     let dead_member = queued(&server, &keys, 1).await?.remove(0);
-    let dead_token = member_token(&dead_member)?.to_string();
+    let dead_token = parse_member(&dead_member)?.token;
 
     let b_client = LockClient::connect(&server.url()).await?;
     let b = spawn_acquire(&b_client, "job", &waiter_opts(WaitMode::Fair, wlease));
@@ -624,12 +605,14 @@ async fn heavy_fair_sigkilled_head_blocks_the_next_waiter_only_for_its_waiter_le
     let h_fence = h.fence();
     let released_at = Instant::now();
     ensure!(h.release().await? == ReleaseOutcome::Released);
-    let handed = get(&server, &keys.lock).context("the release handed the lock to nobody")?;
+    let handed = server
+        .get(&keys.lock)
+        .context("the release handed the lock to nobody")?;
     ensure!(
         handed.starts_with(&format!("{dead_token}:")),
         "the release did not hand the lock to the dead head: {handed:?}"
     );
-    let provisional = pttl(&server, &keys.lock);
+    let provisional = server.pttl(&keys.lock);
     ensure!(
         provisional <= wlease.as_millis() as i64,
         "the dead head's provisional lease is {provisional} ms"
@@ -659,8 +642,10 @@ async fn heavy_fair_sigkilled_head_blocks_the_next_waiter_only_for_its_waiter_le
 /// (10 s) waiter lease of the one that gave up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_fair_waiter_that_times_out_leaves_the_queue() -> Result<()> {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let wlease = Duration::from_secs(10);
     let h = holder
@@ -718,8 +703,7 @@ async fn heavy_fair_waiter_that_times_out_leaves_the_queue() -> Result<()> {
 /// to the head.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_fair_try_acquire_respects_the_queue_and_poll_jumps_it() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let keys = client.keys("job", KeyLayout::HashTagged)?;
     let h = client
         .try_acquire("job", &holder_opts(Duration::from_secs(60)))
@@ -743,7 +727,7 @@ async fn heavy_fair_try_acquire_respects_the_queue_and_poll_jumps_it() -> Result
         other => bail!("a fair try_acquire of a reserved lock returned {other:?}"),
     }
     ensure!(
-        get(&server, &keys.lock).is_none(),
+        server.get(&keys.lock).is_none(),
         "the refused try changed the lock"
     );
     ensure!(
@@ -777,8 +761,10 @@ async fn heavy_fair_try_acquire_respects_the_queue_and_poll_jumps_it() -> Result
 /// greater fence than the previous holder, and releases it normally.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_fair_handed_over_lease_is_renewed_to_the_full_ttl_at_once() -> Result<()> {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let waiter = LockClient::connect(&server.url()).await?;
     let wlease = Duration::from_secs(1);
     let ttl = Duration::from_secs(10);
@@ -794,11 +780,11 @@ async fn heavy_fair_handed_over_lease_is_renewed_to_the_full_ttl_at_once() -> Re
                 .renewal(renewal),
         );
         let member = queued(&server, &keys, 1).await?.remove(0);
-        let token = member_token(&member)?.to_string();
+        let token = parse_member(&member)?.token;
         let h_fence = h.fence();
         ensure!(h.release().await? == ReleaseOutcome::Released);
         // The release itself granted the lock to the head.
-        let handed = get(&server, &keys.lock).context("nothing was handed over")?;
+        let handed = server.get(&keys.lock).context("nothing was handed over")?;
         ensure!(
             handed.starts_with(&format!("{token}:")),
             "{renewal:?}: the release did not hand the lock to the head: {handed:?}"
@@ -815,13 +801,13 @@ async fn heavy_fair_handed_over_lease_is_renewed_to_the_full_ttl_at_once() -> Re
         poll(
             "the handed-over lease renewed",
             Duration::from_secs(1),
-            || (pttl(&server, &keys.lock) > 9000).then_some(()),
+            || (server.pttl(&keys.lock) > 9000).then_some(()),
         )
         .await
-        .with_context(|| format!("{renewal:?}: PTTL {}", pttl(&server, &keys.lock)))?;
+        .with_context(|| format!("{renewal:?}: PTTL {}", server.pttl(&keys.lock)))?;
         // Past the provisional lease (on purpose): still held, not lost.
         tokio::time::sleep(wlease + Duration::from_millis(100)).await;
-        ensure!(get(&server, &keys.lock) == Some(handed.clone()));
+        ensure!(server.get(&keys.lock) == Some(handed.clone()));
         ensure!(!lease.is_lost(), "{renewal:?}: {:?}", lease.loss_reason());
         ensure!(
             lease.remaining() > Duration::from_secs(5),
@@ -829,7 +815,7 @@ async fn heavy_fair_handed_over_lease_is_renewed_to_the_full_ttl_at_once() -> Re
             lease.remaining()
         );
         ensure!(lease.release().await? == ReleaseOutcome::Released);
-        ensure!(get(&server, &keys.lock).is_none());
+        ensure!(server.get(&keys.lock).is_none());
     }
     Ok(())
 }
@@ -841,8 +827,10 @@ async fn heavy_fair_handed_over_lease_is_renewed_to_the_full_ttl_at_once() -> Re
 /// stored in the lock value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_fair_handover_with_a_lost_message_is_picked_up_by_the_retry() -> Result<()> {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let waiter = LockClient::connect(&server.url()).await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let wlease = Duration::from_millis(600);
@@ -851,15 +839,15 @@ async fn heavy_fair_handover_with_a_lost_message_is_picked_up_by_the_retry() -> 
         .await?;
     let task = spawn_acquire(&waiter, "job", &waiter_opts(WaitMode::Fair, wlease));
     let member = queued(&server, &keys, 1).await?.remove(0);
-    let token = member_token(&member)?.to_string();
-    let channel = wake_channel(&keys, &member);
+    let token = parse_member(&member)?.token;
+    let channel = parse_member(&member)?.wake_channel(&keys);
     let killed: i64 = server.query(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     ensure!(killed == 1, "killed {killed} pub/sub connections");
     let h_fence = h.fence();
     let released_at = Instant::now();
     ensure!(h.release().await? == ReleaseOutcome::Released);
     let listening = subscribers(&server, &channel)?;
-    let handed = get(&server, &keys.lock).context("nothing was handed over")?;
+    let handed = server.get(&keys.lock).context("nothing was handed over")?;
     ensure!(
         handed.starts_with(&format!("{token}:")),
         "the release did not hand the lock to the waiter: {handed:?}"
@@ -877,7 +865,7 @@ async fn heavy_fair_handover_with_a_lost_message_is_picked_up_by_the_retry() -> 
         "the waiter reports fence {} but the lock value is {handed:?}",
         lease.fence()
     );
-    ensure!(get(&server, &keys.lock) == Some(handed));
+    ensure!(server.get(&keys.lock) == Some(handed));
     ensure!(lease.fence() > h_fence);
     ensure!(lease.release().await? == ReleaseOutcome::Released);
     Ok(())
@@ -888,8 +876,10 @@ async fn heavy_fair_handover_with_a_lost_message_is_picked_up_by_the_retry() -> 
 /// hands the lock to nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fair_cancelled_waiter_leaves_the_queue() -> Result<()> {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let waiter = LockClient::connect(&server.url()).await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let h = holder
@@ -917,7 +907,7 @@ async fn fair_cancelled_waiter_leaves_the_queue() -> Result<()> {
     .await?;
     ensure!(h.release().await? == ReleaseOutcome::Released);
     ensure!(
-        get(&server, &keys.lock).is_none(),
+        server.get(&keys.lock).is_none(),
         "the release handed the lock to a cancelled waiter"
     );
     Ok(())
@@ -932,15 +922,17 @@ async fn fair_cancelled_waiter_leaves_the_queue() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_notify_sigkilled_head_delays_the_next_waiter_at_most_a_third_of_its_waiter_lease()
 -> Result<()> {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let dead_wlease = Duration::from_secs(5);
     let wlease = Duration::from_millis(600);
     let h = holder
         .try_acquire("job", &holder_opts(Duration::from_secs(30)))
         .await?;
-    let mut dead = Worker::start(&server.url(), &["default", "clock"]);
+    let mut dead = crate::support::worker::start(&server.url(), &["default", "clock"]);
     dead.post(&format!(
         "acquire job 10000 30000 renew notify wlease={}",
         dead_wlease.as_millis()
@@ -950,19 +942,21 @@ async fn heavy_notify_sigkilled_head_delays_the_next_waiter_at_most_a_third_of_i
     let b = spawn_acquire(&b_client, "job", &waiter_opts(WaitMode::Notify, wlease));
     let q = queued(&server, &keys, 2).await?;
     ensure!(q[0] == dead_member, "the worker is not the head: {q:?}");
-    let dead_token = member_token(&dead_member)?.to_string();
+    let dead_token = parse_member(&dead_member)?.token;
     dead.kill();
     // The head queued before B did: after this it has surely waited 20 ms.
     tokio::time::sleep(Duration::from_millis(20)).await;
     let h_fence = h.fence();
     let released_at = Instant::now();
     ensure!(h.release().await? == ReleaseOutcome::Released);
-    let handed = get(&server, &keys.lock).context("the release handed the lock to nobody")?;
+    let handed = server
+        .get(&keys.lock)
+        .context("the release handed the lock to nobody")?;
     ensure!(
         handed.starts_with(&format!("{dead_token}:")),
         "the release did not hand the lock to the starving head: {handed:?}"
     );
-    let provisional = pttl(&server, &keys.lock);
+    let provisional = server.pttl(&keys.lock);
     ensure!(
         provisional <= NOTIFY_HANDOVER_LEASE.as_millis() as i64,
         "the dead head's provisional lease is {provisional} ms"
@@ -988,8 +982,7 @@ async fn heavy_notify_sigkilled_head_delays_the_next_waiter_at_most_a_third_of_i
 #[tokio::test]
 async fn notify_release_hands_the_lock_to_a_head_that_waited_10_ms_and_only_wakes_a_younger_one()
 -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let keys = client.keys("job", KeyLayout::HashTagged)?;
     let time: Vec<String> = server.query(&["TIME"]);
     let now_us: i64 = time[0].parse::<i64>()? * 1_000_000 + time[1].parse::<i64>()?;
@@ -1004,7 +997,7 @@ async fn notify_release_hands_the_lock_to_a_head_that_waited_10_ms_and_only_wake
         server.cmd(&["ZADD", &keys.waiters, &lease_end, &member]);
         let h_fence = h.fence();
         ensure!(h.release().await? == ReleaseOutcome::Released);
-        let value = get(&server, &keys.lock);
+        let value = server.get(&keys.lock);
         let barger = client
             .try_acquire("job", &LockOptions::default().wait(Duration::ZERO))
             .await;
@@ -1047,8 +1040,10 @@ async fn notify_release_hands_the_lock_to_a_head_that_waited_10_ms_and_only_wake
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn notify_waiter_that_waited_10_ms_gets_the_lock_ahead_of_the_releasing_worker() -> Result<()>
 {
-    let server = RedisServer::start();
-    let worker = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: worker,
+    } = TestRedis::start().await?;
     let keys = worker.keys("job", KeyLayout::HashTagged)?;
     let h = worker
         .try_acquire("job", &holder_opts(Duration::from_secs(10)))
@@ -1094,8 +1089,10 @@ async fn notify_waiter_that_waited_10_ms_gets_the_lock_ahead_of_the_releasing_wo
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_fair_long_lease_head_keeps_its_place_after_a_short_lease_waiter_leaves() -> Result<()>
 {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let keys = holder.keys("job", KeyLayout::HashTagged)?;
     let h = holder
         .try_acquire("job", &holder_opts(Duration::from_secs(60)))
@@ -1126,7 +1123,7 @@ async fn heavy_fair_long_lease_head_keeps_its_place_after_a_short_lease_waiter_l
     // the head's own 30 s lease.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let still_queued = queue(&server, &keys) == [head.clone()];
-    let queue_pttl = pttl(&server, &keys.queue);
+    let queue_pttl = server.pttl(&keys.queue);
     let h_fence = h.fence();
     let released_at = Instant::now();
     ensure!(h.release().await? == ReleaseOutcome::Released);
@@ -1235,7 +1232,7 @@ async fn release_by_a_user_without_pubsub_permission_succeeds_with_waiters_queue
     ensure!(
         matches!(released, Ok(ReleaseOutcome::Released)),
         "the release returned {released:?} (lock key now {:?})",
-        get(&server, &keys.lock)
+        server.get(&keys.lock)
     );
     let (lease, _) = granted(task, POLL_DEADLINE).await?;
     ensure!(lease.fence() > h_fence);
@@ -1248,8 +1245,10 @@ async fn release_by_a_user_without_pubsub_permission_succeeds_with_waiters_queue
 /// an evicted name: the release still wakes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_notify_wake_ups_work_after_idle_subscriptions_are_dropped() -> Result<()> {
-    let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
     let waiter = LockClient::connect(&server.url()).await?;
     let opts = waiter_opts(WaitMode::Notify, Duration::from_secs(30));
     // An uncontended notify acquire with a wait subscribes for the name.

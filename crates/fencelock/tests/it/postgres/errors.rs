@@ -2,15 +2,11 @@
 //! table without the fence columns, a missing row, malformed names and
 //! fences, and a connection killed mid-transaction or mid-statement — each a
 //! typed error, never a silent "accepted", and never a partial write.
-#![cfg(feature = "postgres")]
-
-mod postgres_common;
-
 use std::time::{Duration, Instant};
 
+use crate::support::postgres::{counter_table, pool, row, start_server};
 use fencelock::sqlx::{self, Connection, Executor};
 use fencelock::{Error, Fence, FencedTable, SetClause, WriteOutcome};
-use postgres_common::{counter_table, pool, row, start_server};
 
 /// A table without `lock_fence`/`lock_holder`: every operation fails with
 /// `MissingFenceColumns` naming the table and the migration, and writes

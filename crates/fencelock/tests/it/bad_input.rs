@@ -10,15 +10,10 @@ use fencelock::{
     Renewal,
 };
 use fencelock_testkit::{RedisConfig, RedisServer};
+
+use crate::support::Keys;
+use crate::support::TestRedis;
 use tokio::time::Instant;
-
-fn dbsize(server: &RedisServer) -> i64 {
-    server.query(&["DBSIZE"])
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.query::<i64>(&["EXISTS", key]) == 1
-}
 
 /// Names rejected in the default layout, with what is wrong with them.
 fn bad_names() -> Vec<(String, &'static str)> {
@@ -41,8 +36,7 @@ fn bad_names() -> Vec<(String, &'static str)> {
 /// anything reaches Redis.
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_names_are_rejected_before_anything_is_sent() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let opts = LockOptions::default();
     let calls_before = server.script_calls();
     for (name, what) in bad_names() {
@@ -71,7 +65,7 @@ async fn invalid_names_are_rejected_before_anything_is_sent() -> Result<()> {
             );
         }
     }
-    ensure!(dbsize(&server) == 0, "a rejected name wrote keys");
+    ensure!(server.dbsize() == 0, "a rejected name wrote keys");
     ensure!(
         server.script_calls() == calls_before,
         "a rejected name reached Redis"
@@ -83,18 +77,17 @@ async fn invalid_names_are_rejected_before_anything_is_sent() -> Result<()> {
 /// braces are allowed in the guide layout (it has no hash tag).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_512_byte_name_and_guide_layout_braces_are_accepted() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let longest = "n".repeat(MAX_NAME_LEN);
     let lease = client
         .try_acquire(&longest, &LockOptions::default())
         .await?;
-    ensure!(exists(&server, &format!("lock:{{{longest}}}")));
+    ensure!(server.exists(&format!("lock:{{{longest}}}")));
     ensure!(lease.release().await?.is_released());
 
     let guide = LockOptions::default().layout(KeyLayout::Guide);
     let lease = client.try_acquire("a{b}", &guide).await?;
-    ensure!(exists(&server, "lock:a{b}"));
+    ensure!(server.exists("lock:a{b}"));
     ensure!(lease.release().await?.is_released());
     Ok(())
 }
@@ -106,8 +99,7 @@ async fn a_512_byte_name_and_guide_layout_braces_are_accepted() -> Result<()> {
 /// `connect` fail.
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_options_are_rejected_before_anything_is_sent() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let base = LockOptions::default();
     let ttl = Duration::from_secs(1);
     let bad = [
@@ -185,7 +177,7 @@ async fn invalid_options_are_rejected_before_anything_is_sent() -> Result<()> {
         base.ttl(MIN_TTL).validate().is_ok(),
         "MIN_TTL itself is valid"
     );
-    ensure!(dbsize(&server) == 0, "rejected options wrote keys");
+    ensure!(server.dbsize() == 0, "rejected options wrote keys");
     ensure!(
         server.script_calls() == calls_before,
         "rejected options reached Redis"
@@ -208,7 +200,7 @@ async fn a_prefix_with_braces_is_rejected() -> Result<()> {
         ensure!(matches!(err, Error::InvalidOption(_)), "{err:?}");
         ensure!(err.to_string().contains(prefix), "{err}");
     }
-    ensure!(dbsize(&server) == 0);
+    ensure!(server.dbsize() == 0);
     Ok(())
 }
 
@@ -218,8 +210,7 @@ async fn a_prefix_with_braces_is_rejected() -> Result<()> {
 /// and the holder is untouched.
 #[tokio::test(flavor = "multi_thread")]
 async fn wait_zero_on_a_held_lock_returns_contended_quickly() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let holder = client.try_acquire("held", &LockOptions::default()).await?;
     let before: Option<String> = server.query(&["GET", "lock:{held}"]);
     let calls_before = server.script_calls();
@@ -273,8 +264,7 @@ const MODES: [FenceMode; 2] = [FenceMode::Clock, FenceMode::Counter];
 /// the hash is unchanged and no fence key was created — in both fence modes.
 #[tokio::test(flavor = "multi_thread")]
 async fn lock_key_holding_a_hash_is_wrong_type_and_left_unchanged() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     server.cmd(&["HSET", "lock:{x}", "a", "b"]);
     for mode in MODES {
         let opts = LockOptions::default()
@@ -299,8 +289,8 @@ async fn lock_key_holding_a_hash_is_wrong_type_and_left_unchanged() -> Result<()
     let hash: Vec<String> = server.query(&["HGETALL", "lock:{x}"]);
     ensure!(hash == ["a", "b"], "the hash changed: {hash:?}");
     ensure!(server.query::<i64>(&["PTTL", "lock:{x}"]) == -1);
-    ensure!(!exists(&server, "lock:{x}:fence"), "a fence was minted");
-    ensure!(dbsize(&server) == 1);
+    ensure!(!server.exists("lock:{x}:fence"), "a fence was minted");
+    ensure!(server.dbsize() == 1);
     Ok(())
 }
 
@@ -308,8 +298,7 @@ async fn lock_key_holding_a_hash_is_wrong_type_and_left_unchanged() -> Result<()
 /// naming the fence key, the list unchanged, no lock key created.
 #[tokio::test(flavor = "multi_thread")]
 async fn fence_key_holding_a_list_is_wrong_type_and_no_lock_is_created() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     server.cmd(&["RPUSH", "lock:{y}:fence", "1", "2"]);
     for mode in MODES {
         let err = client
@@ -318,13 +307,13 @@ async fn fence_key_holding_a_list_is_wrong_type_and_no_lock_is_created() -> Resu
             .expect_err("list");
         ensure_wrong_type(&err, "lock:{y}:fence", &format!("{mode:?}"))?;
         ensure!(
-            !exists(&server, "lock:{y}"),
+            !server.exists("lock:{y}"),
             "{mode:?}: a lock key was created"
         );
     }
     let list: Vec<String> = server.query(&["LRANGE", "lock:{y}:fence", "0", "-1"]);
     ensure!(list == ["1", "2"], "the list changed: {list:?}");
-    ensure!(dbsize(&server) == 1);
+    ensure!(server.dbsize() == 1);
     Ok(())
 }
 
@@ -333,8 +322,7 @@ async fn fence_key_holding_a_list_is_wrong_type_and_no_lock_is_created() -> Resu
 #[tokio::test(flavor = "multi_thread")]
 async fn fence_key_holding_a_non_integer_string_is_wrong_type_and_no_lock_is_created() -> Result<()>
 {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     for (layout, lock, fence) in [
         (KeyLayout::HashTagged, "lock:{z}", "lock:{z}:fence"),
         (KeyLayout::Guide, "lock:z", "lock:z:fence"),
@@ -344,11 +332,11 @@ async fn fence_key_holding_a_non_integer_string_is_wrong_type_and_no_lock_is_cre
             let opts = LockOptions::default().layout(layout).fence_mode(mode);
             let err = client.try_acquire("z", &opts).await.expect_err("abc");
             ensure_wrong_type(&err, fence, &format!("{layout:?}/{mode:?}"))?;
-            ensure!(!exists(&server, lock), "{layout:?}/{mode:?}: lock created");
+            ensure!(!server.exists(lock), "{layout:?}/{mode:?}: lock created");
             ensure!(server.query::<Option<String>>(&["GET", fence]).as_deref() == Some("abc"));
         }
     }
-    ensure!(dbsize(&server) == 2);
+    ensure!(server.dbsize() == 2);
     Ok(())
 }
 
@@ -360,8 +348,7 @@ async fn fence_key_holding_a_non_integer_string_is_wrong_type_and_no_lock_is_cre
 #[tokio::test(flavor = "multi_thread")]
 async fn clock_fence_key_holding_a_non_integer_numeral_is_wrong_type_and_left_unchanged()
 -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let mut failures = Vec::new();
     for (i, junk) in ["1.5", "0x10", " 7", "1e3"].into_iter().enumerate() {
         let name = format!("numeral-{i}");
@@ -380,7 +367,7 @@ async fn clock_fence_key_holding_a_non_integer_numeral_is_wrong_type_and_left_un
         );
         let clock = client.try_acquire(&name, &LockOptions::default()).await;
         let stored: Option<String> = server.query(&["GET", &fence]);
-        let lock_created = exists(&server, &lock);
+        let lock_created = server.exists(&lock);
         if !matches!(clock, Err(Error::WrongType { .. }))
             || lock_created
             || stored.as_deref() != Some(junk)
@@ -409,8 +396,7 @@ async fn clock_fence_key_holding_a_non_integer_numeral_is_wrong_type_and_left_un
 #[tokio::test(flavor = "multi_thread")]
 async fn fence_key_holding_an_out_of_range_number_is_refused_and_no_lock_is_orphaned() -> Result<()>
 {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let cases = [
         (FenceMode::Clock, "inf"),
         (FenceMode::Clock, "nan"),
@@ -563,7 +549,7 @@ async fn authentication_failures_are_auth_errors_that_hide_the_password() -> Res
         "LockClient::url shows the password: {}",
         client.url()
     );
-    ensure!(dbsize(&server) == 0);
+    ensure!(server.dbsize() == 0);
     let lease = client.try_acquire("job", &LockOptions::default()).await?;
     ensure!(lease.release().await?.is_released());
     Ok(())
@@ -592,7 +578,7 @@ async fn missing_password_is_an_auth_error_naming_the_url() -> Result<()> {
         "no password: expected Auth, got {err:?}"
     );
     ensure!(err.to_string().contains(&addr), "{err}");
-    ensure!(dbsize(&server) == 0);
+    ensure!(server.dbsize() == 0);
     Ok(())
 }
 
@@ -669,8 +655,7 @@ async fn errors_never_show_a_raw_password_with_url_special_characters() -> Resul
 /// is unchanged.
 #[tokio::test(flavor = "multi_thread")]
 async fn fenced_hash_key_holding_a_string_is_wrong_type_and_unchanged() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     server.cmd(&["SET", "invoice:1:data", "plain string"]);
     let hash = client.fenced_hash("invoice:1:data")?;
     let fence = Fence::new(7);
@@ -692,7 +677,7 @@ async fn fenced_hash_key_holding_a_string_is_wrong_type_and_unchanged() -> Resul
             .as_deref()
             == Some("plain string")
     );
-    ensure!(dbsize(&server) == 1);
+    ensure!(server.dbsize() == 1);
     Ok(())
 }
 
@@ -701,8 +686,7 @@ async fn fenced_hash_key_holding_a_string_is_wrong_type_and_unchanged() -> Resul
 /// `InvalidName`.
 #[tokio::test(flavor = "multi_thread")]
 async fn fenced_hash_bad_holder_and_bad_keys_are_rejected_before_anything_is_sent() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let hash = client.fenced_hash("res")?;
     let err = hash
         .write(Fence::new(1), "", "v")
@@ -723,6 +707,6 @@ async fn fenced_hash_bad_holder_and_bad_keys_are_rejected_before_anything_is_sen
             .with_context(|| format!("resource key {key:?} accepted"))?;
         ensure!(matches!(err, Error::InvalidName { .. }), "{err:?}");
     }
-    ensure!(dbsize(&server) == 0);
+    ensure!(server.dbsize() == 0);
     Ok(())
 }

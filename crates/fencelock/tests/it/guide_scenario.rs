@@ -2,20 +2,19 @@
 //! SIGSTOP past its 300 ms lease, and compatibility with workers written from
 //! the guide (raw Redis commands, the guide's key layout and scripts).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, bail};
 use fencelock::{Fence, FenceMode, KeyLayout, LockClient, ReleaseOutcome, Renewal, WriteOutcome};
-use fencelock_testkit::{RedisServer, Worker};
+use fencelock_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use crate::support::TestRedis;
+use crate::support::{GUIDE_FENCED_WRITE, Keys, connect, wait_key_gone};
+
 /// How long A stays frozen at least: past its 300 ms lease, as in the guide.
 const PAUSE: Duration = Duration::from_millis(400);
-/// Upper bound for anything the tests poll for.
-const POLL_DEADLINE: Duration = Duration::from_secs(10);
-
 /// The guide's compare-and-delete release script, verbatim.
 const GUIDE_RELEASE: &str = "
 if redis.call('get', KEYS[1]) == ARGV[1] then
@@ -24,47 +23,6 @@ else
   return 0
 end
 ";
-
-/// The guide's fenced write script, verbatim: `fence >= stored`, no holder.
-const GUIDE_FENCED_WRITE: &str = "
-local current = tonumber(redis.call('hget', KEYS[1], 'fence') or '0')
-if tonumber(ARGV[1]) < current then return 0 end
-redis.call('hset', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
-return 1
-";
-
-async fn connect(server: &RedisServer) -> anyhow::Result<MultiplexedConnection> {
-    Ok(redis::Client::open(server.url())?
-        .get_multiplexed_async_connection()
-        .await?)
-}
-
-async fn get(con: &mut MultiplexedConnection, key: &str) -> anyhow::Result<Option<String>> {
-    Ok(redis::cmd("GET").arg(key).query_async(con).await?)
-}
-
-async fn hgetall(
-    con: &mut MultiplexedConnection,
-    key: &str,
-) -> anyhow::Result<HashMap<String, String>> {
-    Ok(redis::cmd("HGETALL").arg(key).query_async(con).await?)
-}
-
-/// Polls until `key` no longer exists (the lease expired in Redis).
-async fn wait_key_gone(con: &mut MultiplexedConnection, key: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + POLL_DEADLINE;
-    loop {
-        let exists: i64 = redis::cmd("EXISTS").arg(key).query_async(con).await?;
-        if exists == 0 {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "{key} still exists {POLL_DEADLINE:?} after its holder was frozen"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 /// Parses the worker's `acquired FENCE TOKEN` reply.
 fn parse_acquired(reply: &str) -> anyhow::Result<(Fence, String)> {
@@ -83,20 +41,19 @@ fn mode_arg(mode: FenceMode) -> &'static str {
 
 /// The guide's scenario, step by step, on a fresh server.
 async fn run_guide_scenario(mode: FenceMode) -> anyhow::Result<()> {
-    let server = RedisServer::start();
-    let mut con = connect(&server).await?;
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
+    let _con = connect(&server).await?;
     let lock_key = client.keys("invoice:42", KeyLayout::HashTagged)?.lock;
     let resource = "invoice:42:data";
 
     // A: a separate process, renewal on, 300 ms lease.
-    let mut a = Worker::start(&server.url(), &["default", mode_arg(mode)]);
+    let mut a = crate::support::worker::start(&server.url(), &["default", mode_arg(mode)]);
     let (a_fence, a_token) = parse_acquired(&a.send("acquire invoice:42 300 0 renew"))?;
 
     // Freeze A (its renewal task too) past its lease.
     a.stop();
     let stopped = Instant::now();
-    wait_key_gone(&mut con, &lock_key).await?;
+    wait_key_gone(&server, &lock_key).await?;
     if let Some(rest) = PAUSE.checked_sub(stopped.elapsed()) {
         tokio::time::sleep(rest).await;
     }
@@ -128,7 +85,7 @@ async fn run_guide_scenario(mode: FenceMode) -> anyhow::Result<()> {
     );
     assert_eq!(a.send("release"), "not-ours TakenOver");
 
-    let stored = hgetall(&mut con, resource).await?;
+    let stored = server.hgetall(resource);
     assert_eq!(
         stored.get("fence").map(String::as_str),
         Some(b.fence().to_string().as_str())
@@ -139,7 +96,7 @@ async fn run_guide_scenario(mode: FenceMode) -> anyhow::Result<()> {
         Some("written-by-B")
     );
     assert_eq!(
-        get(&mut con, &lock_key).await?,
+        server.get(&lock_key),
         Some(format!("{}:{}", b.token(), b.fence())),
         "B's lock must be intact after A's release"
     );
@@ -248,7 +205,7 @@ impl GuideWorker {
 #[tokio::test(flavor = "multi_thread")]
 async fn guide_layout_interoperates_with_guide_workers() -> anyhow::Result<()> {
     let server = RedisServer::start();
-    let mut con = connect(&server).await?;
+    let _con = connect(&server).await?;
     let mut guide = GuideWorker::new(connect(&server).await?, "invoice:7");
     let client = LockClient::connect(&server.url()).await?;
     let opts = client
@@ -275,7 +232,7 @@ async fn guide_layout_interoperates_with_guide_workers() -> anyhow::Result<()> {
     let lease = client.try_acquire("invoice:7", &opts).await?;
     assert_eq!(lease.fence(), Fence::new(2));
     assert_eq!(
-        get(&mut con, &keys.lock).await?.as_deref(),
+        server.get(&keys.lock).as_deref(),
         Some(lease.token()),
         "guide layout stores the bare token"
     );
@@ -289,7 +246,7 @@ async fn guide_layout_interoperates_with_guide_workers() -> anyhow::Result<()> {
     assert!(guide.acquire(10_000).await?);
     assert_eq!(guide.fence, Some(3));
     assert!(guide.fenced_write("invoice:7:data", "by-guide").await?);
-    let stored = hgetall(&mut con, "invoice:7:data").await?;
+    let stored = server.hgetall("invoice:7:data");
     assert_eq!(stored.get("fence").map(String::as_str), Some("3"));
     assert!(
         !stored.contains_key("holder"),
@@ -311,7 +268,7 @@ async fn guide_layout_interoperates_with_guide_workers() -> anyhow::Result<()> {
         }
     );
     assert_eq!(
-        hgetall(&mut con, "invoice:7:data").await?,
+        server.hgetall("invoice:7:data"),
         stored,
         "a rejected write changes nothing"
     );

@@ -13,16 +13,12 @@
 //! Each holder has its own connection. Fences are minted per race (stale
 //! `A` = 2r+1, new `B` = 2r+2); where they come from does not matter to the
 //! resource.
-#![cfg(feature = "postgres")]
-
-mod postgres_common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::support::postgres::{counter_table, pool, start_server, value};
 use fencelock::sqlx::postgres::PgPool;
 use fencelock::{Fence, FencedTable, SetClause, WriteOutcome};
-use postgres_common::{counter_table, pool, start_server, value};
 
 /// Races per variant.
 const RACES: u64 = 1_000;

@@ -1,7 +1,10 @@
-//! A lock worker in its own process, driven line by line over stdin, so tests
-//! can freeze a real holder with SIGSTOP (renewal task included).
+//! A lock worker in its own process, driven line by line over stdin, so
+//! tests can freeze a real holder with SIGSTOP (renewal task included): this
+//! test binary re-run as the entry point [`worker_process_entry`], driven
+//! through `fencelock_testkit::Worker`.
 //!
-//! Usage: `fencelock-worker REDIS_URL [guide|default] [clock|counter]`
+//! Job (environment `FENCELOCK_TEST_WORKER`): `REDIS_URL [guide|default]
+//! [clock|counter]`.
 //!
 //! Commands (one per line) and replies (one line each on stdout):
 //! - `acquire NAME TTL_MS WAIT_MS renew|norenew [poll|notify|fair] [wlease=MS]`
@@ -16,7 +19,6 @@
 //! - `quit`
 //!
 //! It prints `ready` once connected.
-#![allow(clippy::print_stdout)]
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -25,6 +27,22 @@ use fencelock::{
     FenceMode, KeyLayout, Lease, LockClient, LockOptions, ReleaseOutcome, Renewal, WaitMode,
     WriteOutcome,
 };
+use fencelock_testkit::Worker;
+
+/// The job of a worker process.
+const WORKER_ENV: &str = "FENCELOCK_TEST_WORKER";
+
+/// Starts a worker process on `url` with `args` (`[guide|default]
+/// [clock|counter]`) and waits until it is connected.
+pub(crate) fn start(url: &str, args: &[&str]) -> Worker {
+    let mut job = vec![url];
+    job.extend_from_slice(args);
+    Worker::start(super::entry_command(
+        module_path!(),
+        "worker_process_entry",
+        (WORKER_ENV, &job.join(" ")),
+    ))
+}
 
 fn reply(line: impl AsRef<str>) {
     let mut out = std::io::stdout().lock();
@@ -32,18 +50,20 @@ fn reply(line: impl AsRef<str>) {
     let _ = out.flush();
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(url) = args.get(1).cloned() else {
-        eprintln!("usage: fencelock-worker REDIS_URL [guide|default] [clock|counter]");
-        std::process::exit(64);
+/// Entry point of a worker process (does nothing as an ordinary test).
+#[test]
+fn worker_process_entry() {
+    let Ok(job) = std::env::var(WORKER_ENV) else {
+        return;
     };
+    let args: Vec<&str> = job.split(' ').collect();
+    let url = args[0].to_owned();
     let layout = args
-        .get(2)
+        .get(1)
         .and_then(|s| KeyLayout::parse(s))
         .unwrap_or_default();
     let mode = args
-        .get(3)
+        .get(2)
         .and_then(|s| FenceMode::parse(s))
         .unwrap_or_default();
     let rt = tokio::runtime::Builder::new_multi_thread()

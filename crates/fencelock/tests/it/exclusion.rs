@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::TestRedis;
 use anyhow::{Context, Result, bail, ensure};
 use fencelock::{
     Error, FENCE_RETENTION, Fence, FenceMode, KeyLayout, Lease, LockClient, LockOptions, LockState,
@@ -343,8 +344,7 @@ async fn acquire_waits_and_succeeds_after_the_holder_releases() -> Result<()> {
 /// renewal) wakes up at the holder's expiry instead of sleeping past it.
 #[tokio::test(flavor = "multi_thread")]
 async fn acquire_takes_over_promptly_when_a_crashed_holders_lease_expires() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     server.cmd(&["SET", "lock:{crashed}", "dead-holder:1", "PX", "400"]);
     let opts = LockOptions::default().wait(Duration::from_secs(10));
     let started = Instant::now();
@@ -366,8 +366,7 @@ async fn acquire_takes_over_promptly_when_a_crashed_holders_lease_expires() -> R
 /// names the lock; the holder is untouched.
 #[tokio::test(flavor = "multi_thread")]
 async fn acquire_times_out_naming_the_lock_after_its_wait_deadline() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let holder = client
         .try_acquire("busy-lock", &LockOptions::default())
         .await?;
@@ -406,8 +405,7 @@ async fn acquire_times_out_naming_the_lock_after_its_wait_deadline() -> Result<(
 /// `Error::Contended` (not `Timeout`) after exactly one grant script call.
 #[tokio::test(flavor = "multi_thread")]
 async fn acquire_with_zero_wait_makes_one_attempt_and_reports_contended() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let holder = client.try_acquire("once", &LockOptions::default()).await?;
     let calls_before = server.script_calls();
     let err = client
@@ -433,8 +431,7 @@ async fn acquire_with_zero_wait_makes_one_attempt_and_reports_contended() -> Res
 /// `lock:{NAME}:fence` holds the fence (1, then 2) and never expires.
 #[tokio::test(flavor = "multi_thread")]
 async fn default_layout_stores_token_colon_fence_and_a_counter_fence_key() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let opts = LockOptions::default()
         .ttl(Duration::from_secs(10))
         .fence_mode(FenceMode::Counter);
@@ -484,8 +481,7 @@ async fn default_layout_stores_token_colon_fence_and_a_counter_fence_key() -> Re
 /// carries the retention ttl (so no key is left behind per name forever).
 #[tokio::test(flavor = "multi_thread")]
 async fn default_layout_clock_mode_fence_key_holds_the_fence_with_a_retention_ttl() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let lease = client
         .try_acquire("report", &LockOptions::default())
         .await?;
@@ -518,8 +514,7 @@ async fn default_layout_clock_mode_fence_key_holds_the_fence_with_a_retention_tt
 /// each other.
 #[tokio::test(flavor = "multi_thread")]
 async fn guide_layout_stores_the_bare_token_and_excludes_guide_workers() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let opts = LockOptions::default()
         .layout(KeyLayout::Guide)
         .fence_mode(FenceMode::Counter);

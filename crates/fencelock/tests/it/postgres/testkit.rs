@@ -3,18 +3,15 @@
 //! `postgres` user when the tests run as root, databases, pause/resume, and
 //! no server left behind — on drop, and when the test process is killed
 //! with SIGKILL (no destructor runs).
-#![cfg(feature = "postgres")]
-
-mod postgres_common;
-
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::support::entry_command;
+use crate::support::postgres::{pool, start_server};
 use fencelock::sqlx;
 use fencelock_testkit::process::wait_process_gone;
 use fencelock_testkit::{PgServer, process_alive, remove_leftovers, spawn_guarded};
-use postgres_common::{pool, start_server};
 
 const GONE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -129,15 +126,8 @@ fn pg_orphan_probe_entry() {
 /// which runs as another user).
 #[test]
 fn server_dies_with_a_killed_test_process() {
-    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    let mut command = entry_command(module_path!(), "pg_orphan_probe_entry", (PROBE_ENV, "1"));
     command
-        .args([
-            "--exact",
-            "pg_orphan_probe_entry",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(PROBE_ENV, "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

@@ -13,6 +13,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use fencelock::{Error, Fence, LockClient, LockOptions, LossReason, ReleaseOutcome, Renewal};
 use fencelock_testkit::RedisServer;
+
+use crate::support::TestRedis;
+use crate::support::{Keys, poll_until};
 use tokio::time::Instant;
 
 /// How many `NOSCRIPT` errors the server has replied.
@@ -28,32 +31,6 @@ fn stat_field(info: &str, line_prefix: &str, field: &str) -> u64 {
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.trim().parse::<u64>().ok())
         .unwrap_or(0)
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.query::<i64>(&["EXISTS", key]) == 1
-}
-
-fn get(server: &RedisServer, key: &str) -> Option<String> {
-    server.query(&["GET", key])
-}
-
-/// Polls `cond` every 5 ms until it holds; fails after `timeout`.
-async fn poll_until(
-    what: &str,
-    timeout: Duration,
-    mut cond: impl FnMut() -> bool,
-) -> Result<Duration> {
-    let start = Instant::now();
-    loop {
-        if cond() {
-            return Ok(start.elapsed());
-        }
-        if start.elapsed() > timeout {
-            bail!("{what}: still not true after {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// Checks `cond` every ~10 ms for `span`; fails at the first sample where it
@@ -87,21 +64,23 @@ fn no_renewal(ttl: Duration) -> LockOptions {
 #[tokio::test(flavor = "multi_thread")]
 async fn release_after_expiry_and_takeover_reports_taken_over_and_spares_the_new_holder()
 -> Result<()> {
-    let server = RedisServer::start();
-    let client_a = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: client_a,
+    } = TestRedis::start().await?;
     let client_b = LockClient::connect(&server.url()).await?;
     let a = client_a
         .try_acquire("job", &no_renewal(Duration::from_millis(100)))
         .await?;
     poll_until("A's lock key expired", Duration::from_secs(3), || {
-        !exists(&server, "lock:{job}")
+        !server.exists("lock:{job}")
     })
     .await?;
     let b = client_b
         .try_acquire("job", &LockOptions::default().ttl(Duration::from_secs(30)))
         .await?;
     ensure!(b.fence() > a.fence());
-    let b_value = get(&server, "lock:{job}");
+    let b_value = server.get("lock:{job}");
     ensure!(b_value == Some(format!("{}:{}", b.token(), b.fence())));
     let b_pttl_before: i64 = server.query(&["PTTL", "lock:{job}"]);
 
@@ -112,7 +91,7 @@ async fn release_after_expiry_and_takeover_reports_taken_over_and_spares_the_new
         outcome == ReleaseOutcome::NotOurs(LossReason::TakenOver),
         "stale release returned {outcome:?}"
     );
-    ensure!(get(&server, "lock:{job}") == b_value, "B's value changed");
+    ensure!(server.get("lock:{job}") == b_value, "B's value changed");
     let b_pttl_after: i64 = server.query(&["PTTL", "lock:{job}"]);
     ensure!(
         b_pttl_after > 0 && b_pttl_after <= b_pttl_before,
@@ -128,25 +107,24 @@ async fn release_after_expiry_and_takeover_reports_taken_over_and_spares_the_new
 /// `NotOurs(Expired)` and creates nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn release_when_nobody_holds_the_lock_reports_expired() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
 
     let expired = client
         .try_acquire("expired", &no_renewal(Duration::from_millis(100)))
         .await?;
     poll_until("the key expired", Duration::from_secs(3), || {
-        !exists(&server, "lock:{expired}")
+        !server.exists("lock:{expired}")
     })
     .await?;
     ensure!(expired.release().await? == ReleaseOutcome::NotOurs(LossReason::Expired));
-    ensure!(!exists(&server, "lock:{expired}"));
+    ensure!(!server.exists("lock:{expired}"));
 
     let deleted = client
         .try_acquire("deleted", &no_renewal(Duration::from_secs(30)))
         .await?;
     server.cmd(&["DEL", "lock:{deleted}"]);
     ensure!(deleted.release().await? == ReleaseOutcome::NotOurs(LossReason::Expired));
-    ensure!(!exists(&server, "lock:{deleted}"));
+    ensure!(!server.exists("lock:{deleted}"));
     // Only the two fence keys are left.
     ensure!(server.query::<i64>(&["DBSIZE"]) == 2);
     Ok(())
@@ -158,14 +136,13 @@ async fn release_when_nobody_holds_the_lock_reports_expired() -> Result<()> {
 /// fails with `is_lost()` and the key does not exist afterwards.
 #[tokio::test(flavor = "multi_thread")]
 async fn extend_after_expiry_fails_as_lost_and_never_recreates_the_key() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
 
     let lease = client
         .try_acquire("natural", &no_renewal(Duration::from_millis(100)))
         .await?;
     poll_until("the key expired", Duration::from_secs(3), || {
-        !exists(&server, "lock:{natural}")
+        !server.exists("lock:{natural}")
     })
     .await?;
     let err = lease
@@ -174,7 +151,7 @@ async fn extend_after_expiry_fails_as_lost_and_never_recreates_the_key() -> Resu
         .expect_err("extend of an expired lease");
     ensure!(err.is_lost(), "expected LockLost, got {err:?}");
     ensure!(
-        !exists(&server, "lock:{natural}"),
+        !server.exists("lock:{natural}"),
         "extend re-created the key"
     );
     ensure!(lease.remaining() == Duration::ZERO);
@@ -206,13 +183,13 @@ async fn extend_after_expiry_fails_as_lost_and_never_recreates_the_key() -> Resu
         other => bail!("expected LockLost, got {other:?}"),
     }
     ensure!(
-        !exists(&server, "lock:{deleted}"),
+        !server.exists("lock:{deleted}"),
         "extend re-created the key"
     );
     ensure!(lease.is_lost() && lease.loss_reason() == Some(LossReason::Expired));
     // A second extend is refused locally and still creates nothing.
     ensure!(lease.extend().await.is_err_and(|e| e.is_lost()));
-    ensure!(!exists(&server, "lock:{deleted}"));
+    ensure!(!server.exists("lock:{deleted}"));
     Ok(())
 }
 
@@ -223,8 +200,10 @@ async fn extend_after_expiry_fails_as_lost_and_never_recreates_the_key() -> Resu
 #[tokio::test(flavor = "multi_thread")]
 async fn extend_while_another_holder_has_the_lock_leaves_its_value_and_ttl_untouched() -> Result<()>
 {
-    let server = RedisServer::start();
-    let client_a = LockClient::connect(&server.url()).await?;
+    let TestRedis {
+        server,
+        client: client_a,
+    } = TestRedis::start().await?;
     let client_b = LockClient::connect(&server.url()).await?;
     let b_opts = LockOptions::default()
         .ttl(Duration::from_secs(5))
@@ -235,14 +214,14 @@ async fn extend_while_another_holder_has_the_lock_leaves_its_value_and_ttl_untou
         .try_acquire("natural", &no_renewal(Duration::from_millis(100)))
         .await?;
     poll_until("A's key expired", Duration::from_secs(3), || {
-        !exists(&server, "lock:{natural}")
+        !server.exists("lock:{natural}")
     })
     .await?;
     let b = client_b.try_acquire("natural", &b_opts).await?;
-    let value = get(&server, "lock:{natural}");
+    let value = server.get("lock:{natural}");
     let pttl_before: i64 = server.query(&["PTTL", "lock:{natural}"]);
     ensure!(a.extend().await.is_err_and(|e| e.is_lost()));
-    ensure!(get(&server, "lock:{natural}") == value);
+    ensure!(server.get("lock:{natural}") == value);
     let pttl_after: i64 = server.query(&["PTTL", "lock:{natural}"]);
     ensure!(pttl_after > 0 && pttl_after <= pttl_before);
     ensure!(b.release().await?.is_released());
@@ -253,7 +232,7 @@ async fn extend_while_another_holder_has_the_lock_leaves_its_value_and_ttl_untou
         .await?;
     server.cmd(&["DEL", "lock:{taken}"]);
     let b = client_b.try_acquire("taken", &b_opts).await?;
-    let value = get(&server, "lock:{taken}");
+    let value = server.get("lock:{taken}");
     let pttl_before: i64 = server.query(&["PTTL", "lock:{taken}"]);
     let err = a.extend().await.expect_err("B holds the lock");
     ensure!(
@@ -266,7 +245,7 @@ async fn extend_while_another_holder_has_the_lock_leaves_its_value_and_ttl_untou
         ),
         "expected LockLost(TakenOver), got {err:?}"
     );
-    ensure!(get(&server, "lock:{taken}") == value, "B's value changed");
+    ensure!(server.get("lock:{taken}") == value, "B's value changed");
     let pttl_after: i64 = server.query(&["PTTL", "lock:{taken}"]);
     ensure!(
         pttl_after > 0 && pttl_after <= pttl_before,
@@ -274,7 +253,7 @@ async fn extend_while_another_holder_has_the_lock_leaves_its_value_and_ttl_untou
     );
     ensure!(a.loss_reason() == Some(LossReason::TakenOver));
     ensure!(a.release().await? == ReleaseOutcome::NotOurs(LossReason::TakenOver));
-    ensure!(get(&server, "lock:{taken}") == value);
+    ensure!(server.get("lock:{taken}") == value);
     ensure!(b.release().await?.is_released());
     Ok(())
 }
@@ -286,8 +265,7 @@ async fn extend_while_another_holder_has_the_lock_leaves_its_value_and_ttl_untou
 #[tokio::test(flavor = "multi_thread")]
 async fn heavy_renewal_keeps_a_lock_for_more_than_ten_ttls_without_changing_the_fence() -> Result<()>
 {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_millis(300);
     let lease = client
         .try_acquire("long-job", &LockOptions::default().ttl(ttl))
@@ -298,7 +276,7 @@ async fn heavy_renewal_keeps_a_lock_for_more_than_ten_ttls_without_changing_the_
     let start = Instant::now();
     let mut samples = 0;
     while start.elapsed() < ttl * 11 {
-        let stored = get(&server, "lock:{long-job}");
+        let stored = server.get("lock:{long-job}");
         ensure!(
             stored.as_deref() == Some(value.as_str()),
             "after {:?} the key holds {stored:?}, not {value}",
@@ -329,8 +307,7 @@ async fn heavy_renewal_keeps_a_lock_for_more_than_ten_ttls_without_changing_the_
 /// the lease is held.
 #[tokio::test(flavor = "multi_thread")]
 async fn no_renewal_reaches_redis_after_release() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     // 300 ms (renewal every 100 ms) rather than 150 ms: the negative control
     // needs the lease held throughout, which a loaded 2-core machine does
     // not guarantee for 150 ms leases.
@@ -343,7 +320,7 @@ async fn no_renewal_reaches_redis_after_release() -> Result<()> {
     // Negative control: while held, renewals (every 100 ms) are counted.
     let held_from = server.script_calls();
     holds_throughout("held lock keeps its key", ttl * 3, || {
-        Ok(exists(&server, "lock:{quiet}"))
+        Ok(server.exists("lock:{quiet}"))
     })
     .await?;
     let held_renewals = server.script_calls() - held_from;
@@ -355,7 +332,7 @@ async fn no_renewal_reaches_redis_after_release() -> Result<()> {
     ensure!(lease.release().await?.is_released());
     let released_from = server.script_calls();
     holds_throughout("released lock stays absent", ttl * 3, || {
-        Ok(!exists(&server, "lock:{quiet}"))
+        Ok(!server.exists("lock:{quiet}"))
     })
     .await?;
     let after = server.script_calls() - released_from;
@@ -377,8 +354,7 @@ async fn heavy_rapid_acquire_release_cycles_leave_no_zombie_renewal() -> Result<
     /// 10,000 cycles take about 13 s in a debug build on 2 cores (under the
     /// 20 s budget, so the full count is kept).
     const CYCLES: usize = 10_000;
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_millis(300);
     let opts = LockOptions::default().ttl(ttl);
     let mut last_fence = Fence::new(0);
@@ -393,7 +369,7 @@ async fn heavy_rapid_acquire_release_cycles_leave_no_zombie_renewal() -> Result<
     }
     let from = server.script_calls();
     let samples = holds_throughout("no zombie re-creates the key", ttl * 3, || {
-        Ok(!exists(&server, "lock:{churn}"))
+        Ok(!server.exists("lock:{churn}"))
     })
     .await?;
     ensure!(samples >= 10);
@@ -407,8 +383,7 @@ async fn heavy_rapid_acquire_release_cycles_leave_no_zombie_renewal() -> Result<
 /// ttl + interval + slack of the pause (ttl 300 ms, renewal every 100 ms).
 #[tokio::test(flavor = "multi_thread")]
 async fn heavy_lost_fires_on_time_when_redis_is_paused() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_millis(300);
     let interval = ttl / 3;
     let lease = client
@@ -467,8 +442,7 @@ async fn heavy_lost_fires_on_time_when_redis_is_paused() -> Result<()> {
 /// the renewal does not re-create the key.
 #[tokio::test(flavor = "multi_thread")]
 async fn heavy_lost_fires_with_expired_soon_after_the_key_is_deleted() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_millis(900);
     let interval = ttl / 3;
     let lease = client
@@ -486,7 +460,7 @@ async fn heavy_lost_fires_with_expired_soon_after_the_key_is_deleted() -> Result
     );
     ensure!(lease.loss_reason() == Some(LossReason::Expired));
     ensure!(
-        !exists(&server, "lock:{vanishing}"),
+        !server.exists("lock:{vanishing}"),
         "renewal re-created the key"
     );
     ensure!(lease.release().await? == ReleaseOutcome::NotOurs(LossReason::Expired));
@@ -498,8 +472,7 @@ async fn heavy_lost_fires_with_expired_soon_after_the_key_is_deleted() -> Result
 /// value survives the renewal attempt and the release.
 #[tokio::test(flavor = "multi_thread")]
 async fn heavy_lost_fires_with_taken_over_soon_after_the_key_is_overwritten() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_millis(900);
     let interval = ttl / 3;
     let lease = client
@@ -516,11 +489,11 @@ async fn heavy_lost_fires_with_taken_over_soon_after_the_key_is_overwritten() ->
         "lost fired {after:?} after the overwrite; renewal runs every {interval:?}"
     );
     ensure!(lease.loss_reason() == Some(LossReason::TakenOver));
-    ensure!(get(&server, "lock:{stolen}").as_deref() == Some("intruder:1"));
+    ensure!(server.get("lock:{stolen}").as_deref() == Some("intruder:1"));
     let pttl: i64 = server.query(&["PTTL", "lock:{stolen}"]);
     ensure!(pttl > 25_000, "the intruder's ttl was changed to {pttl}");
     ensure!(lease.release().await? == ReleaseOutcome::NotOurs(LossReason::TakenOver));
-    ensure!(get(&server, "lock:{stolen}").as_deref() == Some("intruder:1"));
+    ensure!(server.get("lock:{stolen}").as_deref() == Some("intruder:1"));
     Ok(())
 }
 
@@ -530,8 +503,7 @@ async fn heavy_lost_fires_with_taken_over_soon_after_the_key_is_overwritten() ->
 #[tokio::test(flavor = "multi_thread")]
 async fn with_lock_returns_lock_lost_with_the_fence_and_cancels_the_critical_section() -> Result<()>
 {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let admin = redis::Client::open(server.url())?;
     let finished = Arc::new(AtomicBool::new(false));
     let seen_fence = Arc::new(Mutex::new(None::<Fence>));
@@ -594,7 +566,7 @@ async fn with_lock_returns_lock_lost_with_the_fence_and_cancels_the_critical_sec
         !finished.load(Ordering::SeqCst),
         "the critical section ran on"
     );
-    ensure!(!exists(&server, "lock:{doomed}"));
+    ensure!(!server.exists("lock:{doomed}"));
     Ok(())
 }
 
@@ -602,13 +574,12 @@ async fn with_lock_returns_lock_lost_with_the_fence_and_cancels_the_critical_sec
 /// the key is gone afterwards and the next holder gets a higher fence.
 #[tokio::test(flavor = "multi_thread")]
 async fn with_lock_returns_the_value_and_releases_the_lock() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let opts = LockOptions::default().ttl(Duration::from_secs(5));
     let server_ref = &server;
     let (fence, seen_value) = client
         .with_lock("scoped", &opts, |lease| async move {
-            let stored = get(server_ref, "lock:{scoped}");
+            let stored = server_ref.get("lock:{scoped}");
             (lease.fence(), stored)
         })
         .await?;
@@ -617,7 +588,7 @@ async fn with_lock_returns_the_value_and_releases_the_lock() -> Result<()> {
         "inside with_lock the key did not hold our fence"
     );
     ensure!(
-        !exists(&server, "lock:{scoped}"),
+        !server.exists("lock:{scoped}"),
         "with_lock left the key behind"
     );
     let next = client.try_acquire("scoped", &opts).await?;
@@ -631,8 +602,7 @@ async fn with_lock_returns_the_value_and_releases_the_lock() -> Result<()> {
 /// lost (by deadline and by a failed extend).
 #[tokio::test(flavor = "multi_thread")]
 async fn remaining_decreases_stays_within_the_ttl_and_is_zero_once_lost() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_secs(2);
     let lease = client.try_acquire("clock", &no_renewal(ttl)).await?;
     let r1 = lease.remaining();
@@ -678,8 +648,7 @@ async fn remaining_decreases_stays_within_the_ttl_and_is_zero_once_lost() -> Res
 /// while it is held.
 #[tokio::test(flavor = "multi_thread")]
 async fn dropping_a_lease_in_a_runtime_releases_it_and_stops_renewal() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let opts = LockOptions::default()
         .ttl(Duration::from_secs(3))
         .renewal(Renewal::Every(Duration::from_millis(50)));
@@ -697,12 +666,12 @@ async fn dropping_a_lease_in_a_runtime_releases_it_and_stops_renewal() -> Result
     poll_until(
         "the dropped lease's key is deleted",
         Duration::from_secs(1),
-        || !exists(&server, "lock:{dropped}"),
+        || !server.exists("lock:{dropped}"),
     )
     .await?;
     let from = server.script_calls();
     holds_throughout("the key stays absent", Duration::from_millis(500), || {
-        Ok(!exists(&server, "lock:{dropped}"))
+        Ok(!server.exists("lock:{dropped}"))
     })
     .await?;
     let after = server.script_calls() - from;
@@ -747,11 +716,11 @@ fn dropping_a_lease_outside_any_runtime_does_not_panic_and_the_lock_expires() ->
         "test too slow to check the key"
     );
     ensure!(
-        exists(&server, "lock:{orphan}"),
+        server.exists("lock:{orphan}"),
         "without a runtime nothing can release; the key must still be there"
     );
     let deadline = acquired + ttl + Duration::from_secs(2);
-    while exists(&server, "lock:{orphan}") {
+    while server.exists("lock:{orphan}") {
         ensure!(
             std::time::Instant::now() < deadline,
             "the orphaned lock did not expire by its ttl"
@@ -766,8 +735,7 @@ fn dropping_a_lease_outside_any_runtime_does_not_panic_and_the_lock_expires() ->
 /// flush works, and the server did reply `NOSCRIPT` (the reload path ran).
 #[tokio::test(flavor = "multi_thread")]
 async fn script_flush_between_acquire_extend_and_release_changes_nothing() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let opts = no_renewal(Duration::from_secs(10));
     let lease = client.try_acquire("flushed", &opts).await?;
     let noscript_before = noscript_errors(&server);
@@ -784,7 +752,7 @@ async fn script_flush_between_acquire_extend_and_release_changes_nothing() -> Re
 
     server.cmd(&["SCRIPT", "FLUSH"]);
     ensure!(lease.release().await? == ReleaseOutcome::Released);
-    ensure!(!exists(&server, "lock:{flushed}"));
+    ensure!(!server.exists("lock:{flushed}"));
 
     server.cmd(&["SCRIPT", "FLUSH"]);
     let again = client.try_acquire("flushed", &opts).await?;
@@ -801,8 +769,7 @@ async fn script_flush_between_acquire_extend_and_release_changes_nothing() -> Re
 /// and the key still holds our value.
 #[tokio::test(flavor = "multi_thread")]
 async fn renewal_after_script_flush_keeps_the_lease() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_millis(600);
     let lease = client
         .try_acquire("renewed", &LockOptions::default().ttl(ttl))
@@ -812,7 +779,7 @@ async fn renewal_after_script_flush_keeps_the_lease() -> Result<()> {
     server.cmd(&["SCRIPT", "FLUSH"]);
     // Deliberately longer than the ttl: only renewals keep the key alive.
     holds_throughout("the lease survives the flush", ttl * 2, || {
-        Ok(!lease.is_lost() && get(&server, "lock:{renewed}").as_deref() == Some(&value))
+        Ok(!lease.is_lost() && server.get("lock:{renewed}").as_deref() == Some(&value))
     })
     .await?;
     ensure!(
@@ -829,8 +796,7 @@ async fn renewal_after_script_flush_keeps_the_lease() -> Result<()> {
 /// late grant created does not stay behind.
 #[tokio::test(flavor = "multi_thread")]
 async fn grant_reply_arriving_too_late_is_reported_and_released() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_millis(200);
     let guard = server.pause_guard();
     let late = tokio::spawn({
@@ -867,7 +833,7 @@ async fn grant_reply_arriving_too_late_is_reported_and_released() -> Result<()> 
     // The grant happened in Redis when it resumed; the client must have
     // released it right away rather than leave it for its ttl.
     ensure!(
-        !exists(&server, "lock:{late}"),
+        !server.exists("lock:{late}"),
         "the late grant was left in Redis"
     );
     let lease = client
@@ -882,8 +848,7 @@ async fn grant_reply_arriving_too_late_is_reported_and_released() -> Result<()> 
 /// `remaining()` is at most ttl − 200 ms.
 #[tokio::test(flavor = "multi_thread")]
 async fn lease_validity_counts_from_when_the_grant_was_sent() -> Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_secs(2);
     let guard = server.pause_guard();
     let grant = tokio::spawn({

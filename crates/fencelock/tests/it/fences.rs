@@ -15,37 +15,10 @@ use fencelock::{
     ReleaseOutcome, WriteOutcome,
 };
 use fencelock_testkit::{Persistence, RedisConfig, RedisServer};
-use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
-const POLL_DEADLINE: Duration = Duration::from_secs(10);
-
-/// The guide's fenced write script, verbatim: `fence >= stored`, no holder.
-const GUIDE_FENCED_WRITE: &str = "
-local current = tonumber(redis.call('hget', KEYS[1], 'fence') or '0')
-if tonumber(ARGV[1]) < current then return 0 end
-redis.call('hset', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
-return 1
-";
-
-async fn connect(server: &RedisServer) -> anyhow::Result<MultiplexedConnection> {
-    Ok(redis::Client::open(server.url())?
-        .get_multiplexed_async_connection()
-        .await?)
-}
-
-async fn get(con: &mut MultiplexedConnection, key: &str) -> anyhow::Result<Option<String>> {
-    Ok(redis::cmd("GET").arg(key).query_async(con).await?)
-}
-
-async fn exists(con: &mut MultiplexedConnection, key: &str) -> anyhow::Result<bool> {
-    let n: i64 = redis::cmd("EXISTS").arg(key).query_async(con).await?;
-    Ok(n == 1)
-}
-
-async fn pttl(con: &mut MultiplexedConnection, key: &str) -> anyhow::Result<i64> {
-    Ok(redis::cmd("PTTL").arg(key).query_async(con).await?)
-}
+use crate::support::TestRedis;
+use crate::support::{GUIDE_FENCED_WRITE, Keys, POLL_DEADLINE, connect};
 
 /// Options that retry through a restart (`acquire` retries while Redis is
 /// unreachable) and do not renew (each grant is released at once).
@@ -91,11 +64,11 @@ async fn clock_fences_keep_increasing_across_restarts_without_persistence() -> a
             tokio::task::block_in_place(|| server.restart());
             // The restart really lost the counters: the floor, not the
             // counter, keeps the next fences above the old ones.
-            let mut con = connect(&server).await?;
+            let _con = connect(&server).await?;
             for name in names {
                 let fence_key = client.keys(name, KeyLayout::HashTagged)?.fence;
                 assert!(
-                    !exists(&mut con, &fence_key).await?,
+                    !server.exists(&fence_key),
                     "{fence_key} survived a restart without persistence"
                 );
             }
@@ -219,9 +192,8 @@ async fn counter_reset_is_caught_by_the_holder_check() -> anyhow::Result<()> {
 /// Clock mode: deleting the fence key or letting it expire between grants never makes a fence repeat or go down.
 #[tokio::test(flavor = "multi_thread")]
 async fn clock_fences_survive_fence_key_deletion_and_expiry() -> anyhow::Result<()> {
-    let server = RedisServer::start();
+    let TestRedis { server, client } = TestRedis::start().await?;
     let mut con = connect(&server).await?;
-    let client = LockClient::connect(&server.url()).await?;
     let opts = cycle_opts(&client, FenceMode::Clock);
     let fence_key = client.keys("jobs", KeyLayout::HashTagged)?.fence;
 
@@ -241,7 +213,7 @@ async fn clock_fences_survive_fence_key_deletion_and_expiry() -> anyhow::Result<
                 .await?;
             assert_eq!(set, 1);
             let deadline = Instant::now() + POLL_DEADLINE;
-            while exists(&mut con, &fence_key).await? {
+            while server.exists(&fence_key) {
                 ensure!(Instant::now() < deadline, "{fence_key} did not expire");
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
@@ -255,9 +227,8 @@ async fn clock_fences_survive_fence_key_deletion_and_expiry() -> anyhow::Result<
 /// The fence key expires after the retention period in clock mode (default layout) and never in counter mode or the guide layout.
 #[tokio::test(flavor = "multi_thread")]
 async fn fence_key_ttl_depends_on_mode_and_layout() -> anyhow::Result<()> {
-    let server = RedisServer::start();
-    let mut con = connect(&server).await?;
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
+    let _con = connect(&server).await?;
     let cases = [
         (
             "clock-default",
@@ -278,7 +249,7 @@ async fn fence_key_ttl_depends_on_mode_and_layout() -> anyhow::Result<()> {
         let opts = cycle_opts(&client, mode).layout(layout);
         grant_once(&client, name, &opts).await?;
         let fence_key = client.keys(name, layout)?.fence;
-        let ttl = pttl(&mut con, &fence_key).await?;
+        let ttl = server.pttl(&fence_key);
         if expires {
             let retention = i64::try_from(FENCE_RETENTION.as_millis())?;
             assert_eq!(retention, 24 * 3600 * 1000);
@@ -296,9 +267,8 @@ async fn fence_key_ttl_depends_on_mode_and_layout() -> anyhow::Result<()> {
 /// 16-digit clock fences are exact everywhere: the returned fence, the lock value, the fence key and the resource agree as strings.
 #[tokio::test(flavor = "multi_thread")]
 async fn sixteen_digit_fences_are_not_rounded() -> anyhow::Result<()> {
-    let server = RedisServer::start();
+    let TestRedis { server, client } = TestRedis::start().await?;
     let mut con = connect(&server).await?;
-    let client = LockClient::connect(&server.url()).await?;
     let opts = cycle_opts(&client, FenceMode::Clock);
     let keys = client.keys("ledger", KeyLayout::HashTagged)?;
     let hash = client.fenced_hash("ledger:data")?;
@@ -313,8 +283,8 @@ async fn sixteen_digit_fences_are_not_rounded() -> anyhow::Result<()> {
         let lease = client.acquire("ledger", &opts).await?;
         let (fence, value) = check(&lease);
         assert_eq!(fence.len(), 16, "clock fence {fence} should have 16 digits");
-        assert_eq!(get(&mut con, &keys.lock).await?, Some(value));
-        assert_eq!(get(&mut con, &keys.fence).await?, Some(fence.clone()));
+        assert_eq!(server.get(&keys.lock), Some(value));
+        assert_eq!(server.get(&keys.fence), Some(fence.clone()));
         match client.inspect("ledger", KeyLayout::HashTagged).await? {
             LockState::Held {
                 fence: f, token, ..
@@ -347,13 +317,10 @@ async fn sixteen_digit_fences_are_not_rounded() -> anyhow::Result<()> {
     let lease = client.acquire("ledger", &opts).await?;
     assert_eq!(lease.fence(), Fence::new(8_765_432_109_876_544));
     assert_eq!(
-        get(&mut con, &keys.lock).await?,
+        server.get(&keys.lock),
         Some(format!("{}:8765432109876544", lease.token()))
     );
-    assert_eq!(
-        get(&mut con, &keys.fence).await?.as_deref(),
-        Some("8765432109876544")
-    );
+    assert_eq!(server.get(&keys.fence).as_deref(), Some("8765432109876544"));
     assert_eq!(
         hash.write(lease.fence(), lease.token(), "w").await?,
         WriteOutcome::Accepted

@@ -6,42 +6,11 @@
 
 use std::time::Duration;
 
-use anyhow::ensure;
-use fencelock::{Fence, FenceMode, LockClient, ReleaseOutcome, Renewal, WriteOutcome};
-use fencelock_testkit::RedisServer;
+use fencelock::{Fence, FenceMode, ReleaseOutcome, Renewal, WriteOutcome};
 use redis::aio::MultiplexedConnection;
-use tokio::time::Instant;
 
-const POLL_DEADLINE: Duration = Duration::from_secs(10);
-
-/// The guide's fenced write script, verbatim.
-const GUIDE_FENCED_WRITE: &str = "
-local current = tonumber(redis.call('hget', KEYS[1], 'fence') or '0')
-if tonumber(ARGV[1]) < current then return 0 end
-redis.call('hset', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
-return 1
-";
-
-async fn connect(server: &RedisServer) -> anyhow::Result<MultiplexedConnection> {
-    Ok(redis::Client::open(server.url())?
-        .get_multiplexed_async_connection()
-        .await?)
-}
-
-async fn wait_key_gone(con: &mut MultiplexedConnection, key: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + POLL_DEADLINE;
-    loop {
-        let exists: i64 = redis::cmd("EXISTS").arg(key).query_async(con).await?;
-        if exists == 0 {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "{key} did not expire within {POLL_DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+use crate::support::TestRedis;
+use crate::support::{GUIDE_FENCED_WRITE, connect, wait_key_gone};
 
 /// The guide's acquire, first half: `SET lock:NAME token NX PX ttl`.
 async fn guide_set_nx(
@@ -89,9 +58,8 @@ async fn guide_fenced_write(
 /// Negative control: with the guide's SET-then-INCR, a holder stalled between the two commands outranks the legitimate holder, whatever the resource checks.
 #[tokio::test(flavor = "multi_thread")]
 async fn guide_two_command_acquire_lets_a_stale_holder_win() -> anyhow::Result<()> {
-    let server = RedisServer::start();
+    let TestRedis { server, client } = TestRedis::start().await?;
     let mut con = connect(&server).await?;
-    let client = LockClient::connect(&server.url()).await?;
     // Both resources: fencelock's holder-aware hash and the guide's `>=` hash.
     let hash = client.fenced_hash("race:data")?;
     let guide_hash = "race:guide-data";
@@ -99,7 +67,7 @@ async fn guide_two_command_acquire_lets_a_stale_holder_win() -> anyhow::Result<(
 
     // A: SET NX PX 300, then stalls before its INCR.
     assert!(guide_set_nx(&mut con, key, "token-A", 300).await?);
-    wait_key_gone(&mut con, key).await?;
+    wait_key_gone(&server, key).await?;
 
     // B: the complete two-command acquire, then a write with fence 1.
     assert!(guide_set_nx(&mut con, key, "token-B", 10_000).await?);
@@ -147,9 +115,8 @@ async fn guide_two_command_acquire_lets_a_stale_holder_win() -> anyhow::Result<(
 
 /// The same interleaving against fencelock's one-script grant: the stale holder keeps its lower fence and is refused.
 async fn one_script_grant_keeps_the_stale_holder_out(mode: FenceMode) -> anyhow::Result<()> {
-    let server = RedisServer::start();
-    let mut con = connect(&server).await?;
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
+    let _con = connect(&server).await?;
     let hash = client.fenced_hash("race:data")?;
     let opts = client.options().fence_mode(mode).wait(Duration::ZERO);
 
@@ -164,7 +131,7 @@ async fn one_script_grant_keeps_the_stale_holder_out(mode: FenceMode) -> anyhow:
                 .renewal(Renewal::Off),
         )
         .await?;
-    wait_key_gone(&mut con, a.key()).await?;
+    wait_key_gone(&server, a.key()).await?;
 
     // B: the next grant has a higher fence, and writes.
     let b = client

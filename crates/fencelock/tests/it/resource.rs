@@ -5,22 +5,10 @@
 
 use std::collections::HashMap;
 
-use fencelock::{Fence, FencedHash, HashState, LockClient, WriteOutcome};
-use fencelock_testkit::RedisServer;
-use redis::aio::MultiplexedConnection;
+use fencelock::{Fence, FencedHash, HashState, WriteOutcome};
 
-async fn connect(server: &RedisServer) -> anyhow::Result<MultiplexedConnection> {
-    Ok(redis::Client::open(server.url())?
-        .get_multiplexed_async_connection()
-        .await?)
-}
-
-async fn hgetall(
-    con: &mut MultiplexedConnection,
-    key: &str,
-) -> anyhow::Result<HashMap<String, String>> {
-    Ok(redis::cmd("HGETALL").arg(key).query_async(con).await?)
-}
+use crate::support::TestRedis;
+use crate::support::{Keys, connect};
 
 fn rejected(fence: u64, holder: &str) -> WriteOutcome {
     WriteOutcome::Rejected {
@@ -32,9 +20,8 @@ fn rejected(fence: u64, holder: &str) -> WriteOutcome {
 /// Higher fences win, lower lose, equal wins only for the same holder; a rejection reports the stored fence and holder and changes nothing.
 #[tokio::test]
 async fn acceptance_rule_and_rejections_change_nothing() -> anyhow::Result<()> {
-    let server = RedisServer::start();
-    let mut con = connect(&server).await?;
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server, client } = TestRedis::start().await?;
+    let _con = connect(&server).await?;
     let hash = client.fenced_hash("doc:1")?;
 
     assert_eq!(
@@ -45,7 +32,7 @@ async fn acceptance_rule_and_rejections_change_nothing() -> anyhow::Result<()> {
         hash.write(Fence::new(11), "h2", "b").await?,
         WriteOutcome::Accepted
     );
-    let snapshot = hgetall(&mut con, "doc:1").await?;
+    let snapshot = server.hgetall("doc:1");
     assert_eq!(
         snapshot,
         HashMap::from([
@@ -79,7 +66,7 @@ async fn acceptance_rule_and_rejections_change_nothing() -> anyhow::Result<()> {
         rejected(11, "h2")
     );
     assert_eq!(
-        hgetall(&mut con, "doc:1").await?,
+        server.hgetall("doc:1"),
         snapshot,
         "rejected writes must change nothing"
     );
@@ -210,8 +197,7 @@ async fn lost_increments(hash: &FencedHash, variant: Variant) -> anyhow::Result<
 /// Negative control: with write-only checking, a stale write between the new holder's read and write loses an acknowledged increment in every race.
 #[tokio::test(flavor = "multi_thread")]
 async fn write_only_checking_loses_updates() -> anyhow::Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server: _server, client } = TestRedis::start().await?;
     let hash = client.fenced_hash("counter:write-only")?;
     assert_eq!(lost_increments(&hash, Variant::WriteOnly).await?, RACES);
     Ok(())
@@ -220,8 +206,7 @@ async fn write_only_checking_loses_updates() -> anyhow::Result<()> {
 /// Registering the fence before reading loses no update over 1,000 orchestrated races.
 #[tokio::test(flavor = "multi_thread")]
 async fn register_before_read_loses_no_update() -> anyhow::Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server: _server, client } = TestRedis::start().await?;
     let hash = client.fenced_hash("counter:register")?;
     assert_eq!(lost_increments(&hash, Variant::RegisterFirst).await?, 0);
     assert_eq!(counter(hash.read().await?.value.as_deref()), RACES);
@@ -231,8 +216,7 @@ async fn register_before_read_loses_no_update() -> anyhow::Result<()> {
 /// `FencedHash::update` (register + read + write) loses no update over 1,000 orchestrated races.
 #[tokio::test(flavor = "multi_thread")]
 async fn update_loses_no_update() -> anyhow::Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server: _server, client } = TestRedis::start().await?;
     let hash = client.fenced_hash("counter:update")?;
     assert_eq!(lost_increments(&hash, Variant::Update).await?, 0);
     assert_eq!(counter(hash.read().await?.value.as_deref()), RACES);
@@ -242,8 +226,7 @@ async fn update_loses_no_update() -> anyhow::Result<()> {
 /// Fences above 2^53 (and up to u64::MAX) compare exactly, as decimal strings, not as Lua doubles.
 #[tokio::test]
 async fn fences_above_2_pow_53_compare_exactly() -> anyhow::Result<()> {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await?;
+    let TestRedis { server: _server, client } = TestRedis::start().await?;
     let hash = client.fenced_hash("big")?;
     let two_53 = 9_007_199_254_740_992_u64;
 
@@ -301,9 +284,8 @@ async fn fences_above_2_pow_53_compare_exactly() -> anyhow::Result<()> {
 /// `read()` of a missing key is empty; a guide-written hash (fence and value, no holder) reads with holder None.
 #[tokio::test]
 async fn read_of_missing_and_guide_written_hashes() -> anyhow::Result<()> {
-    let server = RedisServer::start();
+    let TestRedis { server, client } = TestRedis::start().await?;
     let mut con = connect(&server).await?;
-    let client = LockClient::connect(&server.url()).await?;
 
     assert_eq!(
         client.fenced_hash("missing")?.read().await?,

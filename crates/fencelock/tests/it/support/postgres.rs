@@ -1,7 +1,8 @@
 //! Shared helpers of the `postgres_*` test binaries: a Postgres server per
 //! test (started by the testkit as the `postgres` user on a free port, with
 //! its own data directory) and a counter table with the fence columns.
-#![allow(dead_code)] // each test binary uses a different subset
+//! Postgres test setup shared by the `postgres` tests: a server, pools, the
+//! counter table.
 
 use std::time::Duration;
 

@@ -6,21 +6,18 @@
 //! acknowledged.
 //!
 //! The worker processes are this test binary itself, re-executed with
-//! `--exact pg_worker_process_entry` and its job in the environment, so they
+//! `pg_worker_process_entry` and its job in the environment, so they
 //! always run the library under test with the same features, without a
 //! separately built binary. They are spawned through the testkit
 //! (orphan-safe: they die with the test).
-#![cfg(feature = "postgres")]
-
-mod postgres_common;
-
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::support::entry_command;
+use crate::support::postgres::{counter_table, pool, start_server, value};
 use anyhow::Context;
 use fencelock::{FencedTable, LockClient, SetClause, WriteOutcome};
 use fencelock_testkit::{GuardedChild, RedisServer, spawn_guarded};
-use postgres_common::{counter_table, pool, start_server, value};
 
 const WORKERS: usize = 4;
 const INCREMENTS: u64 = 2_000;
@@ -79,18 +76,13 @@ async fn worker(redis_url: &str, pg_url: &str, id: &str) -> anyhow::Result<(u64,
 }
 
 fn spawn_worker(redis_url: &str, pg_url: &str, out: &std::path::Path, id: usize) -> GuardedChild {
-    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    let job = format!("{redis_url} {pg_url} {} {id}", out.display());
+    let mut command = entry_command(
+        module_path!(),
+        "pg_worker_process_entry",
+        (WORKER_ENV, &job),
+    );
     command
-        .args([
-            "--exact",
-            "pg_worker_process_entry",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(
-            WORKER_ENV,
-            format!("{redis_url} {pg_url} {} {id}", out.display()),
-        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());

@@ -1,16 +1,12 @@
 //! Fenced Postgres writes are counted (feature `postgres`): accepted and
 //! stale updates and upserts of a `FencedTable` given the client's stats
 //! handle, in the recorder (`resource` = the table name) and in the stats.
-#![cfg(feature = "postgres")]
-
-mod postgres_common;
-
+use crate::support::postgres::{counter_table, pool, start_server};
 use anyhow::{Result, ensure};
 use fencelock::metrics::FENCED_WRITES;
 use fencelock::{Fence, LockClient, SetClause};
 use fencelock_testkit::RedisServer;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use postgres_common::{counter_table, pool, start_server};
 
 #[test]
 fn fenced_table_writes_are_counted() -> Result<()> {

@@ -3,12 +3,9 @@
 //! `postgres` user on a free port with its own data directory), the guide's
 //! order with a real Redis lock and a real stall, upserts, registration,
 //! custom keys, and the `Fenced` trait.
-#![cfg(feature = "postgres")]
-
-mod postgres_common;
-
 use std::time::Duration;
 
+use crate::support::postgres::{counter_table, pool, row, start_server};
 use anyhow::Context;
 use fencelock::sqlx::{Connection, Executor, PgConnection};
 use fencelock::{
@@ -16,7 +13,6 @@ use fencelock::{
     RowFence, SetClause, WriteOutcome,
 };
 use fencelock_testkit::RedisServer;
-use postgres_common::{counter_table, pool, row, start_server};
 
 fn rejected(fence: u64, holder: Option<&str>) -> WriteOutcome {
     WriteOutcome::Rejected {

@@ -1,0 +1,22 @@
+//! The library's integration tests, one binary (linking each area as a
+//! binary of its own took most of the test build). Every test starts its own
+//! servers through `fencelock_testkit`; `support` holds what they share.
+//!
+//! Tests whose assertions are timing windows, or that take more than a few
+//! seconds, carry `heavy_` in their name, so nextest runs them one at a time
+//! (see `.config/nextest.toml`). Functions ending in `_entry` are process
+//! entry points that tests start by re-running this binary; they are not
+//! tests of their own and are filtered out.
+
+mod bad_input;
+mod exclusion;
+mod fences;
+mod guide_scenario;
+mod lease;
+mod metrics;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod resource;
+mod support;
+mod two_command_race;
+mod wait_modes;

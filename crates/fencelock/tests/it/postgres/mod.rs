@@ -1,0 +1,8 @@
+//! Fenced Postgres rows (feature `postgres`) against real servers.
+
+mod errors;
+mod fencing;
+mod metrics;
+mod races;
+mod testkit;
+mod workers;
