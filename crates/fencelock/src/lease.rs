@@ -124,7 +124,7 @@ impl LeaseHandle {
     /// step you know to be long.
     ///
     /// # Errors
-    /// [`Error::LockLost`] (and the loss signal fires) when the lock expired or
+    /// [`Error::LockLost`](crate::Error::LockLost) (and the loss signal fires) when the lock expired or
     /// another holder has it: an extend never re-creates an expired lock.
     /// Connection errors are returned as they are and do not by themselves
     /// mark the lease lost.

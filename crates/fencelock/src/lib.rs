@@ -51,19 +51,36 @@
 //!
 //! | module | concern |
 //! |---|---|
-//! | `client` | [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `inspect` |
-//! | `lease` | [`Lease`] guard and [`LeaseHandle`]: fence, token, `remaining`, `lost`, `extend`, `release` |
+//! | `client` | the façade: [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `inspect`, resources, stats |
+//! | `acquire` | the acquire engine: grant attempts, the wait loop, hand-overs; `retry_delay` and `handover_deadline` as pure functions |
+//! | `lease` | the [`Lease`] guard and [`LeaseHandle`]: fence, token, `remaining`, `lost`, `extend`, `release` |
+//! | `state` | what a grant gave and the shared lease state: local deadline, loss signal, one renew / one release call |
 //! | `renew` | the keeper task: renewal every interval and the deadline watchdog |
-//! | `wait` | backoff with jitter while a lock is held (poll mode) |
-//! | `notify` | wake-ups through one pub/sub connection per client (notify and fair modes) |
-//! | `options` | [`LockOptions`], [`Renewal`], [`FenceMode`] and their limits |
+//! | `notify` | the client's waiters and the routing of wake-ups to them (notify and fair modes) |
+//! | `wait` | backoff with jitter (poll mode) |
+//! | `backend` | everything that talks to Redis: typed calls and replies (`backend::ops`), the data kept in Redis (`backend::wire`), the Lua scripts (`backend/scripts/*.lua`), the connection seam (`backend::conn`), pub/sub |
+//! | `options` | [`LockOptions`], [`Renewal`], [`FenceMode`], [`WaitMode`] and their limits |
 //! | `keys` | name checks and [`KeyLayout`]: the Redis keys of a lock |
 //! | `fence` | the [`Fence`] newtype |
-//! | `redis` | the connection and the Lua scripts (called by SHA, `NOSCRIPT` reloads) |
 //! | `resource` | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`] |
 //! | `resource::postgres` | feature `postgres`: fenced Postgres rows, `FencedTable`, `SetClause`, `RowKey` (sqlx) |
 //! | `error` | [`Error`] and [`LossReason`] |
 //! | [`metrics`] | diagnostics: metric names, the family rule for labels, recording helpers, the [`Stats`] snapshot |
+//!
+//! Where to find the four things a reader looks for first:
+//!
+//! - **the grant** (lock and fence in one step): `backend/scripts/grant.lua`,
+//!   with fence minting (`mint`) in `backend/scripts/prelude.lua`; its
+//!   arguments and reply are `backend::ops::Grant` and `GrantReply`;
+//! - **the renewal loop**: `renew::keep`, one task per lease; the
+//!   compare-and-pexpire it sends is `backend/scripts/extend.lua`;
+//! - **the fence rule at the resource**: [`fence_accepts`] states it; it runs
+//!   in `backend/scripts/fenced_write.lua` (Redis hash) and as SQL in
+//!   `resource::postgres::sql` (`rule_sql`);
+//! - **the wait queue**: its Redis side is `enqueue` in `grant.lua` and
+//!   `live_head` / `pass_on` in `prelude.lua`; the member format is
+//!   `backend::wire::QueueMember`; the waiting loop is `acquire`, and the
+//!   wake-up routing `notify`.
 //!
 //! ## Fenced resources
 //!
@@ -167,7 +184,7 @@ pub use sqlx;
 pub mod testing {
     pub use crate::backend::wire::*;
 
-    /// The grant script call that [`LockClient::try_acquire`] makes for
+    /// The grant script call that [`LockClient::try_acquire`](crate::LockClient::try_acquire) makes for
     /// `keys`, `token` and `opts`, to run on any connection.
     pub fn grant_invocation(
         keys: &crate::LockKeys,

@@ -7,7 +7,7 @@
 //! variant per deployment (one standalone server today), and every call goes
 //! through [`RedisConn::run`] (a typed script call, by SHA, reloaded
 //! transparently on `NOSCRIPT`) or [`RedisConn::cmd`] (a plain command),
-//! which map client errors to [`Error`](crate::Error) variants that name the
+//! which map client errors to [`Error`] variants that name the
 //! URL without its password.
 
 use std::time::Duration;

@@ -197,7 +197,10 @@ async fn lost_increments(hash: &FencedHash, variant: Variant) -> anyhow::Result<
 /// Negative control: with write-only checking, a stale write between the new holder's read and write loses an acknowledged increment in every race.
 #[tokio::test(flavor = "multi_thread")]
 async fn write_only_checking_loses_updates() -> anyhow::Result<()> {
-    let TestRedis { server: _server, client } = TestRedis::start().await?;
+    let TestRedis {
+        server: _server,
+        client,
+    } = TestRedis::start().await?;
     let hash = client.fenced_hash("counter:write-only")?;
     assert_eq!(lost_increments(&hash, Variant::WriteOnly).await?, RACES);
     Ok(())
@@ -206,7 +209,10 @@ async fn write_only_checking_loses_updates() -> anyhow::Result<()> {
 /// Registering the fence before reading loses no update over 1,000 orchestrated races.
 #[tokio::test(flavor = "multi_thread")]
 async fn register_before_read_loses_no_update() -> anyhow::Result<()> {
-    let TestRedis { server: _server, client } = TestRedis::start().await?;
+    let TestRedis {
+        server: _server,
+        client,
+    } = TestRedis::start().await?;
     let hash = client.fenced_hash("counter:register")?;
     assert_eq!(lost_increments(&hash, Variant::RegisterFirst).await?, 0);
     assert_eq!(counter(hash.read().await?.value.as_deref()), RACES);
@@ -216,7 +222,10 @@ async fn register_before_read_loses_no_update() -> anyhow::Result<()> {
 /// `FencedHash::update` (register + read + write) loses no update over 1,000 orchestrated races.
 #[tokio::test(flavor = "multi_thread")]
 async fn update_loses_no_update() -> anyhow::Result<()> {
-    let TestRedis { server: _server, client } = TestRedis::start().await?;
+    let TestRedis {
+        server: _server,
+        client,
+    } = TestRedis::start().await?;
     let hash = client.fenced_hash("counter:update")?;
     assert_eq!(lost_increments(&hash, Variant::Update).await?, 0);
     assert_eq!(counter(hash.read().await?.value.as_deref()), RACES);
@@ -226,7 +235,10 @@ async fn update_loses_no_update() -> anyhow::Result<()> {
 /// Fences above 2^53 (and up to u64::MAX) compare exactly, as decimal strings, not as Lua doubles.
 #[tokio::test]
 async fn fences_above_2_pow_53_compare_exactly() -> anyhow::Result<()> {
-    let TestRedis { server: _server, client } = TestRedis::start().await?;
+    let TestRedis {
+        server: _server,
+        client,
+    } = TestRedis::start().await?;
     let hash = client.fenced_hash("big")?;
     let two_53 = 9_007_199_254_740_992_u64;
 
