@@ -161,7 +161,8 @@ async fn scenario(
         .map_err(|_| anyhow::anyhow!("worker A panicked"))??;
 
     let state = client.inspect(&name, global.layout.into()).await?;
-    let b_still_holds = matches!(&state, LockState::Held { token, .. } if token == lease_b.token());
+    let b_still_holds =
+        matches!(&state, LockState::Held { holder, .. } if *holder == lease_b.holder_id());
     timeline.say(
         "B",
         if b_still_holds {
@@ -233,9 +234,9 @@ async fn worker_a(
     tl.say(
         "A",
         format!(
-            "acquired, fence {}, token {}…",
+            "acquired, fence {}, holder {}",
             lease.fence(),
-            &lease.token()[..8]
+            lease.holder_id()
         ),
     );
     let _ = holds.send(());

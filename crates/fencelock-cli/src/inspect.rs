@@ -18,11 +18,11 @@ pub(crate) async fn status(global: &Global, args: &StatusArgs) -> anyhow::Result
     if args.json {
         let object = match &state {
             LockState::Held {
-                token,
+                holder,
                 fence,
                 remaining,
             } => json!({
-                "name": args.name, "key": key, "held": true, "holder": token,
+                "name": args.name, "key": key, "held": true, "holder": holder,
                 "fence": fence.map(|f| f.get()),
                 "ttl_ms": remaining.map(|r| r.as_millis() as u64),
             }),
@@ -36,13 +36,13 @@ pub(crate) async fn status(global: &Global, args: &StatusArgs) -> anyhow::Result
     } else {
         match &state {
             LockState::Held {
-                token,
+                holder,
                 fence,
                 remaining,
             } => println!(
-                "{}: held by {}…, fence {}, {} left",
+                "{}: held by {}, fence {}, {} left",
                 args.name,
-                token.chars().take(8).collect::<String>(),
+                holder,
                 fence.map_or("unknown".into(), |f| f.to_string()),
                 remaining.map_or("no expiry".into(), |r| format!("{} ms", r.as_millis()))
             ),
@@ -90,7 +90,11 @@ pub(crate) async fn write(global: &Global, args: &WriteArgs) -> anyhow::Result<u
         .write(args.fence, &args.holder, &args.value)
         .await?;
     let (accepted, current_fence, current_holder) = match &outcome {
-        WriteOutcome::Accepted => (true, Some(args.fence), Some(args.holder.clone())),
+        WriteOutcome::Accepted => (
+            true,
+            Some(args.fence),
+            Some(fencelock::holder_id(&args.holder)),
+        ),
         WriteOutcome::Rejected {
             current_fence,
             current_holder,

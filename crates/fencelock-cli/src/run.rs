@@ -212,7 +212,7 @@ async fn acquire_with_progress(
             result = &mut acquire => break result,
             () = tokio::time::sleep_until(next_report), if !quiet => {
                 let holder = match client.inspect(name, opts.layout_value()).await {
-                    Ok(LockState::Held { token, .. }) => token.chars().take(8).collect::<String>() + "…",
+                    Ok(LockState::Held { holder, .. }) => holder,
                     Ok(_) => "nobody (being taken)".to_string(),
                     Err(_) => "unknown".to_string(),
                 };

@@ -143,7 +143,7 @@ async fn snapshot(
         };
         // Released between the SCAN and now: not shown.
         let LockState::Held {
-            token,
+            holder,
             fence,
             remaining,
         } = client.inspect(&name, layout).await?
@@ -158,7 +158,7 @@ async fn snapshot(
         rows.push(Row {
             name,
             key: keys.lock,
-            holder: token,
+            holder,
             fence: fence.map(|f| f.get()),
             remaining,
             waiters,
@@ -167,7 +167,7 @@ async fn snapshot(
     Ok(rows)
 }
 
-/// The table: name, holder (token prefix), fence, ttl left, waiters.
+/// The table: name, holder id, fence, ttl left, waiters.
 fn render(rows: &[Row]) -> String {
     let width = rows
         .iter()
@@ -180,7 +180,7 @@ fn render(rows: &[Row]) -> String {
         "NAME", "HOLDER", "FENCE", "TTL LEFT", "WAITERS"
     );
     for r in rows {
-        let holder: String = r.holder.chars().take(8).collect::<String>() + "…";
+        let holder = r.holder.clone();
         text.push_str(&format!(
             "{:<width$}  {:<10} {:>20} {:>10} {:>8}\n",
             r.name,

@@ -129,8 +129,9 @@ pub enum LockState {
     },
     /// Someone holds the lock.
     Held {
-        /// The holder's token.
-        token: String,
+        /// The holder's public id ([`holder_id`](crate::holder_id) of its
+        /// token; the token itself is a secret and is never read back).
+        holder: String,
         /// The holder's fence (known in the hash-tagged layout; in the guide
         /// layout, the last fence issued).
         fence: Option<Fence>,
@@ -316,7 +317,7 @@ impl LockClient {
             Some(value) => {
                 let (token, fence) = wire::parse_lock_value(&value, layout);
                 LockState::Held {
-                    token: token.to_owned(),
+                    holder: crate::holder::holder_id(token),
                     fence: fence.or(match layout {
                         KeyLayout::HashTagged => None,
                         KeyLayout::Guide => last_fence,

@@ -80,6 +80,27 @@ pub enum Error {
         detail: String,
     },
 
+    /// The Redis user lacks a permission fencelock needs (its ACL rule).
+    #[error(
+        "the Redis user may not {detail}: add {fix} to its ACL rule (the README's \"Redis permissions\" lists what fencelock needs)"
+    )]
+    NoPermission {
+        /// What it may not do, e.g. "run the command TIME".
+        detail: String,
+        /// What to add to the user's ACL rule, e.g. "+time".
+        fix: String,
+    },
+
+    /// The Redis deployment cannot be used as configured (for example, the
+    /// URL names a database the server does not have).
+    #[error("Redis at {url} cannot be used as configured: {detail}")]
+    Config {
+        /// The URL, with any password removed.
+        url: String,
+        /// What is wrong.
+        detail: String,
+    },
+
     /// Redis could not be reached (connection refused, timed out, dropped).
     #[error("cannot reach Redis at {url}: {source}")]
     Unreachable {
@@ -101,7 +122,7 @@ pub enum Error {
     },
 
     /// Any other error reported by Redis or the client.
-    #[error("Redis error: {0}")]
+    #[error("Redis error: {}", crate::backend::without_script_internals(&.0.to_string()))]
     Redis(#[source] redis::RedisError),
 
     /// Redis answered a script with a reply of an unexpected shape.
@@ -217,6 +238,19 @@ impl Error {
             Error::Postgres(e) => pg_is_connection(e),
             _ => false,
         }
+    }
+
+    /// True when the deployment or the data must be fixed before retrying:
+    /// refused credentials, a missing permission, a key that holds data
+    /// fencelock did not write, a database that does not exist.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            Error::Auth { .. }
+                | Error::NoPermission { .. }
+                | Error::Config { .. }
+                | Error::WrongType { .. }
+        )
     }
 
     /// True when a fenced resource is not set up for fencing or lacks the

@@ -64,10 +64,18 @@ impl LeaseHandle {
         self.state.grant.fence
     }
 
-    /// The holder token of this grant (random, 128 bits). Resources store it
-    /// next to the fence to tell holders with equal fences apart.
+    /// The holder token of this grant (random, 128 bits): a secret that
+    /// lets whoever knows it release or extend the lock and write as this
+    /// holder. Pass it to fenced writes; show [`LeaseHandle::holder_id`]
+    /// instead.
     pub fn token(&self) -> &str {
         &self.state.grant.token
+    }
+
+    /// The public id of this holder ([`holder_id`](crate::holder_id) of the
+    /// token), as `status`, `top` and the fenced resources show it.
+    pub fn holder_id(&self) -> String {
+        crate::holder::holder_id(&self.state.grant.token)
     }
 
     /// The Redis key holding the lease.

@@ -62,6 +62,7 @@
 //! | `options` | [`LockOptions`], [`Renewal`], [`FenceMode`], [`WaitMode`] and their limits |
 //! | `keys` | name checks and [`KeyLayout`]: the Redis keys of a lock |
 //! | `fence` | the [`Fence`] newtype |
+//! | `holder` | the secret token and the public [`holder_id`] |
 //! | `resource` | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`] |
 //! | `resource::postgres` | feature `postgres`: fenced Postgres rows, `FencedTable`, `SetClause`, `RowKey` (sqlx) |
 //! | `error` | [`Error`] and [`LossReason`] |
@@ -146,6 +147,7 @@ mod backend;
 mod client;
 mod error;
 mod fence;
+mod holder;
 mod keys;
 mod lease;
 pub mod metrics;
@@ -156,9 +158,11 @@ mod resource;
 mod state;
 mod wait;
 
+pub use backend::redact as redact_url;
 pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, LockState};
 pub use error::{Error, LossReason, Result};
 pub use fence::Fence;
+pub use holder::holder_id;
 pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
 pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};

@@ -15,8 +15,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
 
+use super::errors;
 use super::ops::{Publish, ScriptCall};
-use super::url::redact;
+use super::url::{redact, scrub};
 use crate::error::{Error, Result, is_transient};
 
 /// Connection settings chosen by the client builder.
@@ -55,14 +56,19 @@ impl RedisConn {
     /// Connects, failing fast with an error that names the URL.
     pub(crate) async fn connect(url: &str, settings: &ConnSettings) -> Result<Self> {
         let shown = redact(url);
-        let info = url
-            .into_connection_info()
-            .map_err(|e| Error::InvalidOption(format!("bad Redis URL {shown}: {e}")))?;
-        let client = redis::Client::open(info)
-            .map_err(|e| Error::InvalidOption(format!("bad Redis URL {shown}: {e}")))?;
+        let bad_url = |e: redis::RedisError| {
+            Error::InvalidOption(format!(
+                "bad Redis URL {shown}: {}",
+                scrub(&e.to_string(), url)
+            ))
+        };
+        let info = url.into_connection_info().map_err(bad_url)?;
+        let db = info.redis_settings().db();
+        let client = redis::Client::open(info).map_err(bad_url)?;
+        let connect_error = |e: redis::RedisError| connect_error(&shown, db, e);
         let manager = ConnectionManager::new_with_config(client.clone(), manager_config(settings))
             .await
-            .map_err(|e| connect_error(&shown, e))?;
+            .map_err(connect_error)?;
         // The manager only opens a socket (and AUTHs if the URL has a
         // password): a server that requires a password, or one that accepts
         // TCP but answers nothing, would only fail at the first lock call
@@ -71,7 +77,7 @@ impl RedisConn {
         redis::cmd("PING")
             .query_async::<String>(&mut manager.clone())
             .await
-            .map_err(|e| connect_error(&shown, e))?;
+            .map_err(connect_error)?;
         Ok(RedisConn {
             link: Link::Standalone(manager),
             url: shown,
@@ -91,14 +97,15 @@ impl RedisConn {
             .redis_settings()
             .clone()
             .set_protocol(redis::ProtocolVersion::RESP3);
+        let db = redis_settings.db();
         let client = redis::Client::open(info.set_redis_settings(redis_settings))
-            .map_err(|e| connect_error(&self.url, e))?;
+            .map_err(|e| connect_error(&self.url, db, e))?;
         let config = manager_config(&self.settings)
             .set_push_sender(sender)
             .set_automatic_resubscription();
         ConnectionManager::new_with_config(client, config)
             .await
-            .map_err(|e| connect_error(&self.url, e))
+            .map_err(|e| connect_error(&self.url, db, e))
     }
 
     /// Maps a client error on the pub/sub connection.
@@ -128,31 +135,19 @@ impl RedisConn {
         .map_err(|e| self.map_error(e, &keys))
     }
 
-    /// Runs a plain command (used for reads such as `HMGET`).
-    pub(crate) async fn cmd<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+    /// Runs a plain command on `key` (used for reads such as `HMGET`).
+    pub(crate) async fn cmd<T: FromRedisValue>(&self, key: &str, cmd: &redis::Cmd) -> Result<T> {
         match &self.link {
             Link::Standalone(manager) => cmd.query_async(&mut manager.clone()).await,
         }
-        .map_err(|e| self.map_error(e, &[]))
+        .map_err(|e| self.map_error(e, &[key]))
     }
 
     fn map_error(&self, e: redis::RedisError, keys: &[&str]) -> Error {
-        let text = e.to_string();
-        if e.code() == Some("WRONGTYPE")
-            || text.contains("WRONGTYPE")
-            || text.contains("does not hold an integer")
-            || text.contains("not an integer")
+        if let (Some(code), Some(detail)) = (e.code(), e.detail())
+            && let Some(error) = errors::classify(code, detail, keys)
         {
-            return Error::WrongType {
-                key: keys.join(" or "),
-                detail: e
-                    .detail()
-                    .unwrap_or(&text)
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
-            };
+            return error;
         }
         if e.kind() == redis::ErrorKind::AuthenticationFailed
             || e.code() == Some("NOAUTH")
@@ -195,7 +190,17 @@ fn manager_config(settings: &ConnSettings) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(500))
 }
 
-fn connect_error(url: &str, e: redis::RedisError) -> Error {
+/// An error while connecting to `url` (shown without its password), whose
+/// database number is `db`.
+fn connect_error(url: &str, db: i64, e: redis::RedisError) -> Error {
+    if e.to_string().contains("DB index is out of range") {
+        return Error::Config {
+            url: url.to_string(),
+            detail: format!(
+                "the server has no database {db} (raise its `databases` setting, or use a lower number)"
+            ),
+        };
+    }
     if e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
     {

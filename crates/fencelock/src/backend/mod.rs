@@ -10,6 +10,7 @@
 //! | `scripts` | the Lua scripts, one per operation (`scripts/*.lua`), grant, release and leave sharing `prelude.lua` |
 //! | `conn` | [`RedisConn`], the connection seam: one variant per kind of deployment, script calls by SHA with `NOSCRIPT` reload, error mapping |
 //! | `pubsub` | [`PubSub`], the pub/sub connection behind wake-ups |
+//! | `errors` | server errors as typed errors that name the one key, command or setting in the way |
 //! | `url` | URLs without their credentials |
 //!
 //! [`Backend`] is where a second kind of store (etcd) plugs in: the engine
@@ -17,6 +18,7 @@
 //! runs as a script call.
 
 mod conn;
+mod errors;
 pub(crate) mod ops;
 mod pubsub;
 mod scripts;
@@ -26,7 +28,9 @@ pub(crate) mod wire;
 #[cfg(feature = "testing")]
 pub(crate) use conn::invocation;
 pub(crate) use conn::{ConnSettings, RedisConn};
+pub(crate) use errors::without_script_internals;
 pub(crate) use pubsub::{Event, PubSub};
+pub use url::redact;
 
 use crate::error::Result;
 use ops::{Publish, ScriptCall};

@@ -1,6 +1,8 @@
 //! The Lua scripts, one per operation. Each `.lua` file documents its KEYS,
-//! ARGV and replies; grant, release and leave share `prelude.lua` (fence
-//! minting and the wait queue), prepended to each at compile time.
+//! ARGV and replies. Every script starts with `common.lua` (calls whose
+//! errors name the one command or key in the way); grant, release and leave
+//! also share `prelude.lua` (fence minting and the wait queue). Both are
+//! prepended at compile time.
 //!
 //! `redis::Script` computes the SHA once; calls use `EVALSHA` and fall back to
 //! `SCRIPT LOAD` on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a failover),
@@ -13,6 +15,7 @@ use redis::Script;
 /// Grant: lock + fence in one atomic step.
 pub(crate) static GRANT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/grant.lua")
     ))
@@ -21,6 +24,7 @@ pub(crate) static GRANT: LazyLock<Script> = LazyLock::new(|| {
 /// Release: compare-and-delete, then hand over to or wake the next waiter.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/release.lua")
     ))
@@ -29,19 +33,32 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 /// Leave: a waiter gives up its place (and a lock handed to it).
 pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/leave.lua")
     ))
 });
 
 /// Compare-and-pexpire.
-pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/extend.lua")
+    ))
+});
 
 /// Fenced write / fence registration on a Redis hash resource.
-pub(crate) static FENCED_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
+pub(crate) static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/fenced_write.lua")
+    ))
+});
 
 /// Atomic snapshot of a lock for status.
-pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/inspect.lua")
+    ))
+});

@@ -1,28 +1,104 @@
 //! URLs as they may be shown: without credentials.
+//!
+//! A password can sit in the userinfo (`redis://user:PASSWORD@host`) or in
+//! the query (`unix:///run/redis.sock?pass=PASSWORD`, `?password=`); both are
+//! replaced by `***`. Everything before the last `@` of the part after the
+//! scheme is taken as userinfo, even when a raw (not percent-encoded)
+//! password contains `/`, `?` or `#`: a URL that fails to parse is shown in
+//! the error, so it must be redacted too.
 
-/// Removes the password from a URL so it can be shown in errors and logs.
-pub(crate) fn redact(url: &str) -> String {
+/// Query parameters that carry a password.
+const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
+
+/// `url` with every password replaced by `***` (the user name is kept), so it
+/// can be shown in errors, logs and output: the rule every fencelock error
+/// follows.
+///
+/// ```
+/// assert_eq!(fencelock::redact_url("redis://app:s3cret@db:6379/0"), "redis://app:***@db:6379/0");
+/// assert_eq!(
+///     fencelock::redact_url("unix:///run/redis.sock?pass=s3cret"),
+///     "unix:///run/redis.sock?pass=***"
+/// );
+/// ```
+pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+        return redact_query(url);
     };
-    // Everything before the last '@' is credentials, even when a raw
-    // (not percent-encoded) password contains '/', '?' or '#': a URL that
-    // fails to parse is shown in the error, so it must be redacted too.
-    match rest.rsplit_once('@') {
+    let rest = match rest.rsplit_once('@') {
         Some((userinfo, host_and_path)) => {
             let user = userinfo
                 .split([':', '/', '?', '#'])
                 .next()
                 .unwrap_or_default();
-            format!("{scheme}://{user}:***@{host_and_path}")
+            format!("{user}:***@{host_and_path}")
         }
-        None => url.to_string(),
+        None => rest.to_owned(),
+    };
+    format!("{scheme}://{}", redact_query(&rest))
+}
+
+/// `text` with the query values of password parameters replaced by `***`.
+fn redact_query(text: &str) -> String {
+    let Some((head, query)) = text.split_once('?') else {
+        return text.to_owned();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((name, _)) if SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str()) => {
+                format!("{name}=***")
+            }
+            _ => param.to_owned(),
+        })
+        .collect();
+    let mut out = format!("{head}?{}", params.join("&"));
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
     }
+    out
+}
+
+/// The passwords `url` carries (userinfo and query), as written.
+fn secrets(url: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    if let Some((userinfo, _)) = rest.rsplit_once('@')
+        && let Some((_, password)) = userinfo.split_once(':')
+    {
+        found.push(password);
+    }
+    if let Some((_, query)) = rest.split_once('?') {
+        for param in query.split(['&', '#']) {
+            if let Some((name, value)) = param.split_once('=')
+                && SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str())
+            {
+                found.push(value);
+            }
+        }
+    }
+    found.retain(|s| !s.is_empty());
+    found
+}
+
+/// `text` (for example a client library's error message about `url`) with
+/// `url` and every password it carries replaced by their redacted forms.
+pub(crate) fn scrub(text: &str, url: &str) -> String {
+    let mut out = text.replace(url, &redact(url));
+    for secret in secrets(url) {
+        out = out.replace(secret, "***");
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::*;
 
     #[test]
     fn redact_hides_passwords_only() {
@@ -31,5 +107,24 @@ mod tests {
         assert_eq!(redact("rediss://u:p@h:1"), "rediss://u:***@h:1");
         assert_eq!(redact("redis://:a/b@h:1/0"), "redis://:***@h:1/0");
         assert_eq!(redact("redis://u:a#b?c@h:1"), "redis://u:***@h:1");
+        assert_eq!(
+            redact("unix:///run/r.sock?db=2&pass=SECRET"),
+            "unix:///run/r.sock?db=2&pass=***"
+        );
+        assert_eq!(
+            redact("redis+unix:///s?user=u&Password=SECRET#x"),
+            "redis+unix:///s?user=u&Password=***#x"
+        );
+        assert_eq!(redact("no scheme?pass=x"), "no scheme?pass=***");
+    }
+
+    #[test]
+    fn scrub_removes_the_url_and_its_passwords() {
+        let url = "unix:///run/r.sock?pass=S3CRET";
+        assert_eq!(
+            scrub("cannot open unix:///run/r.sock?pass=S3CRET (S3CRET)", url),
+            "cannot open unix:///run/r.sock?pass=*** (***)"
+        );
+        assert_eq!(scrub("wrong pw7 here", "redis://u:pw7@h"), "wrong *** here");
     }
 }

@@ -35,7 +35,8 @@ pub enum WriteOutcome {
     Rejected {
         /// The fence the resource held (the newer holder's).
         current_fence: Option<Fence>,
-        /// The holder token the resource held, if recorded.
+        /// The public id of the holder the resource held
+        /// ([`holder_id`](crate::holder_id)), if recorded.
         current_holder: Option<String>,
     },
 }
@@ -53,7 +54,8 @@ impl WriteOutcome {
 /// - nothing stored yet (`stored == None`): yes;
 /// - `fence > stored`: yes (a newer holder);
 /// - `fence == stored`: only if `stored_holder` is known and equals `holder`
-///   (the same holder writing again). Two *different* holders can be issued
+///   (the same holder writing again; both are public holder ids,
+///   [`holder_id`](crate::holder_id) of the tokens). Two *different* holders can be issued
 ///   the same fence after the lock service lost its counter; the guide's
 ///   `fence >= stored` would accept both;
 /// - `fence < stored`: no (a stale holder).
@@ -105,7 +107,7 @@ pub(crate) fn check_holder(holder: &str) -> Result<()> {
 /// conditional on what it stores — a row with a fence column, an object
 /// store's `If-Match`, a version column, a compare-and-set.
 ///
-/// A write takes the lease's [`Fence`] and holder token (`lease.fence()`,
+/// A write takes the lease's [`Fence`] and secret holder token (`lease.fence()`,
 /// `lease.token()`) and returns [`WriteOutcome::Accepted`] when it was applied,
 /// or [`WriteOutcome::Rejected`] with the resource's current fence and holder
 /// when it was refused as stale. Errors are for failures (connection lost,
@@ -114,7 +116,9 @@ pub(crate) fn check_holder(holder: &str) -> Result<()> {
 ///
 /// # Implementing it
 ///
-/// The resource must store the fence and holder of the last accepted write
+/// The resource must store the fence and the holder's public id
+/// ([`holder_id`](crate::holder_id) of the token, never the token itself) of
+/// the last accepted write
 /// next to the data, and check [`fence_accepts`] and write **in one atomic
 /// step** (one conditional statement, one script, one conditional request);
 /// a check followed by a separate write lets a stale holder slip in between.
@@ -129,7 +133,7 @@ pub(crate) fn check_holder(holder: &str) -> Result<()> {
 ///
 /// ```
 /// use std::sync::Mutex;
-/// use fencelock::{Fence, Fenced, Result, WriteOutcome, fence_accepts};
+/// use fencelock::{Fence, Fenced, Result, WriteOutcome, fence_accepts, holder_id};
 ///
 /// #[derive(Default)]
 /// struct Cell {
@@ -140,11 +144,12 @@ pub(crate) fn check_holder(holder: &str) -> Result<()> {
 /// impl Fenced for Cell {
 ///     type Write = str;
 ///
-///     async fn fenced_write(&self, fence: Fence, holder: &str, value: &str) -> Result<WriteOutcome> {
+///     async fn fenced_write(&self, fence: Fence, token: &str, value: &str) -> Result<WriteOutcome> {
+///         let holder = holder_id(token);
 ///         // The mutex makes check-and-write one atomic step.
 ///         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
 ///         let (stored_value, stored, stored_holder) = &mut *state;
-///         if !fence_accepts(*stored, stored_holder.as_deref(), fence, holder) {
+///         if !fence_accepts(*stored, stored_holder.as_deref(), fence, &holder) {
 ///             return Ok(WriteOutcome::Rejected {
 ///                 current_fence: *stored,
 ///                 current_holder: stored_holder.clone(),
@@ -152,7 +157,7 @@ pub(crate) fn check_holder(holder: &str) -> Result<()> {
 ///         }
 ///         *stored_value = value.to_owned();
 ///         *stored = Some(fence);
-///         *stored_holder = Some(holder.to_owned());
+///         *stored_holder = Some(holder);
 ///         Ok(WriteOutcome::Accepted)
 ///     }
 /// }
@@ -164,7 +169,7 @@ pub(crate) fn check_holder(holder: &str) -> Result<()> {
 /// let stale = cell.fenced_write(Fence::new(1), "a", "closed by A").await?;
 /// assert_eq!(stale, WriteOutcome::Rejected {
 ///     current_fence: Some(Fence::new(2)),
-///     current_holder: Some("b".into()),
+///     current_holder: Some(holder_id("b")),
 /// });
 /// # Ok::<(), fencelock::Error>(()) }).unwrap();
 /// ```
@@ -176,7 +181,7 @@ pub(crate) fn check_holder(holder: &str) -> Result<()> {
 /// newer write may carry a newer fence):
 ///
 /// ```no_run
-/// use fencelock::{Fence, Fenced, Result, WriteOutcome, fence_accepts};
+/// use fencelock::{Fence, Fenced, Result, WriteOutcome, fence_accepts, holder_id};
 /// # struct Head { etag: String, fence: Option<Fence>, holder: Option<String> }
 /// # enum Put { Done, PreconditionFailed }
 /// # struct Bucket;
@@ -194,16 +199,17 @@ pub(crate) fn check_holder(holder: &str) -> Result<()> {
 /// impl Fenced for FencedObject {
 ///     type Write = [u8];
 ///
-///     async fn fenced_write(&self, fence: Fence, holder: &str, body: &[u8]) -> Result<WriteOutcome> {
+///     async fn fenced_write(&self, fence: Fence, token: &str, body: &[u8]) -> Result<WriteOutcome> {
+///         let holder = holder_id(token);
 ///         loop {
 ///             let head = self.bucket.head(&self.key).await?;
-///             if !fence_accepts(head.fence, head.holder.as_deref(), fence, holder) {
+///             if !fence_accepts(head.fence, head.holder.as_deref(), fence, &holder) {
 ///                 return Ok(WriteOutcome::Rejected {
 ///                     current_fence: head.fence,
 ///                     current_holder: head.holder,
 ///                 });
 ///             }
-///             let meta = [("lock-fence", fence.to_string()), ("lock-holder", holder.to_owned())];
+///             let meta = [("lock-fence", fence.to_string()), ("lock-holder", holder.clone())];
 ///             match self.bucket.put_if_match(&self.key, &head.etag, body, &meta).await? {
 ///                 Put::Done => return Ok(WriteOutcome::Accepted),
 ///                 Put::PreconditionFailed => continue, // changed since `head`: decide again

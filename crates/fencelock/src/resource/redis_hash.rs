@@ -8,7 +8,9 @@ use crate::keys::{KeyLayout, validate_name};
 use crate::metrics::StatsHandle;
 use crate::resource::{Fenced, WriteOutcome, check_holder};
 
-/// A Redis hash with fields `value`, `fence` and `holder`, written only
+/// A Redis hash with fields `value`, `fence` and `holder` (the writer's
+/// public [`holder_id`](crate::holder_id), which the write script derives
+/// from the token it is given), written only
 /// through the fence check. Compatible with the guide's hash (`fence`,
 /// `value`); a hash without `holder` is read as "holder unknown", so an equal
 /// fence is then refused.
@@ -41,7 +43,8 @@ pub struct HashState {
     pub value: Option<String>,
     /// The highest accepted fence, if any.
     pub fence: Option<Fence>,
-    /// The token of the holder that wrote `fence`, if recorded.
+    /// The public id of the holder that wrote `fence`
+    /// ([`holder_id`](crate::holder_id)), if recorded.
     pub holder: Option<String>,
 }
 
@@ -70,7 +73,8 @@ impl FencedHash {
         &self.key
     }
 
-    /// Writes `value` if `fence` (held by `holder`) is not stale.
+    /// Writes `value` if `fence`, held by the holder with token `holder`, is
+    /// not stale.
     ///
     /// # Errors
     /// [`Error::WrongType`] if the key is not a hash; connection errors. A
@@ -120,14 +124,14 @@ impl FencedHash {
         let (value, fence, holder): (Option<String>, Option<String>, Option<String>) = self
             .conn
             .cmd(
+                &self.key,
                 redis::cmd("HMGET")
                     .arg(&self.key)
                     .arg("value")
                     .arg("fence")
                     .arg("holder"),
             )
-            .await
-            .map_err(|e| self.name_key(e))?;
+            .await?;
         Ok(HashState {
             value,
             fence: parse_fence(fence)?,
@@ -159,16 +163,6 @@ impl FencedHash {
                 current_fence,
                 current_holder: reply.stored_holder,
             })
-        }
-    }
-
-    fn name_key(&self, e: Error) -> Error {
-        match e {
-            Error::WrongType { detail, .. } => Error::WrongType {
-                key: self.key.clone(),
-                detail,
-            },
-            other => other,
         }
     }
 }

@@ -458,11 +458,12 @@ async fn default_layout_stores_token_colon_fence_and_a_counter_fence_key() -> Re
         let state = client.inspect("invoice:42", KeyLayout::HashTagged).await?;
         match state {
             LockState::Held {
-                token,
+                holder,
                 fence,
                 remaining,
             } => {
-                ensure!(token == lease.token());
+                ensure!(holder == lease.holder_id());
+                ensure!(holder != lease.token(), "the token is a secret");
                 ensure!(fence == Some(lease.fence()));
                 ensure!(remaining.is_some_and(|r| r <= Duration::from_secs(10)));
             }

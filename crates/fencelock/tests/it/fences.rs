@@ -139,7 +139,7 @@ async fn counter_reset_is_caught_by_the_holder_check() -> anyhow::Result<()> {
         hash.write(n, b.token(), "B").await?,
         WriteOutcome::Rejected {
             current_fence: Some(n),
-            current_holder: Some(a.token().to_string()),
+            current_holder: Some(a.holder_id()),
         }
     );
     let after: Vec<String> = redis::cmd("HGETALL")
@@ -287,10 +287,10 @@ async fn sixteen_digit_fences_are_not_rounded() -> anyhow::Result<()> {
         assert_eq!(server.get(&keys.fence), Some(fence.clone()));
         match client.inspect("ledger", KeyLayout::HashTagged).await? {
             LockState::Held {
-                fence: f, token, ..
+                fence: f, holder, ..
             } => {
                 assert_eq!(f, Some(lease.fence()));
-                assert_eq!(token, lease.token());
+                assert_eq!(holder, lease.holder_id());
             }
             other => panic!("expected the lock held, got {other:?}"),
         }

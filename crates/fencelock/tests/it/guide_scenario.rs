@@ -90,7 +90,7 @@ async fn run_guide_scenario(mode: FenceMode) -> anyhow::Result<()> {
         stored.get("fence").map(String::as_str),
         Some(b.fence().to_string().as_str())
     );
-    assert_eq!(stored.get("holder").map(String::as_str), Some(b.token()));
+    assert_eq!(stored.get("holder"), Some(&b.holder_id()));
     assert_eq!(
         stored.get("value").map(String::as_str),
         Some("written-by-B")
@@ -280,7 +280,7 @@ async fn guide_layout_interoperates_with_guide_workers() -> anyhow::Result<()> {
     let after = hash.read().await?;
     assert_eq!(after.value.as_deref(), Some("by-fencelock"));
     assert_eq!(after.fence, Some(Fence::new(4)));
-    assert_eq!(after.holder.as_deref(), Some(lease.token()));
+    assert_eq!(after.holder, Some(lease.holder_id()));
     assert_eq!(lease.release().await?, ReleaseOutcome::Released);
     Ok(())
 }

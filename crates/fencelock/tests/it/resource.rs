@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use fencelock::{Fence, FencedHash, HashState, WriteOutcome};
+use fencelock::{Fence, FencedHash, HashState, WriteOutcome, holder_id};
 
 use crate::support::TestRedis;
 use crate::support::{Keys, connect};
@@ -13,7 +13,7 @@ use crate::support::{Keys, connect};
 fn rejected(fence: u64, holder: &str) -> WriteOutcome {
     WriteOutcome::Rejected {
         current_fence: Some(Fence::new(fence)),
-        current_holder: Some(holder.to_string()),
+        current_holder: Some(holder_id(holder)),
     }
 }
 
@@ -37,7 +37,7 @@ async fn acceptance_rule_and_rejections_change_nothing() -> anyhow::Result<()> {
         snapshot,
         HashMap::from([
             ("fence".to_string(), "11".to_string()),
-            ("holder".to_string(), "h2".to_string()),
+            ("holder".to_string(), holder_id("h2")),
             ("value".to_string(), "b".to_string()),
         ])
     );
@@ -79,7 +79,7 @@ async fn acceptance_rule_and_rejections_change_nothing() -> anyhow::Result<()> {
     let state = hash.read().await?;
     assert_eq!(state.value.as_deref(), Some("d"));
     assert_eq!(state.fence, Some(Fence::new(11)));
-    assert_eq!(state.holder.as_deref(), Some("h2"));
+    assert_eq!(state.holder, Some(holder_id("h2")));
 
     // A registration records fence and holder and keeps the value.
     assert_eq!(
@@ -89,7 +89,7 @@ async fn acceptance_rule_and_rejections_change_nothing() -> anyhow::Result<()> {
     let state = hash.read().await?;
     assert_eq!(state.value.as_deref(), Some("d"));
     assert_eq!(state.fence, Some(Fence::new(12)));
-    assert_eq!(state.holder.as_deref(), Some("h4"));
+    assert_eq!(state.holder, Some(holder_id("h4")));
     assert_eq!(
         hash.write(Fence::new(11), "h2", "e").await?,
         rejected(12, "h4")

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use fencelock::{Fence, FenceMode, ReleaseOutcome, Renewal, WriteOutcome};
+use fencelock::{Fence, FenceMode, ReleaseOutcome, Renewal, WriteOutcome, holder_id};
 use redis::aio::MultiplexedConnection;
 
 use crate::support::TestRedis;
@@ -99,7 +99,7 @@ async fn guide_two_command_acquire_lets_a_stale_holder_win() -> anyhow::Result<(
         hash.write(Fence::new(b_fence), "token-B", "B-2").await?,
         WriteOutcome::Rejected {
             current_fence: Some(Fence::new(2)),
-            current_holder: Some("token-A".into()),
+            current_holder: Some(holder_id("token-A")),
         }
     );
     assert!(!guide_fenced_write(&mut con, guide_hash, b_fence, "B-2").await?);
@@ -156,7 +156,7 @@ async fn one_script_grant_keeps_the_stale_holder_out(mode: FenceMode) -> anyhow:
         hash.write(a.fence(), a.token(), "A-stale").await?,
         WriteOutcome::Rejected {
             current_fence: Some(b.fence()),
-            current_holder: Some(b.token().to_string()),
+            current_holder: Some(b.holder_id()),
         }
     );
     // B keeps working.

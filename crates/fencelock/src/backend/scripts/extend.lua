@@ -1,13 +1,18 @@
--- Compare-and-pexpire (DESIGN.md §2.2).
+-- Compare-and-pexpire (DESIGN.md §2.2). After common.lua.
+local lock = KEYS[1]
+local value = ARGV[1]          -- the exact lock value granted
+local ttl_ms = ARGV[2]         -- the new ttl
 --
--- KEYS[1] lock key; ARGV[1] the exact lock value; ARGV[2] new ttl in ms.
--- Returns 1 when extended, 0 when absent, -1 when held by someone else.
--- Never re-creates an expired lock: PEXPIRE only runs on a key that exists
--- and still holds our value. The fence is not touched.
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- Returns 1 when extended, 0 when absent, -1 when anything else is there
+-- (another holder, or a value of another type). Never re-creates an expired
+-- lock: PEXPIRE only runs on a key that exists and still holds our value.
+-- The fence is not touched.
+
+local held = redis.pcall('GET', lock)
+if type(held) == 'table' then return -1 end
+if held == value then
+  call('PEXPIRE', lock, ttl_ms)
   return 1
 end
-if v then return -1 end
+if held then return -1 end
 return 0

@@ -1,9 +1,13 @@
--- Fenced write to a Redis hash resource (DESIGN.md §2.4).
---
--- KEYS[1] resource hash (fields fence, holder, value)
--- ARGV[1] fence (canonical decimal), ARGV[2] holder token,
--- ARGV[3] "write" to set value = ARGV[4], or "register" to record only the
---         fence and holder (claim the resource before a read-modify-write).
+-- Fenced write to a Redis hash resource (DESIGN.md §2.4). After common.lua.
+local key = KEYS[1]            -- the resource hash (fields fence, holder, value)
+local fence = ARGV[1]          -- the writer's fence, canonical decimal
+-- The writer's public holder id, derived from its secret token here, so
+-- that knowing an id (status, top and read show them) is not enough to
+-- write as that holder: the first 16 hex digits of SHA-1(token).
+local holder = string.sub(redis.sha1hex(ARGV[2]), 1, 16)
+local op = ARGV[3]             -- "write" (set value = ARGV[4]) or "register"
+local value = ARGV[4]          -- (fence and holder only: claim the resource
+                               -- before a read-modify-write)
 --
 -- Accepted iff no fence is stored, or fence > stored, or fence == stored and
 -- the holder equals the stored holder. A hash without a holder field (written
@@ -11,27 +15,31 @@
 -- Returns {1|0, stored_fence_or_false, stored_holder_or_false} as they were
 -- before this call.
 --
--- Fences are compared as decimal strings (length, then bytes) so that any
--- u64 compares exactly; Lua numbers are doubles.
-local cur = redis.call('HMGET', KEYS[1], 'fence', 'holder')
-local stored, holder = cur[1], cur[2]
-local f = ARGV[1]
+-- Fences are compared as decimal strings (length, then bytes, after leading
+-- zeros) so that any u64 compares exactly; Lua numbers are doubles.
+
+local cur = call('HMGET', key, 'fence', 'holder')
+local stored, stored_holder = cur[1], cur[2]
 local ok
 if not stored then
   ok = true
-elseif #f ~= #stored then
-  ok = #f > #stored
-elseif f ~= stored then
-  ok = f > stored
 else
-  ok = (holder ~= false and holder == ARGV[2])
+  if not string.match(stored, '^%d+$') then fail('FLBADFENCE ' .. key) end
+  local s = string.match(stored, '^0*(%d.*)$')
+  if #fence ~= #s then
+    ok = #fence > #s
+  elseif fence ~= s then
+    ok = fence > s
+  else
+    ok = (stored_holder ~= false and stored_holder == holder)
+  end
 end
 if not ok then
-  return {0, stored, holder}
+  return {0, stored, stored_holder}
 end
-if ARGV[3] == 'write' then
-  redis.call('HSET', KEYS[1], 'fence', f, 'holder', ARGV[2], 'value', ARGV[4])
+if op == 'write' then
+  call('HSET', key, 'fence', fence, 'holder', holder, 'value', value)
 else
-  redis.call('HSET', KEYS[1], 'fence', f, 'holder', ARGV[2])
+  call('HSET', key, 'fence', fence, 'holder', holder)
 end
-return {1, stored, holder}
+return {1, stored, stored_holder}

@@ -1,5 +1,5 @@
 -- Grant: set the lock and mint its fence in one atomic step (DESIGN.md §2.1).
--- Prepended with prelude.lua (KEYS and ARGV 1-3 are documented there).
+-- After common.lua and prelude.lua (KEYS and ARGV 1-3 are documented there).
 local token = ARGV[4]          -- the caller's holder token
 local ttl_ms = ARGV[5]         -- lease ttl in ms
 local wait_mode = ARGV[6]      -- "poll", "notify" or "fair"
@@ -15,47 +15,61 @@ local queued = member ~= '' and ARGV[9] == '1'
 -- for the head of a fair queue. Refused notify/fair callers are queued (or
 -- keep their place, with a renewed waiter lease).
 
-local held = redis.call('GET', LOCK)
-local last, err = checked_last()
-if err then return err end
+local held = call('GET', LOCK)
+local last = last_fence()
+
+-- A retry of a grant that already succeeded (or a lock handed over to this
+-- waiter) gets the same fence back instead of minting another.
+local mine = nil
+if held and granted_to(held, token) then
+  if FORMAT == 'tagged' then
+    mine = tonumber(string.sub(held, #token + 2))
+  else
+    mine = tonumber(last)
+  end
+end
+
+-- The queue keys are checked before the first write of any path that
+-- touches them (none does on the uncontended path).
+local queue_live = false
+local touches_queue
+if mine then
+  touches_queue = queued
+elseif held then
+  touches_queue = member ~= '' and wait_mode ~= 'poll'
+else
+  touches_queue = queued or wait_mode == 'fair'
+end
+if touches_queue then queue_live = queue_exists(true) end
 
 local function enqueue(now)
   if member == '' then return end
-  if not redis.call('ZSCORE', QUEUE, member) then
-    redis.call('ZADD', QUEUE, now, member)
+  if not call('ZSCORE', QUEUE, member) then
+    call('ZADD', QUEUE, now, member)
   end
-  redis.call('ZADD', WAITERS, math.floor(now / 1000) + waiter_lease, member)
+  call('ZADD', WAITERS, math.floor(now / 1000) + waiter_lease, member)
   -- Only ever extend: a waiter with a short lease must not shorten the
   -- queue under waiters with longer ones.
   local keep = waiter_lease * 2
-  if redis.call('PTTL', QUEUE) < keep then redis.call('PEXPIRE', QUEUE, keep) end
-  if redis.call('PTTL', WAITERS) < keep then redis.call('PEXPIRE', WAITERS, keep) end
+  if call('PTTL', QUEUE) < keep then call('PEXPIRE', QUEUE, keep) end
+  if call('PTTL', WAITERS) < keep then call('PEXPIRE', WAITERS, keep) end
+end
+
+if mine then
+  -- Restart the lease so it lasts ttl from this call, which the client
+  -- measures from.
+  call('PEXPIRE', LOCK, ttl_ms)
+  if queued then dequeue(member) end
+  return {1, mine}
 end
 
 if held then
-  -- A retry of a grant that already succeeded (or a lock handed over to
-  -- this waiter): return the same fence instead of minting another, and
-  -- restart the lease so it lasts ttl from this call, which the client
-  -- measures from.
-  local mine = nil
-  if granted_to(held, token) then
-    if FORMAT == 'tagged' then
-      mine = tonumber(string.sub(held, #token + 2))
-    else
-      mine = tonumber(last)
-    end
-  end
-  if mine then
-    redis.call('PEXPIRE', LOCK, ttl_ms)
-    if queued then dequeue(member) end
-    return {1, mine}
-  end
   if wait_mode ~= 'poll' then enqueue(now_us()) end
-  return {0, redis.call('PTTL', LOCK)}
+  return {0, call('PTTL', LOCK)}
 end
 
 local now = now_us()
-if wait_mode == 'fair' and redis.call('EXISTS', QUEUE) == 1 then
+if wait_mode == 'fair' and queue_live then
   local head = live_head(math.floor(now / 1000))
   if head and head ~= member then
     enqueue(now)
@@ -63,6 +77,6 @@ if wait_mode == 'fair' and redis.call('EXISTS', QUEUE) == 1 then
   end
 end
 local fence = mint(last, now)
-redis.call('SET', LOCK, lock_value(token, fence), 'PX', ttl_ms)
+call('SET', LOCK, lock_value(token, fence), 'PX', ttl_ms)
 if queued then dequeue(member) end
 return {1, fence}

@@ -1,5 +1,6 @@
--- Read a lock's state in one atomic step (for status and tests).
+-- Read a lock's state in one atomic step (for status and tests). After
+-- common.lua.
 --
 -- KEYS[1] lock key, KEYS[2] fence key.
 -- Returns {lock value or false, pttl of the lock, fence key value or false}.
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+return {call('GET', KEYS[1]), call('PTTL', KEYS[1]), call('GET', KEYS[2])}

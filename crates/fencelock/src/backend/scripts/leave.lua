@@ -1,7 +1,7 @@
 -- Leave: a waiter gives up (timed out, failed or cancelled). If the lock was
 -- handed to it meanwhile, it is released; if the lock is free, it is passed
--- on, so nobody waits for a waiter that is gone. Prepended with prelude.lua
--- (KEYS and ARGV 1-3 are documented there).
+-- on, so nobody waits for a waiter that is gone. After common.lua and
+-- prelude.lua (KEYS and ARGV 1-3 are documented there).
 local wake_prefix = ARGV[4]    -- wake channel = wake_prefix .. CLIENT
 local publish = ARGV[5]        -- "PUBLISH", or "SPUBLISH" on Cluster
 local starving_us = tonumber(ARGV[6])  -- a notify head that waited this long is handed the lock
@@ -11,12 +11,15 @@ local token = ARGV[8]          -- its holder token
 -- Returns 2 if a lock handed to this waiter was released, 1 if it was
 -- queued, 0 otherwise.
 
-local held = redis.call('GET', LOCK)
-local removed = redis.call('ZREM', QUEUE, member)
-redis.call('ZREM', WAITERS, member)
-local handed = held and granted_to(held, token)
+local held = redis.pcall('GET', LOCK)
+-- A lock key of another type is nobody's lock: nothing to release or pass on.
+local foreign = type(held) == 'table'
+queue_exists(true)
+local removed = call('ZREM', QUEUE, member)
+call('ZREM', WAITERS, member)
+local handed = held and not foreign and granted_to(held, token)
 if handed then
-  redis.call('DEL', LOCK)
+  call('DEL', LOCK)
   removed = 2
 end
 if handed or not held then

@@ -1,4 +1,4 @@
--- Shared by grant.lua, release.lua and leave.lua, and prepended to each: the
+-- Shared by grant.lua, release.lua and leave.lua (after common.lua): the
 -- three scripts that change who holds a lock share fence minting and the
 -- wait queue.
 --
@@ -14,10 +14,6 @@
 -- ARGV 1-3, the same in all three scripts: how fences are minted for this
 -- name: the fence mode ("clock"/"counter"), the lock value format
 -- ("tagged"/"bare") and the fence key retention in ms ("0" = forever).
---
--- Every read of the lock and fence keys happens before the first write, so a
--- key of the wrong type (or a fence key that is not a plain integer) is
--- refused before anything changes.
 
 local LOCK, FENCE, QUEUE, WAITERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local FENCE_MODE, FORMAT, RETENTION = ARGV[1], ARGV[2], ARGV[3]
@@ -25,27 +21,24 @@ local FENCE_MODE, FORMAT, RETENTION = ARGV[1], ARGV[2], ARGV[3]
 local MEMBER = '^([^:]+):([^:]+):(%a+):(%d+):(%d+):(.+)$'
 
 local function now_us()
-  local t = redis.call('TIME')
+  local t = call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The fence key must hold a plain non-negative decimal integer, as fencelock
--- and the guide's INCR write it. tonumber() would accept '1.5', '0x10', ' 7',
--- '1e3', 'inf' and 'nan', and INCR accepts '-5'.
--- Returns the last fence (or nil) and an error reply if the key is unusable.
-local function checked_last()
-  local last = redis.pcall('GET', FENCE)
-  if type(last) == 'table' and last.err then
-    return nil, redis.error_reply(last.err)
+-- The last fence issued (nil if none). The fence key must hold a canonical
+-- non-negative decimal integer, as fencelock and the guide's INCR write it:
+-- tonumber() would accept '1.5', '0x10', ' 7', '1e3', 'inf' and 'nan', INCR
+-- accepts '-5', and INCR refuses '007'.
+local function last_fence()
+  local last = call('GET', FENCE)
+  if last and not (string.match(last, '^[1-9]%d*$') or last == '0') then
+    fail('FLBADFENCE ' .. FENCE)
   end
-  if last and not string.match(last, '^%d+$') then
-    return nil, redis.error_reply('ERR fence key ' .. FENCE .. ' does not hold an integer')
-  end
-  if last and tonumber(last) >= 9007199254740991 then
+  if last and (#last > 16 or tonumber(last) >= 9007199254740991) then
     -- Above 2^53 doubles cannot count by one: refuse rather than repeat.
-    return nil, redis.error_reply('ERR fence key ' .. FENCE .. ' is at or above 2^53 - 1; fences cannot grow further')
+    fail('FLFENCEMAX ' .. FENCE)
   end
-  return last, nil
+  return last
 end
 
 -- Mints the next fence (DESIGN.md §2.1, §2.3).
@@ -53,8 +46,8 @@ local function mint(last, now)
   if FENCE_MODE == 'counter' then
     -- INCR keeps the key compatible with the guide's Python workers; a
     -- counter must never expire (a name once used in clock mode has a ttl).
-    local f = redis.call('INCR', FENCE)
-    redis.call('PERSIST', FENCE)
+    local f = call('INCR', FENCE)
+    call('PERSIST', FENCE)
     return f
   end
   -- Floor the fence at the server clock in µs: if the fence key is lost
@@ -64,9 +57,9 @@ local function mint(last, now)
   local f = math.max((tonumber(last) or 0) + 1, now)
   -- string.format('%d') because tostring() rounds 16-digit numbers (%.14g).
   if RETENTION ~= '0' then
-    redis.call('SET', FENCE, string.format('%d', f), 'PX', RETENTION)
+    call('SET', FENCE, string.format('%d', f), 'PX', RETENTION)
   else
-    redis.call('SET', FENCE, string.format('%d', f))
+    call('SET', FENCE, string.format('%d', f))
   end
   return f
 end
@@ -87,40 +80,47 @@ local function granted_to(held, token)
   return held == token
 end
 
+-- Whether the wait queue exists. Fails if it holds another type, or the
+-- waiter leases do (checked when the queue exists, or `always`, for a
+-- caller about to write them).
+local function queue_exists(always)
+  local live = check_type(QUEUE, 'zset')
+  if live or always then check_type(WAITERS, 'zset') end
+  return live
+end
+
 local function dequeue(member)
-  redis.call('ZREM', QUEUE, member)
-  redis.call('ZREM', WAITERS, member)
+  call('ZREM', QUEUE, member)
+  call('ZREM', WAITERS, member)
 end
 
 -- The first queued waiter whose lease has not ended, and its arrival time in
 -- µs; dead ones are dropped.
 local function live_head(now_ms)
   for _ = 1, 64 do
-    local first = redis.call('ZRANGE', QUEUE, 0, 0, 'WITHSCORES')
+    local first = call('ZRANGE', QUEUE, 0, 0, 'WITHSCORES')
     local head = first[1]
     if not head then return nil end
-    local lease_end = tonumber(redis.call('ZSCORE', WAITERS, head))
+    local lease_end = tonumber(call('ZSCORE', WAITERS, head))
     if lease_end and lease_end > now_ms then return head, tonumber(first[2]) end
     dequeue(head)
   end
   return nil
 end
 
--- After the lock became free: hand it to the head waiter (a fair one, or a
--- notify one that has waited `starving_us`) or wake it (a notify one). One
--- message to one waiter per call: the Redis work does not grow with the
--- number of waiters. The fence key is read only when there is a waiter to
--- hand over to; if it is unusable the head is only woken, and its own grant
--- attempt reports the problem.
+-- After the lock became free, with a queue (its keys checked): hand the lock
+-- to the head waiter (a fair one, or a notify one that has waited
+-- `starving_us`) or wake it (a notify one). One message to one waiter per
+-- call: the Redis work does not grow with the number of waiters. If the
+-- fence key is unusable the head is only woken, and its own grant attempt
+-- reports the problem.
 local function pass_on(wake_prefix, publish, starving_us)
-  if redis.call('EXISTS', QUEUE) == 0 then return end
-  local last, err = checked_last()
-  if err then last = false end
+  local usable, last = pcall(last_fence)
   local now = now_us()
   local head, arrived = live_head(math.floor(now / 1000))
   if not head then return end
   local client, waiter, wmode, ttl, handover, token = string.match(head, MEMBER)
-  local hand = token and last ~= false
+  local hand = token and usable
     and (wmode == 'fair' or now - arrived >= starving_us)
   if not hand then
     client, waiter = string.match(head, '^([^:]+):([^:]+)')
@@ -135,7 +135,7 @@ local function pass_on(wake_prefix, publish, starving_us)
   -- that vanished cannot keep the lock for a whole ttl.
   local fence = mint(last, now)
   local px = math.min(tonumber(ttl), tonumber(handover))
-  redis.call('SET', LOCK, lock_value(token, fence), 'PX', px)
+  call('SET', LOCK, lock_value(token, fence), 'PX', px)
   dequeue(head)
   redis.pcall(publish, wake_prefix .. client, waiter .. ' ' .. string.format('%d', fence))
 end

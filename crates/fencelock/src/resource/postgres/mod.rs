@@ -31,8 +31,9 @@ pub use table::{FencedTable, RowFence};
 /// The column that records the fence of the last accepted write (`bigint`).
 pub const FENCE_COLUMN: &str = "lock_fence";
 
-/// The column that records the holder token of the last accepted write
-/// (`text`).
+/// The column that records the public holder id
+/// ([`holder_id`](crate::holder_id) of the token) of the last accepted write
+/// (`text`); never the token itself.
 pub const HOLDER_COLUMN: &str = "lock_holder";
 
 /// A key that finds a row of a [`FencedTable`]: any value sqlx can bind as

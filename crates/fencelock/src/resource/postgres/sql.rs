@@ -141,8 +141,8 @@ impl TableSql {
     }
 }
 
-/// Binds the key, the fence and the holder after the values already in
-/// `args`, and returns their parameter numbers.
+/// Binds the key, the fence and the holder's public id (from its token)
+/// after the values already in `args`, and returns their parameter numbers.
 ///
 /// # Errors
 /// [`Error::Postgres`] if the key cannot be encoded.
@@ -155,7 +155,7 @@ pub(super) fn bind_row_params<K: RowKey>(
     let n = args.len();
     add_arg(args, key)?;
     add_arg(args, fence)?;
-    add_arg(args, holder)?;
+    add_arg(args, crate::holder::holder_id(holder))?;
     Ok(Params {
         key: n + 1,
         fence: n + 2,

@@ -62,7 +62,9 @@ const UNDEFINED_COLUMN: &str = "42703";
 ///
 /// # The rule, in SQL
 ///
-/// A write carrying fence `$f` from holder `$h` is accepted iff
+/// A write carrying fence `$f` from the holder whose public id is `$h`
+/// ([`holder_id`](crate::holder_id) of the token the write presents) is
+/// accepted iff
 ///
 /// ```sql
 /// lock_fence IS NULL OR lock_fence < $f OR (lock_fence = $f AND lock_holder = $h)
@@ -189,7 +191,8 @@ pub struct RowFence {
     /// The fence of the last accepted write; `None` if the row was never
     /// written under a lock.
     pub fence: Option<Fence>,
-    /// The holder token of the last accepted write, if recorded.
+    /// The public holder id ([`holder_id`](crate::holder_id)) of the last
+    /// accepted write, if recorded.
     pub holder: Option<String>,
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::postgres::{counter_table, pool, row, start_server};
 use fencelock::sqlx::{self, Connection, Executor};
-use fencelock::{Error, Fence, FencedTable, SetClause, WriteOutcome};
+use fencelock::{Error, Fence, FencedTable, SetClause, WriteOutcome, holder_id};
 
 /// A table without `lock_fence`/`lock_holder`: every operation fails with
 /// `MissingFenceColumns` naming the table and the migration, and writes
@@ -203,7 +203,7 @@ async fn bad_names_fences_and_clauses_are_refused_before_sending() -> anyhow::Re
     );
     assert_eq!(
         row(&pool, "doc", 1).await?,
-        (0, Some(injection.into()), Some(1), Some("a".into()))
+        (0, Some(injection.into()), Some(1), Some(holder_id("a")))
     );
     Ok(())
 }

@@ -10,14 +10,14 @@ use anyhow::Context;
 use fencelock::sqlx::{Connection, Executor, PgConnection};
 use fencelock::{
     Fence, FenceMode, Fenced, FencedTable, LockClient, LockOptions, ReleaseOutcome, Renewal,
-    RowFence, SetClause, WriteOutcome,
+    RowFence, SetClause, WriteOutcome, holder_id,
 };
 use fencelock_testkit::RedisServer;
 
 fn rejected(fence: u64, holder: Option<&str>) -> WriteOutcome {
     WriteOutcome::Rejected {
         current_fence: Some(Fence::new(fence)),
-        current_holder: holder.map(str::to_owned),
+        current_holder: holder.map(holder_id),
     }
 }
 
@@ -91,12 +91,7 @@ async fn guide_order_stale_holder_rejected_after_current_holder_wrote() -> anyho
     assert!(!a_release.is_released(), "A's release: {a_release:?}");
     assert_eq!(
         row(&pool, "invoices", 1).await?,
-        (
-            0,
-            Some("closed by B".into()),
-            Some(2),
-            Some(b.token().to_owned())
-        )
+        (0, Some("closed by B".into()), Some(2), Some(b.holder_id()))
     );
     assert!(b.release().await?.is_released());
     Ok(())
@@ -147,7 +142,7 @@ async fn equal_fence_other_holder_rejected_same_holder_accepted() -> anyhow::Res
     );
     assert_eq!(
         row(&pool, "doc", 1).await?,
-        (2, None, Some(47), Some("a".into()))
+        (2, None, Some(47), Some(holder_id("a")))
     );
     // Lower: refused, also from the stored holder.
     assert_eq!(
@@ -165,7 +160,7 @@ async fn equal_fence_other_holder_rejected_same_holder_accepted() -> anyhow::Res
     );
     assert_eq!(
         row(&pool, "doc", 1).await?,
-        (3, None, Some(48), Some("b".into()))
+        (3, None, Some(48), Some(holder_id("b")))
     );
 
     // A row fenced by a writer that recorded no holder (the guide's
@@ -186,7 +181,7 @@ async fn equal_fence_other_holder_rejected_same_holder_accepted() -> anyhow::Res
     );
     assert_eq!(
         row(&pool, "doc", 1).await?,
-        (4, None, Some(61), Some("b".into()))
+        (4, None, Some(61), Some(holder_id("b")))
     );
     Ok(())
 }
@@ -210,7 +205,7 @@ async fn row_never_written_under_a_lock_accepts_any_fence() -> anyhow::Result<()
     );
     assert_eq!(
         row(&pool, "doc", 1).await?,
-        (0, Some("x".into()), Some(0), Some("a".into()))
+        (0, Some("x".into()), Some(0), Some(holder_id("a")))
     );
     assert_eq!(
         table.register(&pool, 2_i64, Fence::new(5), "b").await?,
@@ -218,8 +213,8 @@ async fn row_never_written_under_a_lock_accepts_any_fence() -> anyhow::Result<()
     );
     let registered = table.read_fence(&pool, 2_i64).await?;
     assert_eq!(
-        (registered.fence, registered.holder.as_deref()),
-        (Some(Fence::new(5)), Some("b"))
+        (registered.fence, registered.holder),
+        (Some(Fence::new(5)), Some(holder_id("b")))
     );
     Ok(())
 }
@@ -243,7 +238,7 @@ async fn register_records_the_fence_only() -> anyhow::Result<()> {
     );
     assert_eq!(
         row(&pool, "doc", 1).await?,
-        (0, Some("open".into()), Some(11), Some("b".into()))
+        (0, Some("open".into()), Some(11), Some(holder_id("b")))
     );
     assert_eq!(
         table
@@ -264,7 +259,7 @@ async fn register_records_the_fence_only() -> anyhow::Result<()> {
     );
     assert_eq!(
         row(&pool, "doc", 1).await?,
-        (0, Some("closed".into()), Some(11), Some("b".into()))
+        (0, Some("closed".into()), Some(11), Some(holder_id("b")))
     );
     Ok(())
 }
@@ -287,7 +282,7 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
     );
     assert_eq!(
         row(&pool, "doc", 7).await?,
-        (1, Some("new".into()), Some(5), Some("a".into()))
+        (1, Some("new".into()), Some(5), Some(holder_id("a")))
     );
     assert_eq!(
         table
@@ -309,7 +304,7 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
     );
     assert_eq!(
         row(&pool, "doc", 7).await?,
-        (1, Some("new".into()), Some(5), Some("a".into()))
+        (1, Some("new".into()), Some(5), Some(holder_id("a")))
     );
     assert_eq!(
         table
@@ -325,7 +320,7 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
     );
     assert_eq!(
         row(&pool, "doc", 7).await?,
-        (4, Some("newer".into()), Some(6), Some("b".into()))
+        (4, Some("newer".into()), Some(6), Some(holder_id("b")))
     );
     // The pre-existing, never-fenced row 1 is updated by an upsert too.
     assert_eq!(
@@ -336,7 +331,7 @@ async fn upsert_inserts_missing_rows_and_applies_the_rule() -> anyhow::Result<()
     );
     assert_eq!(
         row(&pool, "doc", 1).await?,
-        (9, Some("fenced".into()), Some(1), Some("a".into()))
+        (9, Some("fenced".into()), Some(1), Some(holder_id("a")))
     );
 
     let err = table
@@ -386,7 +381,7 @@ async fn one_method_runs_on_a_pool_a_connection_and_a_transaction() -> anyhow::R
     );
     assert_eq!(
         fence_of(table.read_fence(&mut conn, 1_i64).await?),
-        (Some(Fence::new(2)), Some("b".into()))
+        (Some(Fence::new(2)), Some(holder_id("b")))
     );
     conn.close().await?;
     // A connection checked out of the pool.
@@ -400,7 +395,7 @@ async fn one_method_runs_on_a_pool_a_connection_and_a_transaction() -> anyhow::R
         );
     }
     let before = row(&pool, "doc", 1).await?;
-    assert_eq!(before, (2, None, Some(2), Some("b".into())));
+    assert_eq!(before, (2, None, Some(2), Some(holder_id("b"))));
 
     // A transaction, rolled back: nothing it wrote remains.
     let mut tx = pool.begin().await?;
@@ -429,7 +424,7 @@ async fn one_method_runs_on_a_pool_a_connection_and_a_transaction() -> anyhow::R
     );
     assert_eq!(
         fence_of(table.read_fence(&mut *tx, 1_i64).await?),
-        (Some(Fence::new(3)), Some("c".into()))
+        (Some(Fence::new(3)), Some(holder_id("c")))
     );
     tx.rollback().await?;
     assert_eq!(row(&pool, "doc", 1).await?, before);
@@ -452,7 +447,7 @@ async fn one_method_runs_on_a_pool_a_connection_and_a_transaction() -> anyhow::R
     tx.commit().await?;
     assert_eq!(
         row(&pool, "doc", 1).await?,
-        (3, None, Some(3), Some("c".into()))
+        (3, None, Some(3), Some(holder_id("c")))
     );
     Ok(())
 }

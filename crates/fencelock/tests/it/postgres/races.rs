@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::support::postgres::{counter_table, pool, start_server, value};
 use fencelock::sqlx::postgres::PgPool;
-use fencelock::{Fence, FencedTable, SetClause, WriteOutcome};
+use fencelock::{Fence, FencedTable, SetClause, WriteOutcome, holder_id};
 
 /// Races per variant.
 const RACES: u64 = 1_000;
@@ -123,7 +123,7 @@ async fn register_before_read_loses_nothing() -> anyhow::Result<()> {
             a,
             WriteOutcome::Rejected {
                 current_fence: Some(fb),
-                current_holder: Some("b".into())
+                current_holder: Some(holder_id("b"))
             },
             "race {race}"
         );

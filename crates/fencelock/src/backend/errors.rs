@@ -1,0 +1,173 @@
+//! Server errors as fencelock reports them: which key, command or setting is
+//! in the way, without the script internals Redis appends (`script: SHA, on
+//! @user_script:N.`).
+//!
+//! The scripts raise their own codes for what they check (see
+//! `scripts/common.lua`): `FLWRONGTYPE TYPE KEY`, `FLBADFENCE KEY`,
+//! `FLFENCEMAX KEY` and `FLNOPERM COMMAND`. Redis itself answers `NOPERM`
+//! for a command or key the ACL user may not use before a script runs.
+
+use crate::error::Error;
+
+/// The message of a server error without what Redis appends to errors
+/// raised inside a script.
+pub(crate) fn without_script_internals(text: &str) -> &str {
+    match text.find(" script: ") {
+        Some(at) => text[..at].trim_end(),
+        None => text.trim_end(),
+    }
+}
+
+/// The typed error for a server error with `code` and `detail` from a call
+/// on `keys`, if it is one fencelock names itself.
+pub(crate) fn classify(code: &str, detail: &str, keys: &[&str]) -> Option<Error> {
+    let detail = without_script_internals(detail);
+    match code {
+        "FLWRONGTYPE" => {
+            let (kind, key) = detail.split_once(' ')?;
+            Some(Error::WrongType {
+                key: key.to_owned(),
+                detail: format!("a {kind}"),
+            })
+        }
+        "FLBADFENCE" => Some(Error::WrongType {
+            key: detail.to_owned(),
+            detail: "a fence that is not a plain non-negative integer".to_owned(),
+        }),
+        "FLFENCEMAX" => Some(Error::WrongType {
+            key: detail.to_owned(),
+            detail: "a fence at or above 2^53 - 1, beyond which fences cannot grow".to_owned(),
+        }),
+        "WRONGTYPE" => Some(Error::WrongType {
+            key: keys.first().copied().unwrap_or_default().to_owned(),
+            detail: "a value of another type".to_owned(),
+        }),
+        "FLNOPERM" => Some(no_permission(format!("run the command {detail}"), detail)),
+        "NOPERM" => Some(noperm(detail, keys)),
+        _ => None,
+    }
+}
+
+/// Redis's own `NOPERM` replies, e.g. "this user has no permissions to run
+/// the 'evalsha' command", "... to access one of the keys used as
+/// arguments", "... to access one of the channels used as arguments".
+fn noperm(detail: &str, keys: &[&str]) -> Error {
+    if let Some(command) = detail
+        .split_once("to run the '")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(command, _)| command.to_uppercase())
+    {
+        let fix = command.to_lowercase().replace(' ', "|");
+        return no_permission(format!("run the command {command}"), &fix);
+    }
+    if detail.contains("keys") {
+        let key = keys.first().copied().unwrap_or("the lock's keys");
+        return Error::NoPermission {
+            detail: format!("access the key {key:?}"),
+            fix: format!(
+                "a key pattern that covers it, such as ~{}",
+                key_pattern(key)
+            ),
+        };
+    }
+    if detail.contains("channels") {
+        return Error::NoPermission {
+            detail: "use the wake-up channels".to_owned(),
+            fix: "a channel pattern that covers them, such as &lock:*".to_owned(),
+        };
+    }
+    Error::NoPermission {
+        detail: detail.to_owned(),
+        fix: "the permission named".to_owned(),
+    }
+}
+
+fn no_permission(detail: String, command: &str) -> Error {
+    Error::NoPermission {
+        detail,
+        fix: format!("+{}", command.to_lowercase()),
+    }
+}
+
+/// A key pattern that covers `key` and its siblings: up to and including its
+/// first `:` (the prefix in both layouts), then `*`.
+fn key_pattern(key: &str) -> String {
+    match key.split_once(':') {
+        Some((prefix, _)) => format!("{prefix}:*"),
+        None => key.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_internals_are_cut() {
+        assert_eq!(
+            without_script_internals(
+                "OOM command not allowed when used memory > 'maxmemory'. script: 219bb33e7c6773035c720850383aa2ebb63d9904, on @user_script:1."
+            ),
+            "OOM command not allowed when used memory > 'maxmemory'."
+        );
+        assert_eq!(without_script_internals("plain"), "plain");
+    }
+
+    #[test]
+    fn script_codes_name_one_key() {
+        let e = classify(
+            "FLWRONGTYPE",
+            "list lock:{q}:queue script: 1234, on @user_script:9.",
+            &[
+                "lock:{q}",
+                "lock:{q}:fence",
+                "lock:{q}:queue",
+                "lock:{q}:waiters",
+            ],
+        );
+        let Some(Error::WrongType { key, detail }) = e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(
+            (key.as_str(), detail.as_str()),
+            ("lock:{q}:queue", "a list")
+        );
+        let message = Error::WrongType { key, detail }.to_string();
+        assert!(
+            !message.contains("script") && !message.contains(":fence"),
+            "{message}"
+        );
+        assert!(matches!(
+            classify("FLFENCEMAX", "lock:{q}:fence", &[]),
+            Some(Error::WrongType { key, .. }) if key == "lock:{q}:fence"
+        ));
+    }
+
+    #[test]
+    fn missing_permissions_are_named_with_their_fix() {
+        let e = classify("FLNOPERM", "TIME script: 1234, on @user_script:3.", &[]);
+        assert!(
+            matches!(&e, Some(Error::NoPermission { detail, fix }) if detail == "run the command TIME" && fix == "+time"),
+            "{e:?}"
+        );
+        let e = classify(
+            "NOPERM",
+            "this user has no permissions to run the 'evalsha' command",
+            &[],
+        );
+        assert!(
+            matches!(&e, Some(Error::NoPermission { detail, fix }) if detail == "run the command EVALSHA" && fix == "+evalsha"),
+            "{e:?}"
+        );
+        let e = classify(
+            "NOPERM",
+            "this user has no permissions to access one of the keys used as arguments",
+            &["jobs:{x}", "jobs:{x}:fence"],
+        );
+        assert!(
+            matches!(&e, Some(Error::NoPermission { fix, .. }) if fix.ends_with("~jobs:*")),
+            "{e:?}"
+        );
+        assert!(classify("ERR", "anything", &[]).is_none());
+    }
+}
