@@ -415,7 +415,10 @@ fn the_command_gets_the_lock_environment() {
     assert_eq!(written["accepted"], true);
     assert_eq!(written["fence"].to_string(), fence);
     let stored: Vec<String> = server.query(&["HMGET", "inv:7", "value", "fence", "holder"]);
-    assert_eq!(stored, vec!["done".to_string(), fence, fencelock::holder_id(&token)]);
+    assert_eq!(
+        stored,
+        vec!["done".to_string(), fence, fencelock::holder_id(&token)]
+    );
 }
 
 /// Redis unreachable: 69 and one line naming the URL. Bad durations: 64.

@@ -169,7 +169,8 @@ impl Engine {
 
     async fn wait_for(&self, name: &str, keys: &LockKeys, opts: &LockOptions) -> Result<Lease> {
         let started = Instant::now();
-        let give_up = started + opts.wait;
+        // None: a wait too long to add to the clock is a wait forever.
+        let give_up = started.checked_add(opts.wait);
         // One token for every attempt of this call: if an attempt was granted
         // but its reply was lost, the next attempt gets the same grant back
         // (same fence) instead of leaving an orphaned lock until its ttl.
@@ -220,7 +221,7 @@ impl Engine {
                 refused_at = Some(attempt_at);
             }
             let now = Instant::now();
-            if now >= give_up {
+            if give_up.is_some_and(|give_up| now >= give_up) {
                 return Err(match error {
                     Error::Contended { .. } | Error::GrantTooLate { .. } => Error::Timeout {
                         name: name.to_string(),
@@ -230,7 +231,10 @@ impl Engine {
                 });
             }
             let delay = retry_delay(&error, waiter.is_some(), opts.waiter_lease, &mut backoff);
-            let sleep = tokio::time::sleep(delay.min(give_up - now));
+            let sleep = tokio::time::sleep(match give_up {
+                Some(give_up) => delay.min(give_up - now),
+                None => delay,
+            });
             let Some(w) = &waiter else {
                 sleep.await;
                 continue;

@@ -11,7 +11,7 @@ use crate::backend::ops::Inspect;
 use crate::backend::{Backend, ConnSettings, wire};
 use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
-use crate::keys::{KeyLayout, LockKeys};
+use crate::keys::{KeyLayout, LockKeys, key_text_problem};
 use crate::lease::{Lease, LeaseHandle, ReleaseOutcome};
 use crate::metrics::{Stats, StatsHandle};
 use crate::options::LockOptions;
@@ -19,6 +19,9 @@ use crate::resource::FencedHash;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "lock:";
+
+/// Longest accepted key prefix, in bytes.
+pub const MAX_PREFIX_LEN: usize = 128;
 
 /// A handle to one Redis for taking locks. Cheap to clone; clones share one
 /// multiplexed, auto-reconnecting connection.
@@ -101,10 +104,15 @@ impl LockClientBuilder {
     /// credentials are refused.
     pub async fn connect(self) -> Result<LockClient> {
         self.defaults.validate()?;
+        let shown: String = self.prefix.chars().take(64).collect();
         if self.prefix.contains(['{', '}']) {
             return Err(Error::InvalidOption(format!(
-                "prefix {:?} must not contain braces: they would break the hash tag",
-                self.prefix
+                "prefix {shown:?} must not contain braces: they would break the hash tag"
+            )));
+        }
+        if let Some(problem) = key_text_problem(&self.prefix, MAX_PREFIX_LEN) {
+            return Err(Error::InvalidOption(format!(
+                "prefix {shown:?} cannot be used: {problem} (at most {MAX_PREFIX_LEN} bytes of visible text)"
             )));
         }
         let backend = Backend::connect(&self.url, &self.settings).await?;

@@ -79,7 +79,41 @@ impl LockKeys {
     }
 }
 
-/// Checks a lock or resource name.
+/// Characters that change how text is shown without being seen: zero-width
+/// characters and the bidirectional controls (a name with U+202E prints
+/// reversed). Names, resource keys and prefixes refuse them, so what a
+/// terminal shows is what Redis stores.
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+        | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}' | '\u{E0000}'..='\u{E0FFF}')
+}
+
+/// What is wrong with `text` as part of a Redis key (shared by names,
+/// resource keys and prefixes), if anything.
+pub(crate) fn key_text_problem(text: &str, max_len: usize) -> Option<&'static str> {
+    if text.len() > max_len {
+        return Some("it is too long");
+    }
+    if text.chars().any(char::is_control) {
+        return Some("it contains control characters (a newline, a tab, …)");
+    }
+    if text.chars().any(is_invisible) {
+        return Some(
+            "it contains an invisible or direction-changing character (zero-width, or a bidirectional control such as U+202E)",
+        );
+    }
+    None
+}
+
+/// Suffixes of the auxiliary keys of a lock in the guide layout, where a
+/// lock's keys are `PREFIX NAME` plus these: a name ending in one of them
+/// would be another lock's auxiliary key.
+const GUIDE_SUFFIXES: [&str; 3] = [":fence", ":queue", ":waiters"];
+
+/// Checks a lock name in `layout`.
 pub(crate) fn validate_name(name: &str, layout: KeyLayout) -> Result<()> {
     let reject = |reason| {
         Err(Error::InvalidName {
@@ -93,15 +127,47 @@ pub(crate) fn validate_name(name: &str, layout: KeyLayout) -> Result<()> {
     if name.len() > MAX_NAME_LEN {
         return reject("the name is longer than 512 bytes");
     }
-    if name.chars().any(char::is_control) {
-        return reject("the name contains control characters");
+    if let Some(problem) = key_text_problem(name, MAX_NAME_LEN) {
+        return reject(problem);
     }
-    if layout == KeyLayout::HashTagged && name.contains(['{', '}']) {
-        // A brace inside the hash tag would move the two keys of one lock to
-        // different Cluster slots.
-        return reject("braces are not allowed in names in the hash-tagged layout");
+    match layout {
+        KeyLayout::HashTagged if name.contains(['{', '}']) => {
+            // A brace inside the hash tag would move the two keys of one lock
+            // to different Cluster slots.
+            reject("braces are not allowed in names in the hash-tagged layout")
+        }
+        // The guide layout keeps the guide's keys (`lock:NAME`,
+        // `lock:NAME:fence`) for interop, so `a:fence` would be the fence key
+        // of `a`: such names are refused rather than silently shared.
+        KeyLayout::Guide
+            if GUIDE_SUFFIXES.iter().any(|s| name.ends_with(s)) || name.contains(":wake:") =>
+        {
+            reject(
+                "in the guide layout a name may not end in :fence, :queue or :waiters, nor contain :wake: (it would share a key with another lock)",
+            )
+        }
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// Checks the key of a fenced resource (used as given, without a prefix).
+pub(crate) fn validate_resource_key(key: &str) -> Result<()> {
+    let reject = |reason| {
+        Err(Error::InvalidName {
+            name: key.chars().take(64).collect(),
+            reason,
+        })
+    };
+    if key.is_empty() {
+        return reject("the resource key is empty");
+    }
+    if key.len() > MAX_NAME_LEN {
+        return reject("the resource key is longer than 512 bytes");
+    }
+    match key_text_problem(key, MAX_NAME_LEN) {
+        Some(problem) => reject(problem),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -117,6 +183,36 @@ mod tests {
         assert_eq!(g.lock, "lock:invoice:42");
         assert_eq!(g.fence, "lock:invoice:42:fence");
         Ok(())
+    }
+
+    #[test]
+    fn names_that_would_share_a_key_are_refused_in_the_guide_layout() {
+        for bad in ["a:fence", "a:queue", "a:waiters", "a:wake:b"] {
+            assert!(
+                LockKeys::new("lock:", KeyLayout::Guide, bad).is_err(),
+                "{bad:?}"
+            );
+            // The hash-tagged layout keeps them apart: `lock:{a:fence}`.
+            assert!(LockKeys::new("lock:", KeyLayout::HashTagged, bad).is_ok());
+        }
+        for good in ["a", "fence", "a:fenced", "a:fence:b", "queue:7"] {
+            assert!(LockKeys::new("lock:", KeyLayout::Guide, good).is_ok());
+        }
+    }
+
+    #[test]
+    fn invisible_and_direction_changing_characters_are_refused() {
+        for bad in ["a\u{202E}b", "a\u{200B}", "\u{FEFF}a", "a\u{2066}b"] {
+            let e = LockKeys::new("lock:", KeyLayout::HashTagged, bad);
+            assert!(
+                matches!(&e, Err(Error::InvalidName { reason, .. }) if reason.contains("invisible")),
+                "{e:?}"
+            );
+            // The message shows the name escaped, never the raw characters.
+            let message = e.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(!message.chars().any(is_invisible), "{message:?}");
+        }
+        assert!(LockKeys::new("lock:", KeyLayout::HashTagged, "rechnung:ä:日本").is_ok());
     }
 
     #[test]

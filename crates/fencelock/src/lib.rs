@@ -159,7 +159,7 @@ mod state;
 mod wait;
 
 pub use backend::redact as redact_url;
-pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, LockState};
+pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, LockState, MAX_PREFIX_LEN};
 pub use error::{Error, LossReason, Result};
 pub use fence::Fence;
 pub use holder::holder_id;

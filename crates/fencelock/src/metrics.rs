@@ -19,6 +19,7 @@
 //! | [`RELEASES_NOT_OURS`] `fencelock_releases_not_ours_total` | counter | `lock` |
 //! | [`FENCED_WRITES`] `fencelock_fenced_writes_total` | counter | `resource`, `outcome` = `accepted` \| `rejected_stale` |
 //! | [`RENEWAL_LAG`] `fencelock_renewal_lag_seconds` | histogram | `lock` |
+//! | [`DEPLOYMENT_WARNINGS`] `fencelock_deployment_warnings_total` | counter (once per connect and finding) | `warning` = `evicting_maxmemory_policy` |
 //!
 //! One `acquire` or `try_acquire` call is one attempt, counted once with its
 //! final outcome (the retries inside a waiting `acquire` are not attempts).
@@ -64,6 +65,9 @@ pub const RELEASES_NOT_OURS: &str = "fencelock_releases_not_ours_total";
 pub const FENCED_WRITES: &str = "fencelock_fenced_writes_total";
 /// Histogram: how late the renewal task woke against its schedule.
 pub const RENEWAL_LAG: &str = "fencelock_renewal_lag_seconds";
+/// Counter: unsafe deployment settings found at connect (a memory policy
+/// that can evict locks), by kind; each is also logged as a `warn` event.
+pub const DEPLOYMENT_WARNINGS: &str = "fencelock_deployment_warnings_total";
 
 /// The metrics family of lock (or resource) `name`: the name up to its last
 /// `:`, or the whole name if it has no `:` (or only a leading one).
@@ -231,6 +235,11 @@ pub(crate) fn acquire<T>(
         "timed_out" => s.timed_out += 1,
         _ => s.errors += 1,
     });
+}
+
+/// Records an unsafe deployment setting found at connect.
+pub(crate) fn deployment_warning(warning: &'static str) {
+    ::metrics::counter!(DEPLOYMENT_WARNINGS, "warning" => warning).increment(1);
 }
 
 /// Records one fenced write.

@@ -182,9 +182,16 @@ impl LockOptions {
     }
 
     /// Sets how long `acquire` waits for a held lock; zero means "try once".
+    /// A wait too long to add to the current time (`Duration::MAX`) waits
+    /// forever, as [`LockOptions::wait_forever`] does.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
+    }
+
+    /// `acquire` waits until it gets the lock (or its future is dropped).
+    pub fn wait_forever(self) -> Self {
+        self.wait(Duration::MAX)
     }
 
     /// Sets background renewal.

@@ -15,9 +15,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
 
-use super::errors;
 use super::ops::{Publish, ScriptCall};
 use super::url::{redact, scrub};
+use super::{audit, errors};
 use crate::error::{Error, Result, is_transient};
 
 /// Connection settings chosen by the client builder.
@@ -78,6 +78,16 @@ impl RedisConn {
             .query_async::<String>(&mut manager.clone())
             .await
             .map_err(connect_error)?;
+        // Best effort: an ACL user without INFO still gets its locks.
+        if let Ok(info) = redis::cmd("INFO")
+            .arg("memory")
+            .query_async::<String>(&mut manager.clone())
+            .await
+            && let Some(warning) = audit::eviction_warning(&info)
+        {
+            tracing::warn!(url = %shown, "{warning}");
+            crate::metrics::deployment_warning("evicting_maxmemory_policy");
+        }
         Ok(RedisConn {
             link: Link::Standalone(manager),
             url: shown,

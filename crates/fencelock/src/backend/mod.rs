@@ -10,6 +10,7 @@
 //! | `scripts` | the Lua scripts, one per operation (`scripts/*.lua`), grant, release and leave sharing `prelude.lua` |
 //! | `conn` | [`RedisConn`], the connection seam: one variant per kind of deployment, script calls by SHA with `NOSCRIPT` reload, error mapping |
 //! | `pubsub` | [`PubSub`], the pub/sub connection behind wake-ups |
+//! | `audit` | what the deployment reports about itself (`INFO`): the memory-policy check at connect |
 //! | `errors` | server errors as typed errors that name the one key, command or setting in the way |
 //! | `url` | URLs without their credentials |
 //!
@@ -17,6 +18,7 @@
 //! runs every lock operation through [`Backend::run`], which a Redis backend
 //! runs as a script call.
 
+mod audit;
 mod conn;
 mod errors;
 pub(crate) mod ops;

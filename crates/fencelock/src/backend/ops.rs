@@ -45,7 +45,9 @@ pub(crate) struct Mint {
 impl Mint {
     pub(crate) fn new(opts: &LockOptions) -> Self {
         let retention = match (opts.fence_mode, opts.layout) {
-            (FenceMode::Clock, KeyLayout::HashTagged) => FENCE_RETENTION.max(opts.ttl * 2),
+            (FenceMode::Clock, KeyLayout::HashTagged) => {
+                FENCE_RETENTION.max(opts.ttl.saturating_mul(2))
+            }
             // The guide's Python workers INCR the fence key: it must never expire.
             _ => Duration::ZERO,
         };

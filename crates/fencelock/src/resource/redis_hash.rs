@@ -4,7 +4,7 @@ use crate::backend::RedisConn;
 use crate::backend::ops::{Change, FencedWrite};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
-use crate::keys::{KeyLayout, validate_name};
+use crate::keys::validate_resource_key;
 use crate::metrics::StatsHandle;
 use crate::resource::{Fenced, WriteOutcome, check_holder};
 
@@ -50,7 +50,7 @@ pub struct HashState {
 
 impl FencedHash {
     pub(crate) fn new(conn: RedisConn, key: &str, stats: Option<StatsHandle>) -> Result<Self> {
-        validate_name(key, KeyLayout::Guide)?;
+        validate_resource_key(key)?;
         Ok(FencedHash {
             conn,
             key: key.to_string(),

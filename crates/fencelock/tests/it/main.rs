@@ -12,6 +12,7 @@ mod bad_input;
 mod exclusion;
 mod fences;
 mod guide_scenario;
+mod hostile;
 mod lease;
 mod metrics;
 #[cfg(feature = "postgres")]
