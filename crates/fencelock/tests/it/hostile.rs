@@ -20,8 +20,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use fencelock::metrics::DEPLOYMENT_WARNINGS;
 use fencelock::{
-    Error, Fence, KeyLayout, LockClient, LockOptions, LockState, LossReason, ReleaseOutcome,
-    Renewal, WaitMode, WriteOutcome, holder_id,
+    Error, Fence, KeyLayout, LockClient, LockState, LossReason, ReleaseOutcome, Renewal, WaitMode,
+    WriteOutcome, holder_id,
 };
 use fencelock_testkit::{RedisConfig, RedisServer};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
