@@ -22,9 +22,10 @@ pub(crate) struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// Redis URL (redis://[user:password@]host:port[/db], rediss:// for TLS)
-    /// [default: redis://127.0.0.1:6379; `demo` and `bench` start a private
-    /// redis-server instead]
+    /// Redis URL: `redis://[user:password@]host:port[/db]`, `rediss://` for
+    /// TLS, `unix:///path/to/socket[?db=N&pass=PASSWORD]` (default:
+    /// `redis://127.0.0.1:6379`; `demo` and `bench` start a private
+    /// redis-server instead). Passwords are never printed.
     #[arg(long, global = true, env = "FENCELOCK_REDIS_URL", value_name = "URL")]
     pub(crate) redis: Option<String>,
 
