@@ -190,8 +190,9 @@ pub(crate) struct RunArgs {
     pub(crate) verbose: bool,
 
     /// Serve Prometheus metrics at http://HOST:PORT/metrics while the command
-    /// runs.
-    #[arg(long, value_name = "HOST:PORT")]
+    /// runs. HOST is an address or a name (`localhost:9464`), resolved at
+    /// start (its first IPv4 address if it has one).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_host_port)]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
 
     /// The command and its arguments, after `--`.
@@ -331,4 +332,33 @@ pub(crate) struct DemoArgs {
 /// Parses `300ms`, `10s`, `2m`, `1h30m`.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 300ms, 10s, 2m)"))
+}
+
+/// Parses `HOST:PORT`: an IP address (`127.0.0.1:9464`, `[::1]:9464`) or a
+/// host name, resolved now; the first IPv4 address wins (`localhost` then
+/// means 127.0.0.1, as most users expect), else the first address.
+pub(crate) fn parse_host_port(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{SocketAddr, ToSocketAddrs};
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err("expected HOST:PORT, e.g. localhost:9464 or 127.0.0.1:9464".into());
+    };
+    if host.is_empty() {
+        return Err("the host is empty (use e.g. localhost:9464 or 0.0.0.0:9464)".into());
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("port {port:?} is not a number from 0 to 65535"))?;
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve host {host:?}: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| format!("host {host:?} has no address"))
 }
