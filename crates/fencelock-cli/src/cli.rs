@@ -168,6 +168,14 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) no_wait: bool,
 
+    /// How to wait for a held lock: `notify` (a release wakes the first
+    /// waiter; a waiter that has waited 10 ms gets the lock handed over),
+    /// `fair` (first come, first served; `--no-wait` is refused while anyone
+    /// waits) or `poll` (retry with backoff; needs no pub/sub permission).
+    /// Use one mode for all workers of a name.
+    #[arg(long, value_enum, env = "FENCELOCK_WAIT_MODE", default_value_t = WaitModeArg::Notify, value_name = "MODE")]
+    pub(crate) wait_mode: WaitModeArg,
+
     /// Exit code when the lock is not acquired.
     #[arg(long, default_value_t = 75, value_name = "N")]
     pub(crate) conflict_exit_code: u8,

@@ -31,6 +31,7 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
     }
     let opts = connect::options(global, &client)
         .ttl(args.ttl)
+        .wait_mode(args.wait_mode.into())
         .wait(if args.no_wait {
             Duration::ZERO
         } else {
