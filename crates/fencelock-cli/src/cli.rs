@@ -160,7 +160,8 @@ pub(crate) struct RunArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) ttl: Duration,
 
-    /// How long to wait for the lock if it is held.
+    /// How long to wait for the lock if it is held (beyond 100 years:
+    /// forever).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
     pub(crate) wait: Duration,
 

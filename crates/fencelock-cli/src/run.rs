@@ -23,6 +23,10 @@ use crate::{connect, exit};
 /// Exit code when the lock was lost while the command ran.
 pub(crate) const LOST: u8 = 76;
 
+/// The longest wait passed to the library: a `--wait` beyond it (say
+/// `500000000000y`) waits forever instead of overflowing a deadline.
+pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
     let (program, program_args) = command_line(args)?;
     let client = connect::client(global).await?;
@@ -35,10 +39,10 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
         .wait(if args.no_wait {
             Duration::ZERO
         } else {
-            args.wait
+            args.wait.min(FOREVER)
         });
     opts.validate()?;
-    if args.kill_grace >= args.ttl * 10 {
+    if args.kill_grace >= args.ttl.saturating_mul(10) {
         // Not an error: but a grace much longer than the lease lets a stale
         // command run on for long after another holder started.
         tracing::warn!("--kill-grace is more than 10x the ttl");

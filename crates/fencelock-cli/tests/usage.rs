@@ -1,7 +1,12 @@
 //! Usage errors and hostile option values, with the built binary: one line
 //! that names what is wrong, exit 64, never a panic.
 
-use std::process::{Command, Output};
+use std::io::{BufRead, Read};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use fencelock_testkit::{RedisServer, spawn_guarded};
+use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
 
@@ -77,4 +82,134 @@ fn usage_errors_name_the_missing_argument() {
         &["run", "--ttl", "soon", "job", "--", "true"],
         &["'soon'", "--ttl", "fencelock run --help"],
     );
+}
+
+const HUGE: &str = "500000000000y";
+
+fn on(server: &RedisServer, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--redis").arg(server.url()).args(args);
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// Polls `check` every 10 ms until it holds or `limit` passes.
+fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let give_up = Instant::now() + limit;
+    while !check() {
+        assert!(
+            Instant::now() < give_up,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn assert_no_panic(what: &str, code: Option<i32>, stderr: &str) {
+    assert_ne!(code, Some(101), "{what} panicked: {stderr}");
+    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+}
+
+/// Durations far beyond any deadline (`--wait`, `--kill-grace`, `top
+/// --interval`) are saturated, never a panic; a huge `--ttl` is refused in
+/// one line (64).
+#[test]
+fn huge_durations_never_panic() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // A free lock: acquired at once.
+    let out = on(&server, &["run", "--wait", HUGE, "job", "--", "true"])
+        .output()
+        .expect("run");
+    assert_no_panic("--wait on a free lock", out.status.code(), &stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // A held lock: waits (queued), then gets it when the holder is done.
+    let go = dir.path().join("go");
+    let hold = format!("while [ ! -f {} ]; do sleep 0.02; done", go.display());
+    let mut holder = spawn_guarded({
+        let mut c = on(&server, &["run", "job", "-c", &hold]);
+        c.stdout(Stdio::null()).stderr(Stdio::null());
+        c
+    });
+    wait_for("the lock to be held", Duration::from_secs(10), || {
+        server.query::<i64>(&["EXISTS", "lock:{job}"]) == 1
+    });
+    let mut waiter = spawn_guarded({
+        let mut c = on(&server, &["run", "-q", "--wait", HUGE, "job", "--", "true"]);
+        c.stdout(Stdio::null()).stderr(Stdio::piped());
+        c
+    });
+    wait_for("the waiter to queue", Duration::from_secs(10), || {
+        server.query::<i64>(&["ZCARD", "lock:{job}:queue"]) == 1
+    });
+    std::fs::write(&go, "").expect("touch go");
+    let status = waiter
+        .wait_timeout(Duration::from_secs(10))
+        .expect("the waiter ends");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        holder
+            .wait_timeout(Duration::from_secs(10))
+            .and_then(|s| s.code()),
+        Some(0)
+    );
+
+    // A lost lock with a huge grace: SIGTERM still stops the command.
+    let ready = dir.path().join("ready");
+    let mut run = spawn_guarded({
+        let script = format!("touch {}; sleep 30", ready.display());
+        let mut c = on(
+            &server,
+            &[
+                "run",
+                "--ttl",
+                "300ms",
+                "--kill-grace",
+                HUGE,
+                "lost",
+                "-c",
+                &script,
+            ],
+        );
+        c.stdout(Stdio::null()).stderr(Stdio::piped());
+        c
+    });
+    wait_for("the command to start", Duration::from_secs(10), || {
+        ready.exists()
+    });
+    server.cmd(&["DEL", "lock:{lost}"]);
+    let status = run.wait_timeout(Duration::from_secs(10)).expect("run ends");
+    assert_eq!(status.code(), Some(76));
+
+    // top redraws every --interval: the first snapshot, then a long sleep
+    // that Ctrl-C ends.
+    let mut top = spawn_guarded({
+        let mut c = on(&server, &["top", "--interval", HUGE]);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    });
+    let mut first = String::new();
+    std::io::BufReader::new(top.take_stdout().expect("stdout"))
+        .read_line(&mut first)
+        .expect("read");
+    assert!(first.starts_with("fencelock top:"), "{first}");
+    top.signal(Signal::SIGINT);
+    let status = top.wait_timeout(Duration::from_secs(10)).expect("top ends");
+    let mut err = String::new();
+    top.take_stderr()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read");
+    assert_no_panic("top --interval", status.code(), &err);
+    assert_eq!(status.code(), Some(0), "{err}");
+
+    // A huge ttl is refused, in one line.
+    let out = on(&server, &["run", "--ttl", HUGE, "job", "--", "true"])
+        .output()
+        .expect("run");
+    assert_no_panic("--ttl", out.status.code(), &stderr(&out));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert_eq!(stderr(&out).trim_end().lines().count(), 1);
 }
