@@ -190,11 +190,19 @@ fn huge_durations_never_panic() {
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     });
+    // Kept open to the end: top's later lines must not hit a closed pipe.
+    let mut stdout = std::io::BufReader::new(top.take_stdout().expect("stdout"));
     let mut first = String::new();
-    std::io::BufReader::new(top.take_stdout().expect("stdout"))
-        .read_line(&mut first)
-        .expect("read");
+    stdout.read_line(&mut first).expect("read");
     assert!(first.starts_with("fencelock top:"), "{first}");
+    // Blocked in its sleep (past the deadline arithmetic, Ctrl-C handler
+    // installed), or exited: then interrupt it.
+    wait_for("top to sleep", Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{}/stat", top.pid()))
+            .ok()
+            .and_then(|s| Some(s[s.rfind(')')? + 2..].starts_with(['S', 'Z'])))
+            .unwrap_or(true)
+    });
     top.signal(Signal::SIGINT);
     let status = top.wait_timeout(Duration::from_secs(10)).expect("top ends");
     let mut err = String::new();
@@ -204,6 +212,7 @@ fn huge_durations_never_panic() {
         .expect("read");
     assert_no_panic("top --interval", status.code(), &err);
     assert_eq!(status.code(), Some(0), "{err}");
+    drop(stdout);
 
     // A huge ttl is refused, in one line.
     let out = on(&server, &["run", "--ttl", HUGE, "job", "--", "true"])
