@@ -137,9 +137,18 @@ The command gets these environment variables:
 Pass FENCELOCK_FENCE with every write the lock protects (`fencelock write`
 uses it and FENCELOCK_TOKEN by default).
 
-SIGINT, SIGTERM and SIGHUP are forwarded to the command (SIGINT only when
-stdin is not a terminal: a terminal's Ctrl-C already reaches it). If the lock
-is lost, the command gets SIGTERM, then SIGKILL after --kill-grace.
+The lock is held (and renewed) until every process of the command's tree
+has exited, not only the command: background jobs, pipelines, double forks.
+--no-wait-children releases when the command itself exits. A process that
+starts a session of its own (setsid, a daemon) has detached: it is neither
+waited for nor stopped. Without a terminal on stdin the command runs in a
+process group of its own.
+
+SIGINT, SIGTERM and SIGHUP are forwarded to the command (its process group;
+SIGINT only when stdin is not a terminal: a terminal's Ctrl-C already
+reaches it). If the lock is lost, the whole tree gets SIGTERM, then SIGKILL
+after --kill-grace. If fencelock itself dies, even of SIGKILL, a watchdog
+process (fencelock-watch) kills the whole tree at once.
 
 Exit codes: the command's own; 128+N if it died of signal N; 126 not
 executable; 127 not found; 75 lock not acquired (--conflict-exit-code);
@@ -184,6 +193,13 @@ pub(crate) struct RunArgs {
     /// After a lost lock, time between SIGTERM and SIGKILL for the command.
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) kill_grace: Duration,
+
+    /// Release the lock when the command itself exits, even if processes it
+    /// started (in the background, or a double fork) still run; they run on
+    /// without the lock. By default `run` holds and renews the lock until
+    /// every process of the command's tree has exited.
+    #[arg(long)]
+    pub(crate) no_wait_children: bool,
 
     /// Run STRING with `sh -c` instead of a command and arguments.
     #[arg(short = 'c', value_name = "STRING", conflicts_with = "command")]

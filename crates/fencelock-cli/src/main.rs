@@ -9,7 +9,8 @@
 //! | `top` | `fencelock top`: a live view of the locks under a pattern (SCAN) |
 //! | `diagnostics` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
 //! | `exit` | exit codes (sysexits-style, as in the README) |
-//! | `child` | child processes that die with `fencelock` |
+//! | `child` | child processes that die with `fencelock`; why a command could not start |
+//! | `watchdog` | the process between `run` and its command that ties the command tree to the lock |
 //! | `private_redis` | a private redis-server for commands run without `--redis` |
 //! | `bench` | `fencelock bench`: speed and fairness next to Redis's own round trip |
 //! | `demo` | `fencelock demo`: the guide's scenario with a printed timeline |
@@ -28,6 +29,7 @@ mod inspect;
 mod private_redis;
 mod run;
 mod top;
+mod watchdog;
 
 use std::process::ExitCode;
 
@@ -36,6 +38,12 @@ use clap::Parser;
 use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // `run` starts this binary again as the watchdog of its command: no
+    // command-line parsing, no runtime, no threads.
+    let mut raw = std::env::args_os().skip(1);
+    if raw.next().as_deref() == Some(std::ffi::OsStr::new(watchdog::ARG)) {
+        return ExitCode::from(watchdog::main(raw.collect()));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {

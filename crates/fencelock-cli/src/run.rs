@@ -14,11 +14,12 @@ use fencelock::{Lease, LockClient, LockState, ReleaseOutcome};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
+
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::cli::{Global, RunArgs};
-use crate::{connect, exit};
+use crate::{connect, exit, watchdog};
 
 /// Exit code when the lock was lost while the command ran.
 pub(crate) const LOST: u8 = 76;
@@ -67,14 +68,17 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
     // Without a terminal, the command gets a process group of its own, so a
     // lost lock stops the whole command tree (a shell's children included),
     // not just its first process. With a terminal it stays in our foreground
-    // group so job control and terminal input keep working.
-    let own_group = !std::io::stdin().is_terminal();
-    let mut cmd = Command::new(&program);
-    if own_group {
-        cmd.process_group(0);
-    }
-    crate::child::die_with_parent(&mut cmd);
-    cmd.args(&program_args)
+    // group so job control and terminal input keep working. Either way the
+    // watchdog (see `watchdog`) sees every process of the tree, waits for
+    // them and kills them all if this process dies.
+    let mode = watchdog::Mode {
+        own_group: !std::io::stdin().is_terminal(),
+        wait_children: !args.no_wait_children,
+        verbose: args.verbose,
+    };
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("fencelock")
+        .args(watchdog::args(mode, &args.name, &program, &program_args))
         .env("FENCELOCK_NAME", &args.name)
         .env("FENCELOCK_KEY", lease.key())
         .env("FENCELOCK_TOKEN", lease.token())
@@ -84,23 +88,23 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
-    let child = match cmd.spawn() {
+    // SAFETY: between fork and exec, one async-signal-safe sigprocmask call.
+    unsafe {
+        cmd.pre_exec(watchdog::block_signals);
+    }
+    let watchdog = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
             let _ = lease.release().await;
-            return Ok(match e.kind() {
-                std::io::ErrorKind::NotFound => {
-                    eprintln!("fencelock: {program}: command not found");
-                    127
-                }
-                _ => {
-                    eprintln!("fencelock: {program}: cannot execute: {e}");
-                    126
-                }
-            });
+            return Err(exit::fail(
+                exit::SOFTWARE,
+                format!(
+                    "cannot start the command's watchdog process (this binary, from /proc/self/exe): {e}"
+                ),
+            ));
         }
     };
-    let code = supervise(child, own_group, lease, &mut signals, args.kill_grace).await;
+    let code = supervise(watchdog, lease, &mut signals, args.kill_grace).await;
     if args.verbose {
         crate::diagnostics::report_lag(&client, args.ttl);
     }
@@ -121,41 +125,63 @@ fn command_line(args: &RunArgs) -> anyhow::Result<(String, Vec<String>)> {
     }
 }
 
-/// Waits for the command, the loss of the lock, or a signal to forward.
+/// Waits for the watchdog (the command tree), the loss of the lock, or a
+/// signal to forward. The watchdog's exit code is the command's (or
+/// 128+N); on a lost lock the tree gets SIGTERM (SIGUSR1 to the watchdog),
+/// then SIGKILL after the grace (SIGUSR2).
 async fn supervise(
-    mut child: Child,
-    own_group: bool,
+    mut watchdog: Child,
     lease: Lease,
     signals: &mut Signals,
     grace: Duration,
 ) -> anyhow::Result<u8> {
-    // A negative pid addresses the child's whole process group.
-    let target = child
+    let pid = watchdog
         .id()
-        .map(|id| Pid::from_raw(if own_group { -(id as i32) } else { id as i32 }));
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let tell = |sig: Signal| {
+        if let Some(pid) = pid {
+            let _ = kill(pid, sig);
+        }
+    };
+    let mut lost = false;
+    // When to escalate to SIGKILL; `None` before the loss, and after the
+    // escalation or for a grace beyond any deadline.
+    let mut kill_at: Option<Instant> = None;
     let status = loop {
         tokio::select! {
-            status = child.wait() => break status?,
-            () = lease.lost() => {
+            status = watchdog.wait() => break status?,
+            () = lease.lost(), if !lost => {
                 let reason = lease.loss_reason().map(|r| r.to_string()).unwrap_or_default();
                 eprintln!(
                     "fencelock: lock {:?} (fence {}) was lost while the command ran ({reason}); stopping it",
                     lease.name(),
                     lease.fence()
                 );
-                stop_child(&mut child, target, grace).await;
-                let _ = lease.release().await;
-                return Ok(LOST);
+                lost = true;
+                tell(Signal::SIGUSR1);
+                kill_at = Instant::now().checked_add(grace);
+            }
+            () = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                tell(Signal::SIGUSR2);
+                kill_at = None;
             }
             sig = signals.next() => {
-                if let Some(target) = target
-                    && signals.should_forward(sig)
-                {
-                    let _ = kill(target, sig);
+                if signals.should_forward(sig) {
+                    tell(sig);
                 }
             }
         }
     };
+    if lost {
+        let _ = lease.release().await;
+        return Ok(LOST);
+    }
+    if let Some(sig) = status.signal() {
+        eprintln!(
+            "fencelock: the command's watchdog process was killed by signal {sig}; the command was killed with it"
+        );
+    }
     let name = lease.name().to_string();
     let fence = lease.fence();
     match lease.release().await {
@@ -173,20 +199,6 @@ async fn supervise(
         }
     }
     Ok(exit_code(status))
-}
-
-/// SIGTERM, then SIGKILL if the command is still running after `grace`.
-/// `target` is the child or its process group.
-async fn stop_child(child: &mut Child, target: Option<Pid>, grace: Duration) {
-    let Some(target) = target else { return };
-    let _ = kill(target, Signal::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        let _ = kill(target, Signal::SIGKILL);
-        let _ = child.wait().await;
-    } else if target.as_raw() < 0 {
-        // The first process ended; stop whatever it left behind in its group.
-        let _ = kill(target, Signal::SIGKILL);
-    }
 }
 
 /// The command's exit code, or 128+N if it died of signal N.
