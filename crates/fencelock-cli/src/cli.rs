@@ -151,7 +151,7 @@ after --kill-grace. If fencelock itself dies, even of SIGKILL, a watchdog
 process (fencelock-watch) kills the whole tree at once.
 
 Exit codes: the command's own; 128+N if it died of signal N; 126 not
-executable; 127 not found; 75 lock not acquired (--conflict-exit-code);
+executable (no permission, or its #! interpreter is missing); 127 not found; 75 lock not acquired (--conflict-exit-code);
 76 lock lost while the command ran; 69 Redis unreachable; 64 usage.
 
 Examples:

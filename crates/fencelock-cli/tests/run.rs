@@ -540,3 +540,51 @@ fn wait_mode_is_applied() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--wait-mode"));
 }
+
+/// A command that cannot start is told apart as a shell does: 127 only when
+/// no such file exists; 126 for a script whose `#!` interpreter is missing
+/// (the message names it) and for a file that is not executable.
+#[test]
+fn exec_errors_name_what_is_missing() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad_interpreter = dir.path().join("bad-interpreter.sh");
+    std::fs::write(&bad_interpreter, "#!/nonexistent/interpreter -e\nexit 0\n").expect("write");
+    std::fs::set_permissions(&bad_interpreter, std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let not_executable = dir.path().join("not-executable.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").expect("write");
+    let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+    let cases = [
+        (
+            path(&bad_interpreter),
+            126,
+            "bad interpreter: \"/nonexistent/interpreter\" not found",
+        ),
+        (path(&not_executable), 126, "permission denied"),
+        (
+            "/nonexistent/command".to_string(),
+            127,
+            "/nonexistent/command: command not found",
+        ),
+        (
+            "no-such-command-on-path".to_string(),
+            127,
+            "command not found",
+        ),
+    ];
+    for (program, code, message) in cases {
+        let out = fencelock(&server, &["run", "j", "--", &program])
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{program}: {stderr}");
+        assert!(stderr.contains(message), "{program}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(
+            !exists(&server, "lock:{j}"),
+            "{program} left the lock behind"
+        );
+    }
+}
