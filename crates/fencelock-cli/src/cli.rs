@@ -94,10 +94,10 @@ pub(crate) enum Command {
     )]
     Status(StatusArgs),
 
-    /// Read a fenced Redis hash resource: value, fence, holder.
-    #[command(
-        after_help = "Examples:\n  fencelock read invoice:42\n  fencelock read invoice:42 --json"
-    )]
+    /// Read a fenced Redis hash resource: value, fence, holder. With
+    /// --register, first record the caller's fence at the resource (safe
+    /// read-modify-write).
+    #[command(after_help = READ_HELP)]
     Read(ReadArgs),
 
     /// Write a fenced Redis hash resource: accepted only if the fence is newer
@@ -106,6 +106,11 @@ pub(crate) enum Command {
         after_help = "Examples:\n  fencelock write invoice:42 closed --fence 1796030814974827 --holder 3f2a…\n  # inside `fencelock run`, --fence and --holder default to the lock's own:\n  fencelock run invoice-42 -- sh -c 'fencelock write invoice:42 closed'\n\nExit codes: 0 accepted, 3 rejected as stale (a newer holder wrote)."
     )]
     Write(WriteArgs),
+
+    /// Fenced read-modify-write of a Redis hash resource: register the fence,
+    /// give the current value to CMD, write CMD's output as the new value.
+    #[command(after_help = UPDATE_HELP)]
+    Update(UpdateArgs),
 
     /// Show the locks under a pattern, live: name, holder, fence, ttl left and
     /// waiters (found with SCAN, never KEYS).
@@ -158,6 +163,44 @@ Examples:
   fencelock run nightly-report -- ./report.sh --date today
   fencelock run --no-wait --conflict-exit-code 0 cleanup -- ./cleanup.sh
   fencelock run --ttl 30s --wait 2m migrate -c 'make migrate && make seed'";
+
+const READ_HELP: &str = "\
+With --register, the caller's fence (--fence, --holder: inside `fencelock
+run`, the lock's own) is recorded at the resource before the value is read,
+under the rule of a write. From then on a stale holder's write can no longer
+land between this read and the caller's write (a lost update that a plain
+read followed by a write allows). Exit 3 if the resource already holds a
+newer fence: do not write then.
+
+Examples:
+  fencelock read invoice:42
+  fencelock read invoice:42 --json
+  # read-modify-write inside `fencelock run` (or use `fencelock update`):
+  v=$(fencelock read --register counter --json | jq -r '.value // 0') &&
+    fencelock write counter $((v + 1))
+
+Exit codes: 0 read; 3 --register rejected (a newer fence took over).";
+
+const UPDATE_HELP: &str = "\
+CMD runs directly (no shell: use sh -c for a pipeline). It gets the current
+value on stdin followed by one newline (nothing when there is no value), and
+in FENCELOCK_VALUE (unset when there is no value, or when the value is over
+64 KiB or holds a NUL byte). Its stdout, less one trailing newline, becomes
+the new value: `cat` leaves it unchanged. CMD's stderr passes through.
+
+The fence is registered at the resource before the value is read, so no
+stale holder's write can land between this read and this write: concurrent
+updates under `fencelock run` never lose one (a plain `fencelock read`
+followed by `fencelock write` can).
+
+Exit codes: 0 written; 3 rejected, nothing written: a newer fence took over
+(at register or at write); CMD's own code (128+N if it died of signal N) if
+it failed, nothing written; 126/127 CMD not executable / not found; 65 CMD's
+output is not UTF-8 text, nothing written.
+
+Examples:
+  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'
+  fencelock run invoice-42 -- fencelock update invoice:42 -- jq -c '.status = \"closed\"'";
 
 /// Options of `run`.
 #[derive(Debug, Args)]
@@ -257,9 +300,41 @@ pub(crate) struct StatusArgs {
 pub(crate) struct ReadArgs {
     /// The resource's Redis key.
     pub(crate) resource: String,
+    /// Record the caller's fence at the resource before reading (exit 3 if a
+    /// newer fence is there).
+    #[arg(long)]
+    pub(crate) register: bool,
+    /// With --register: the caller's fence (inside `fencelock run`: the
+    /// lock's own).
+    #[arg(long, env = "FENCELOCK_FENCE", value_name = "N")]
+    pub(crate) fence: Option<fencelock::Fence>,
+    /// With --register: the caller's holder token (inside `fencelock run`:
+    /// the lock's own).
+    #[arg(long, env = "FENCELOCK_TOKEN", value_name = "TOKEN")]
+    pub(crate) holder: Option<String>,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// Options of `update`.
+#[derive(Debug, Args)]
+pub(crate) struct UpdateArgs {
+    /// The resource's Redis key.
+    pub(crate) resource: String,
+    /// The writer's fence (inside `fencelock run`: the lock's own).
+    #[arg(long, env = "FENCELOCK_FENCE", value_name = "N")]
+    pub(crate) fence: fencelock::Fence,
+    /// The writer's holder token (inside `fencelock run`: the lock's own).
+    #[arg(long, env = "FENCELOCK_TOKEN", value_name = "TOKEN")]
+    pub(crate) holder: String,
+    /// Print one JSON object on stdout instead of a line of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The command that computes the new value, and its arguments, after
+    /// `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<String>,
 }
 
 /// Options of `write`.

@@ -5,7 +5,7 @@
 //! | `cli` | command-line syntax (clap) and global options |
 //! | `connect` | global options to a connected client and lock options |
 //! | `run` | `fencelock run`: a supervised command under a lock |
-//! | `inspect` | `status`, `read`, `write` |
+//! | `inspect` | `status`, `read`, `write`, `update` |
 //! | `top` | `fencelock top`: a live view of the locks under a pattern (SCAN) |
 //! | `diagnostics` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
 //! | `exit` | exit codes (sysexits-style, as in the README) |
@@ -83,6 +83,7 @@ fn main() -> ExitCode {
             Command::Status(args) => inspect::status(&cli.global, args).await,
             Command::Read(args) => inspect::read(&cli.global, args).await,
             Command::Write(args) => inspect::write(&cli.global, args).await,
+            Command::Update(args) => inspect::update(&cli.global, args).await,
             Command::Bench(args) => bench::run(&cli.global, args).await,
             Command::Demo(args) => demo::run(&cli.global, args).await,
         }
