@@ -26,7 +26,13 @@ pub(crate) struct Global {
     /// TLS, `unix:///path/to/socket[?db=N&pass=PASSWORD]` (default:
     /// `redis://127.0.0.1:6379`; `demo` and `bench` start a private
     /// redis-server instead). Passwords are never printed.
-    #[arg(long, global = true, env = "FENCELOCK_REDIS_URL", value_name = "URL")]
+    #[arg(
+        long,
+        global = true,
+        env = "FENCELOCK_REDIS_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     pub(crate) redis: Option<String>,
 
     /// Key prefix of the locks.
@@ -140,7 +146,12 @@ The command gets these environment variables:
   FENCELOCK_NAME, FENCELOCK_KEY, FENCELOCK_TOKEN, FENCELOCK_FENCE,
   FENCELOCK_TTL_MS, FENCELOCK_REDIS_URL
 Pass FENCELOCK_FENCE with every write the lock protects (`fencelock write`
-uses it and FENCELOCK_TOKEN by default).
+and `fencelock update` use it and FENCELOCK_TOKEN by default).
+FENCELOCK_TOKEN is the holder's secret (whoever has it can write as the
+holder), and FENCELOCK_REDIS_URL includes the Redis password if the URL
+has one: the command and every process it starts can read them (so can
+anyone allowed to read its /proc/PID/environ). --no-url-env leaves
+FENCELOCK_REDIS_URL out.
 
 The lock is held (and renewed) until every process of the command's tree
 has exited, not only the command: background jobs, pipelines, double forks.
@@ -226,7 +237,7 @@ pub(crate) struct RunArgs {
     /// `fair` (first come, first served; `--no-wait` is refused while anyone
     /// waits) or `poll` (retry with backoff; needs no pub/sub permission).
     /// Use one mode for all workers of a name.
-    #[arg(long, value_enum, env = "FENCELOCK_WAIT_MODE", default_value_t = WaitModeArg::Notify, value_name = "MODE")]
+    #[arg(long, value_enum, env = "FENCELOCK_WAIT_MODE", hide_env_values = true, default_value_t = WaitModeArg::Notify, value_name = "MODE")]
     pub(crate) wait_mode: WaitModeArg,
 
     /// Exit code when the lock is not acquired.
@@ -236,6 +247,12 @@ pub(crate) struct RunArgs {
     /// After a lost lock, time between SIGTERM and SIGKILL for the command.
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) kill_grace: Duration,
+
+    /// Do not pass FENCELOCK_REDIS_URL to the command: it holds the Redis
+    /// password if the URL has one. A `fencelock` inside then needs --redis
+    /// (or its own FENCELOCK_REDIS_URL).
+    #[arg(long)]
+    pub(crate) no_url_env: bool,
 
     /// Release the lock when the command itself exits, even if processes it
     /// started (in the background, or a double fork) still run; they run on
@@ -306,11 +323,21 @@ pub(crate) struct ReadArgs {
     pub(crate) register: bool,
     /// With --register: the caller's fence (inside `fencelock run`: the
     /// lock's own).
-    #[arg(long, env = "FENCELOCK_FENCE", value_name = "N")]
+    #[arg(
+        long,
+        env = "FENCELOCK_FENCE",
+        hide_env_values = true,
+        value_name = "N"
+    )]
     pub(crate) fence: Option<fencelock::Fence>,
     /// With --register: the caller's holder token (inside `fencelock run`:
     /// the lock's own).
-    #[arg(long, env = "FENCELOCK_TOKEN", value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "FENCELOCK_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub(crate) holder: Option<String>,
     /// Print one JSON object on stdout.
     #[arg(long)]
@@ -323,10 +350,20 @@ pub(crate) struct UpdateArgs {
     /// The resource's Redis key.
     pub(crate) resource: String,
     /// The writer's fence (inside `fencelock run`: the lock's own).
-    #[arg(long, env = "FENCELOCK_FENCE", value_name = "N")]
+    #[arg(
+        long,
+        env = "FENCELOCK_FENCE",
+        hide_env_values = true,
+        value_name = "N"
+    )]
     pub(crate) fence: fencelock::Fence,
     /// The writer's holder token (inside `fencelock run`: the lock's own).
-    #[arg(long, env = "FENCELOCK_TOKEN", value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "FENCELOCK_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub(crate) holder: String,
     /// Print one JSON object on stdout instead of a line of text.
     #[arg(long)]
@@ -345,10 +382,20 @@ pub(crate) struct WriteArgs {
     /// The value to store.
     pub(crate) value: String,
     /// The writer's fence (inside `fencelock run`: the lock's own).
-    #[arg(long, env = "FENCELOCK_FENCE", value_name = "N")]
+    #[arg(
+        long,
+        env = "FENCELOCK_FENCE",
+        hide_env_values = true,
+        value_name = "N"
+    )]
     pub(crate) fence: fencelock::Fence,
     /// The writer's holder token (inside `fencelock run`: the lock's own).
-    #[arg(long, env = "FENCELOCK_TOKEN", value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "FENCELOCK_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub(crate) holder: String,
     /// Print one JSON object on stdout.
     #[arg(long)]
@@ -461,4 +508,31 @@ pub(crate) fn parse_host_port(s: &str) -> Result<std::net::SocketAddr, String> {
         .or_else(|| addrs.first())
         .copied()
         .ok_or_else(|| format!("host {host:?} has no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap prints `[env: NAME=value]` in --help unless told not to: the
+    /// Redis URL (password) and FENCELOCK_TOKEN (the holder's secret)
+    /// would be shown.
+    #[test]
+    fn help_never_shows_environment_values() {
+        fn check(command: &clap::Command, path: &str) {
+            for arg in command.get_arguments() {
+                if arg.get_env().is_some() {
+                    assert!(
+                        arg.is_hide_env_values_set(),
+                        "{path} --{}: hide_env_values",
+                        arg.get_id()
+                    );
+                }
+            }
+            for sub in command.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        check(&super::Cli::command(), "fencelock");
+    }
 }

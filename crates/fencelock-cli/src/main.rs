@@ -9,6 +9,7 @@
 //! | `top` | `fencelock top`: a live view of the locks under a pattern (SCAN) |
 //! | `diagnostics` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
 //! | `exit` | exit codes (sysexits-style, as in the README) |
+//! | `redact` | credentials kept out of every output: URLs shown without passwords, messages and logs scrubbed |
 //! | `child` | child processes that die with `fencelock`; why a command could not start |
 //! | `watchdog` | the process between `run` and its command that ties the command tree to the lock |
 //! | `private_redis` | a private redis-server for commands run without `--redis` |
@@ -27,6 +28,7 @@ mod diagnostics;
 mod exit;
 mod inspect;
 mod private_redis;
+mod redact;
 mod run;
 mod top;
 mod watchdog;
@@ -47,7 +49,7 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
-            eprintln!("{}", usage_line(&e));
+            eprintln!("{}", redact::scrub(&usage_line(&e)));
             return ExitCode::from(exit::USAGE);
         }
         Err(e) => {
@@ -56,12 +58,13 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::OK);
         }
     };
+    redact::remember(&connect::url(&cli.global));
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FENCELOCK_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(redact::Stderr)
         .init();
     // One thread for the commands (children forked from it die with it, see
     // `child`); the benchmark needs real parallelism between its workers.
@@ -92,7 +95,7 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             let code = exit::code_for(&e);
-            eprintln!("fencelock: {}", exit::one_line(&e));
+            eprintln!("fencelock: {}", redact::scrub(&exit::one_line(&e)));
             ExitCode::from(code)
         }
     }

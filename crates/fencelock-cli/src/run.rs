@@ -19,7 +19,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::cli::{Global, RunArgs};
-use crate::{connect, exit, watchdog};
+use crate::{connect, exit, redact, watchdog};
 
 /// Exit code when the lock was lost while the command ran.
 pub(crate) const LOST: u8 = 76;
@@ -58,7 +58,7 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
         Ok(lease) => lease,
         Err(e) if e.is_contended() => {
             if !args.quiet {
-                eprintln!("fencelock: {e}");
+                eprintln!("fencelock: {}", redact::scrub(&e.to_string()));
             }
             return Ok(args.conflict_exit_code);
         }
@@ -84,10 +84,17 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
         .env("FENCELOCK_TOKEN", lease.token())
         .env("FENCELOCK_FENCE", lease.fence().to_string())
         .env("FENCELOCK_TTL_MS", lease.ttl().as_millis().to_string())
-        .env("FENCELOCK_REDIS_URL", connect::url(global))
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
+    if args.no_url_env {
+        // Also one inherited from our own environment.
+        cmd.env_remove("FENCELOCK_REDIS_URL");
+    } else {
+        // With its password, if it has one: nested `fencelock write` and
+        // `update` need it to reach the same Redis.
+        cmd.env("FENCELOCK_REDIS_URL", connect::url(global));
+    }
     // SAFETY: between fork and exec, one async-signal-safe sigprocmask call.
     unsafe {
         cmd.pre_exec(watchdog::block_signals);
@@ -152,7 +159,10 @@ async fn supervise(
         tokio::select! {
             status = watchdog.wait() => break status?,
             () = lease.lost(), if !lost => {
-                let reason = lease.loss_reason().map(|r| r.to_string()).unwrap_or_default();
+                let reason = lease
+                    .loss_reason()
+                    .map(|r| redact::scrub(&r.to_string()))
+                    .unwrap_or_default();
                 eprintln!(
                     "fencelock: lock {:?} (fence {}) was lost while the command ran ({reason}); stopping it",
                     lease.name(),
@@ -187,6 +197,7 @@ async fn supervise(
     match lease.release().await {
         Ok(ReleaseOutcome::Released) => {}
         Ok(ReleaseOutcome::NotOurs(reason)) => {
+            let reason = redact::scrub(&reason.to_string());
             eprintln!(
                 "fencelock: lock {name:?} (fence {fence}) was no longer ours when the command ended ({reason}): it may have overlapped with another holder"
             );
@@ -195,7 +206,10 @@ async fn supervise(
         Ok(other) => tracing::warn!(?other, "unexpected release outcome"),
         Err(e) => {
             // The lock expires by itself after its ttl.
-            eprintln!("fencelock: warning: could not release lock {name:?}: {e}");
+            eprintln!(
+                "fencelock: warning: could not release lock {name:?}: {}",
+                redact::scrub(&e.to_string())
+            );
         }
     }
     Ok(exit_code(status))
