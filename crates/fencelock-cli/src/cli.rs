@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "fencelock",
     version,
     about = "Distributed locks with fencing tokens on Redis",
-    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable,\n       127 not found, 75 lock not acquired (--conflict-exit-code), 76 lock lost\n       while the command ran\n  write: 0 accepted, 3 rejected as stale\n  all: 64 usage, 69 Redis unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a key of the wrong type, redis-server missing)"
+    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable\n       (or its #! interpreter is missing), 127 not found, 75 lock not acquired\n       (--conflict-exit-code), 76 lock lost while the command ran\n  write, update, read --register: 0 done, 3 rejected as stale (nothing written)\n  update: the command's own code if it failed, 65 its output is not text\n  all: 64 usage, 69 Redis unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a key of the wrong type, redis-server missing)"
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -187,8 +187,8 @@ Examples:
   fencelock read invoice:42
   fencelock read invoice:42 --json
   # read-modify-write inside `fencelock run` (or use `fencelock update`):
-  v=$(fencelock read --register counter --json | jq -r '.value // 0') &&
-    fencelock write counter $((v + 1))
+  j=$(fencelock read --register counter --json) &&
+    v=$(echo \"$j\" | jq -r '.value // 0') && fencelock write counter $((v + 1))
 
 Exit codes: 0 read; 3 --register rejected (a newer fence took over).";
 
