@@ -179,8 +179,8 @@ fn run_holds_the_lock_until_the_command_tree_has_exited() {
     let (p_daemon, daemon) = recorded(dir.path(), "daemon", "sleep 30");
     let script = format!(
         "setsid {daemon} & \
-         (echo $$ > {pid}; sh -c 'while [ ! -f {go} ]; do sleep 0.02; done; \
-            \"$FENCELOCK_BIN\" status job --json > {status}') & echo x",
+         sh -c 'echo $$ > {pid}; while [ ! -f {go} ]; do sleep 0.02; done; \
+            \"$FENCELOCK_BIN\" status job --json > {status}' & echo x",
         pid = leftover_pid.display(),
         go = go.display(),
         status = status.display(),
@@ -190,10 +190,16 @@ fn run_holds_the_lock_until_the_command_tree_has_exited() {
         &["run", "--ttl", "300ms", "--verbose", "job", "-c", &script],
     ));
     pid_in(&p_daemon, &mut pids);
+    let leftover = pid_in(&leftover_pid, &mut pids);
     let mut stderr = StderrLines::of(&mut run);
     assert!(
         stderr.until("holding lock"),
         "run must hold the lock for the leftover: {}",
+        stderr.seen
+    );
+    assert!(
+        stderr.seen.contains(&leftover.to_string()),
+        "the leftover is named: {}",
         stderr.seen
     );
     assert!(
