@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "fencelock",
     version,
     about = "Distributed locks with fencing tokens on Redis",
-    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable,\n       127 not found, 75 lock not acquired (--conflict-exit-code), 76 lock lost\n       while the command ran\n  write: 0 accepted, 3 rejected as stale\n  all: 64 usage, 69 Redis unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a key of the wrong type, redis-server missing)"
+    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable\n       (or its #! interpreter is missing), 127 not found, 75 lock not acquired\n       (--conflict-exit-code), 76 lock lost while the command ran\n  write, update, read --register: 0 done, 3 rejected as stale (nothing written)\n  update: the command's own code if it failed, 65 its output is not text\n  all: 64 usage, 69 Redis unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a key of the wrong type, redis-server missing)"
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -22,10 +22,17 @@ pub(crate) struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// Redis URL (redis://[user:password@]host:port[/db], rediss:// for TLS)
-    /// [default: redis://127.0.0.1:6379; `demo` and `bench` start a private
-    /// redis-server instead]
-    #[arg(long, global = true, env = "FENCELOCK_REDIS_URL", value_name = "URL")]
+    /// Redis URL: `redis://[user:password@]host:port[/db]`, `rediss://` for
+    /// TLS, `unix:///path/to/socket[?db=N&pass=PASSWORD]` (default:
+    /// `redis://127.0.0.1:6379`; `demo` and `bench` start a private
+    /// redis-server instead). Passwords are never printed.
+    #[arg(
+        long,
+        global = true,
+        env = "FENCELOCK_REDIS_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     pub(crate) redis: Option<String>,
 
     /// Key prefix of the locks.
@@ -93,10 +100,10 @@ pub(crate) enum Command {
     )]
     Status(StatusArgs),
 
-    /// Read a fenced Redis hash resource: value, fence, holder.
-    #[command(
-        after_help = "Examples:\n  fencelock read invoice:42\n  fencelock read invoice:42 --json"
-    )]
+    /// Read a fenced Redis hash resource: value, fence, holder. With
+    /// --register, first record the caller's fence at the resource (safe
+    /// read-modify-write).
+    #[command(after_help = READ_HELP)]
     Read(ReadArgs),
 
     /// Write a fenced Redis hash resource: accepted only if the fence is newer
@@ -105,6 +112,11 @@ pub(crate) enum Command {
         after_help = "Examples:\n  fencelock write invoice:42 closed --fence 1796030814974827 --holder 3f2a…\n  # inside `fencelock run`, --fence and --holder default to the lock's own:\n  fencelock run invoice-42 -- sh -c 'fencelock write invoice:42 closed'\n\nExit codes: 0 accepted, 3 rejected as stale (a newer holder wrote)."
     )]
     Write(WriteArgs),
+
+    /// Fenced read-modify-write of a Redis hash resource: register the fence,
+    /// give the current value to CMD, write CMD's output as the new value.
+    #[command(after_help = UPDATE_HELP)]
+    Update(UpdateArgs),
 
     /// Show the locks under a pattern, live: name, holder, fence, ttl left and
     /// waiters (found with SCAN, never KEYS).
@@ -134,20 +146,72 @@ The command gets these environment variables:
   FENCELOCK_NAME, FENCELOCK_KEY, FENCELOCK_TOKEN, FENCELOCK_FENCE,
   FENCELOCK_TTL_MS, FENCELOCK_REDIS_URL
 Pass FENCELOCK_FENCE with every write the lock protects (`fencelock write`
-uses it and FENCELOCK_TOKEN by default).
+and `fencelock update` use it and FENCELOCK_TOKEN by default).
+FENCELOCK_TOKEN is the holder's secret (whoever has it can write as the
+holder), and FENCELOCK_REDIS_URL includes the Redis password if the URL
+has one: the command and every process it starts can read them (so can
+anyone allowed to read its /proc/PID/environ). --no-url-env leaves
+FENCELOCK_REDIS_URL out.
 
-SIGINT, SIGTERM and SIGHUP are forwarded to the command (SIGINT only when
-stdin is not a terminal: a terminal's Ctrl-C already reaches it). If the lock
-is lost, the command gets SIGTERM, then SIGKILL after --kill-grace.
+The lock is held (and renewed) until every process of the command's tree
+has exited, not only the command: background jobs, pipelines, double forks.
+--no-wait-children releases when the command itself exits. A process that
+starts a session of its own (setsid, a daemon) has detached: it is neither
+waited for nor stopped. Without a terminal on stdin the command runs in a
+process group of its own.
+
+SIGINT, SIGTERM and SIGHUP are forwarded to the command (its process group;
+SIGINT only when stdin is not a terminal: a terminal's Ctrl-C already
+reaches it). If the lock is lost, the whole tree gets SIGTERM, then SIGKILL
+after --kill-grace. If fencelock itself dies, even of SIGKILL, a watchdog
+process (fencelock-watch) kills the whole tree at once.
 
 Exit codes: the command's own; 128+N if it died of signal N; 126 not
-executable; 127 not found; 75 lock not acquired (--conflict-exit-code);
+executable (no permission, or its #! interpreter is missing); 127 not found; 75 lock not acquired (--conflict-exit-code);
 76 lock lost while the command ran; 69 Redis unreachable; 64 usage.
 
 Examples:
   fencelock run nightly-report -- ./report.sh --date today
   fencelock run --no-wait --conflict-exit-code 0 cleanup -- ./cleanup.sh
   fencelock run --ttl 30s --wait 2m migrate -c 'make migrate && make seed'";
+
+const READ_HELP: &str = "\
+With --register, the caller's fence (--fence, --holder: inside `fencelock
+run`, the lock's own) is recorded at the resource before the value is read,
+under the rule of a write. From then on a stale holder's write can no longer
+land between this read and the caller's write (a lost update that a plain
+read followed by a write allows). Exit 3 if the resource already holds a
+newer fence: do not write then.
+
+Examples:
+  fencelock read invoice:42
+  fencelock read invoice:42 --json
+  # read-modify-write inside `fencelock run` (or use `fencelock update`):
+  j=$(fencelock read --register counter --json) &&
+    v=$(echo \"$j\" | jq -r '.value // 0') && fencelock write counter $((v + 1))
+
+Exit codes: 0 read; 3 --register rejected (a newer fence took over).";
+
+const UPDATE_HELP: &str = "\
+CMD runs directly (no shell: use sh -c for a pipeline). It gets the current
+value on stdin followed by one newline (nothing when there is no value), and
+in FENCELOCK_VALUE (unset when there is no value, or when the value is over
+64 KiB or holds a NUL byte). Its stdout, less one trailing newline, becomes
+the new value: `cat` leaves it unchanged. CMD's stderr passes through.
+
+The fence is registered at the resource before the value is read, so no
+stale holder's write can land between this read and this write: concurrent
+updates under `fencelock run` never lose one (a plain `fencelock read`
+followed by `fencelock write` can).
+
+Exit codes: 0 written; 3 rejected, nothing written: a newer fence took over
+(at register or at write); CMD's own code (128+N if it died of signal N) if
+it failed, nothing written; 126/127 CMD not executable / not found; 65 CMD's
+output is not UTF-8 text, nothing written.
+
+Examples:
+  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'
+  fencelock run invoice-42 -- fencelock update invoice:42 -- jq -c '.status = \"closed\"'";
 
 /// Options of `run`.
 #[derive(Debug, Args)]
@@ -159,13 +223,22 @@ pub(crate) struct RunArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) ttl: Duration,
 
-    /// How long to wait for the lock if it is held.
+    /// How long to wait for the lock if it is held (beyond 100 years:
+    /// forever).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
     pub(crate) wait: Duration,
 
     /// Try once; do not wait if the lock is held.
     #[arg(long)]
     pub(crate) no_wait: bool,
+
+    /// How to wait for a held lock: `notify` (a release wakes the first
+    /// waiter; a waiter that has waited 10 ms gets the lock handed over),
+    /// `fair` (first come, first served; `--no-wait` is refused while anyone
+    /// waits) or `poll` (retry with backoff; needs no pub/sub permission).
+    /// Use one mode for all workers of a name.
+    #[arg(long, value_enum, env = "FENCELOCK_WAIT_MODE", hide_env_values = true, default_value_t = WaitModeArg::Notify, value_name = "MODE")]
+    pub(crate) wait_mode: WaitModeArg,
 
     /// Exit code when the lock is not acquired.
     #[arg(long, default_value_t = 75, value_name = "N")]
@@ -174,6 +247,19 @@ pub(crate) struct RunArgs {
     /// After a lost lock, time between SIGTERM and SIGKILL for the command.
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) kill_grace: Duration,
+
+    /// Do not pass FENCELOCK_REDIS_URL to the command: it holds the Redis
+    /// password if the URL has one. A `fencelock` inside then needs --redis
+    /// (or its own FENCELOCK_REDIS_URL).
+    #[arg(long)]
+    pub(crate) no_url_env: bool,
+
+    /// Release the lock when the command itself exits, even if processes it
+    /// started (in the background, or a double fork) still run; they run on
+    /// without the lock. By default `run` holds and renews the lock until
+    /// every process of the command's tree has exited.
+    #[arg(long)]
+    pub(crate) no_wait_children: bool,
 
     /// Run STRING with `sh -c` instead of a command and arguments.
     #[arg(short = 'c', value_name = "STRING", conflicts_with = "command")]
@@ -189,8 +275,9 @@ pub(crate) struct RunArgs {
     pub(crate) verbose: bool,
 
     /// Serve Prometheus metrics at http://HOST:PORT/metrics while the command
-    /// runs.
-    #[arg(long, value_name = "HOST:PORT")]
+    /// runs. HOST is an address or a name (`localhost:9464`), resolved at
+    /// start (its first IPv4 address if it has one).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_host_port)]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
 
     /// The command and its arguments, after `--`.
@@ -230,9 +317,61 @@ pub(crate) struct StatusArgs {
 pub(crate) struct ReadArgs {
     /// The resource's Redis key.
     pub(crate) resource: String,
+    /// Record the caller's fence at the resource before reading (exit 3 if a
+    /// newer fence is there).
+    #[arg(long)]
+    pub(crate) register: bool,
+    /// With --register: the caller's fence (inside `fencelock run`: the
+    /// lock's own).
+    #[arg(
+        long,
+        env = "FENCELOCK_FENCE",
+        hide_env_values = true,
+        value_name = "N"
+    )]
+    pub(crate) fence: Option<fencelock::Fence>,
+    /// With --register: the caller's holder token (inside `fencelock run`:
+    /// the lock's own).
+    #[arg(
+        long,
+        env = "FENCELOCK_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub(crate) holder: Option<String>,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// Options of `update`.
+#[derive(Debug, Args)]
+pub(crate) struct UpdateArgs {
+    /// The resource's Redis key.
+    pub(crate) resource: String,
+    /// The writer's fence (inside `fencelock run`: the lock's own).
+    #[arg(
+        long,
+        env = "FENCELOCK_FENCE",
+        hide_env_values = true,
+        value_name = "N"
+    )]
+    pub(crate) fence: fencelock::Fence,
+    /// The writer's holder token (inside `fencelock run`: the lock's own).
+    #[arg(
+        long,
+        env = "FENCELOCK_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub(crate) holder: String,
+    /// Print one JSON object on stdout instead of a line of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The command that computes the new value, and its arguments, after
+    /// `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<String>,
 }
 
 /// Options of `write`.
@@ -243,10 +382,20 @@ pub(crate) struct WriteArgs {
     /// The value to store.
     pub(crate) value: String,
     /// The writer's fence (inside `fencelock run`: the lock's own).
-    #[arg(long, env = "FENCELOCK_FENCE", value_name = "N")]
+    #[arg(
+        long,
+        env = "FENCELOCK_FENCE",
+        hide_env_values = true,
+        value_name = "N"
+    )]
     pub(crate) fence: fencelock::Fence,
     /// The writer's holder token (inside `fencelock run`: the lock's own).
-    #[arg(long, env = "FENCELOCK_TOKEN", value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "FENCELOCK_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub(crate) holder: String,
     /// Print one JSON object on stdout.
     #[arg(long)]
@@ -330,4 +479,60 @@ pub(crate) struct DemoArgs {
 /// Parses `300ms`, `10s`, `2m`, `1h30m`.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 300ms, 10s, 2m)"))
+}
+
+/// Parses `HOST:PORT`: an IP address (`127.0.0.1:9464`, `[::1]:9464`) or a
+/// host name, resolved now; the first IPv4 address wins (`localhost` then
+/// means 127.0.0.1, as most users expect), else the first address.
+pub(crate) fn parse_host_port(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{SocketAddr, ToSocketAddrs};
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err("expected HOST:PORT, e.g. localhost:9464 or 127.0.0.1:9464".into());
+    };
+    if host.is_empty() {
+        return Err("the host is empty (use e.g. localhost:9464 or 0.0.0.0:9464)".into());
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("port {port:?} is not a number from 0 to 65535"))?;
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve host {host:?}: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| format!("host {host:?} has no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap prints `[env: NAME=value]` in --help unless told not to: the
+    /// Redis URL (password) and FENCELOCK_TOKEN (the holder's secret)
+    /// would be shown.
+    #[test]
+    fn help_never_shows_environment_values() {
+        fn check(command: &clap::Command, path: &str) {
+            for arg in command.get_arguments() {
+                if arg.get_env().is_some() {
+                    assert!(
+                        arg.is_hide_env_values_set(),
+                        "{path} --{}: hide_env_values",
+                        arg.get_id()
+                    );
+                }
+            }
+            for sub in command.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        check(&super::Cli::command(), "fencelock");
+    }
 }

@@ -7,7 +7,8 @@ use crate::cli::Global;
 /// The Redis URL used when neither `--redis` nor `FENCELOCK_REDIS_URL` is set.
 pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
-/// The Redis URL these options name.
+/// The Redis URL these options name, password included: pass it to
+/// clients, never print it (print [`crate::redact::url`] of it).
 pub(crate) fn url(global: &Global) -> String {
     global
         .redis

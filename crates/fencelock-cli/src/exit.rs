@@ -6,6 +6,9 @@ pub(crate) const OK: u8 = 0;
 pub(crate) const FAILED: u8 = 1;
 /// Bad command-line usage (EX_USAGE).
 pub(crate) const USAGE: u8 = 64;
+/// Input data that cannot be used, e.g. a value that is not UTF-8 text
+/// (EX_DATAERR).
+pub(crate) const DATA: u8 = 65;
 /// Redis unreachable or refused us (EX_UNAVAILABLE).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// Internal failure (EX_SOFTWARE).

@@ -1,11 +1,15 @@
-//! `status`, `read` and `write`: look at locks and use fenced resources from
-//! a shell.
+//! `status`, `read`, `write` and `update`: look at locks and use fenced
+//! resources from a shell.
 
-use fencelock::{LockState, WriteOutcome};
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+
+use fencelock::{Fence, LockState, WriteOutcome};
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::cli::{Global, ReadArgs, StatusArgs, WriteArgs};
-use crate::{connect, exit};
+use crate::cli::{Global, ReadArgs, StatusArgs, UpdateArgs, WriteArgs};
+use crate::{child, connect, exit};
 
 /// Exit code of a write rejected as stale.
 pub(crate) const REJECTED: u8 = 3;
@@ -59,16 +63,48 @@ pub(crate) async fn status(global: &Global, args: &StatusArgs) -> anyhow::Result
 
 pub(crate) async fn read(global: &Global, args: &ReadArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
-    let state = client.fenced_hash(&args.resource)?.read().await?;
+    let hash = client.fenced_hash(&args.resource)?;
+    if args.register {
+        let fence = args.fence.ok_or_else(|| {
+            exit::fail(
+                exit::USAGE,
+                "read --register needs the caller's fence: --fence N (inside `fencelock run`, FENCELOCK_FENCE is set)",
+            )
+        })?;
+        let holder = args.holder.as_deref().ok_or_else(|| {
+            exit::fail(
+                exit::USAGE,
+                "read --register needs the caller's holder token: --holder TOKEN (inside `fencelock run`, FENCELOCK_TOKEN is set)",
+            )
+        })?;
+        if let WriteOutcome::Rejected { current_fence, .. } = hash.register(fence, holder).await? {
+            if args.json {
+                println!(
+                    "{}",
+                    json!({
+                        "resource": args.resource, "registered": false, "fence": fence.get(),
+                        "current_fence": current_fence.map(|f| f.get()),
+                    })
+                );
+            }
+            eprintln!(
+                "fencelock: {}",
+                stale(&args.resource, "register", fence, current_fence)
+            );
+            return Ok(REJECTED);
+        }
+    }
+    let state = hash.read().await?;
     let exists = state.value.is_some() || state.fence.is_some();
     if args.json {
-        println!(
-            "{}",
-            json!({
-                "resource": args.resource, "exists": exists, "value": state.value,
-                "fence": state.fence.map(|f| f.get()), "holder": state.holder,
-            })
-        );
+        let mut object = json!({
+            "resource": args.resource, "exists": exists, "value": state.value,
+            "fence": state.fence.map(|f| f.get()), "holder": state.holder,
+        });
+        if args.register {
+            object["registered"] = true.into();
+        }
+        println!("{object}");
     } else if exists {
         println!(
             "{}: {:?} (fence {}, holder {})",
@@ -81,6 +117,148 @@ pub(crate) async fn read(global: &Global, args: &ReadArgs) -> anyhow::Result<u8>
         println!("{}: absent", args.resource);
     }
     Ok(exit::OK)
+}
+
+/// The line for a fenced call refused as stale.
+fn stale(resource: &str, what: &str, fence: Fence, current: Option<Fence>) -> String {
+    format!(
+        "{resource}: {what} REJECTED as stale: fence {fence} is older than the resource's {} (a newer holder took over; nothing was written)",
+        current.map_or("?".into(), |f| f.to_string())
+    )
+}
+
+/// The largest value also passed in `FENCELOCK_VALUE` (Linux refuses a
+/// single environment string over 128 KiB; stdin has no limit).
+const VALUE_ENV_MAX: usize = 64 * 1024;
+
+pub(crate) async fn update(global: &Global, args: &UpdateArgs) -> anyhow::Result<u8> {
+    let Some((program, program_args)) = args.command.split_first() else {
+        return Err(exit::fail(
+            exit::USAGE,
+            "no command given: use `fencelock update RESOURCE -- CMD ARGS…`",
+        ));
+    };
+    let client = connect::client(global).await?;
+    let hash = client.fenced_hash(&args.resource)?;
+    // Register first: from here on, no stale holder's write can land between
+    // our read and our write.
+    if let WriteOutcome::Rejected { current_fence, .. } =
+        hash.register(args.fence, &args.holder).await?
+    {
+        return Ok(rejected(args, "register", current_fence));
+    }
+    let current = hash.read().await?.value;
+    let new = match compute(program, program_args, current.as_deref()).await? {
+        Ok(new) => new,
+        Err(code) => return Ok(code),
+    };
+    match hash.write(args.fence, &args.holder, &new).await? {
+        WriteOutcome::Accepted => {
+            if args.json {
+                println!(
+                    "{}",
+                    json!({
+                        "resource": args.resource, "accepted": true, "fence": args.fence.get(),
+                        "value": new,
+                    })
+                );
+            } else {
+                println!("{}: updated (fence {})", args.resource, args.fence);
+            }
+            Ok(exit::OK)
+        }
+        WriteOutcome::Rejected { current_fence, .. } => Ok(rejected(args, "update", current_fence)),
+        other => anyhow::bail!("unexpected write outcome {other:?}"),
+    }
+}
+
+/// Reports an update refused as stale; its exit code.
+fn rejected(args: &UpdateArgs, what: &str, current_fence: Option<Fence>) -> u8 {
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "resource": args.resource, "accepted": false, "fence": args.fence.get(),
+                "current_fence": current_fence.map(|f| f.get()),
+            })
+        );
+    }
+    eprintln!(
+        "fencelock: {}",
+        stale(&args.resource, what, args.fence, current_fence)
+    );
+    REJECTED
+}
+
+/// Runs CMD with `current` on stdin (plus a newline) and in
+/// `FENCELOCK_VALUE`: its stdout less one trailing newline, or the exit code
+/// to return when it failed (nothing is written then).
+async fn compute(
+    program: &str,
+    program_args: &[String],
+    current: Option<&str>,
+) -> anyhow::Result<Result<String, u8>> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(program_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .env_remove("FENCELOCK_VALUE");
+    if let Some(value) = current.filter(|v| v.len() <= VALUE_ENV_MAX && !v.contains('\0')) {
+        cmd.env("FENCELOCK_VALUE", value);
+    }
+    child::die_with_parent(&mut cmd);
+    let mut process = match cmd.spawn() {
+        Ok(process) => process,
+        Err(e) => {
+            let (code, message) = child::exec_failure(program.as_ref(), &e);
+            eprintln!("fencelock: {message}");
+            return Ok(Err(code));
+        }
+    };
+    let input = current.map(|v| format!("{v}\n")).unwrap_or_default();
+    let mut stdin = process.stdin.take();
+    let mut stdout = process.stdout.take();
+    let feed = async {
+        if let Some(stdin) = stdin.as_mut() {
+            match stdin.write_all(input.as_bytes()).await {
+                // CMD need not read its input.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                other => other?,
+            }
+        }
+        // Closed: CMD sees the end of its input.
+        drop(stdin);
+        Ok::<(), std::io::Error>(())
+    };
+    let collect = async {
+        let mut out = Vec::new();
+        if let Some(stdout) = stdout.as_mut() {
+            stdout.read_to_end(&mut out).await?;
+        }
+        Ok::<Vec<u8>, std::io::Error>(out)
+    };
+    let (fed, out) = tokio::join!(feed, collect);
+    fed?;
+    let out = out?;
+    let status = process.wait().await?;
+    if !status.success() {
+        let code = match (status.code(), status.signal()) {
+            (Some(code), _) => code as u8,
+            (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+            (None, None) => exit::SOFTWARE,
+        };
+        eprintln!("fencelock: {program} failed ({status}); nothing was written");
+        return Ok(Err(code));
+    }
+    let Ok(mut new) = String::from_utf8(out) else {
+        eprintln!("fencelock: {program}'s output is not UTF-8 text; nothing was written");
+        return Ok(Err(exit::DATA));
+    };
+    if new.ends_with('\n') {
+        new.pop();
+    }
+    Ok(Ok(new))
 }
 
 pub(crate) async fn write(global: &Global, args: &WriteArgs) -> anyhow::Result<u8> {

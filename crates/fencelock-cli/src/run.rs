@@ -14,14 +14,19 @@ use fencelock::{Lease, LockClient, LockState, ReleaseOutcome};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
+
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::cli::{Global, RunArgs};
-use crate::{connect, exit};
+use crate::{connect, exit, redact, watchdog};
 
 /// Exit code when the lock was lost while the command ran.
 pub(crate) const LOST: u8 = 76;
+
+/// The longest wait passed to the library: a `--wait` beyond it (say
+/// `500000000000y`) waits forever instead of overflowing a deadline.
+pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
     let (program, program_args) = command_line(args)?;
@@ -31,13 +36,14 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
     }
     let opts = connect::options(global, &client)
         .ttl(args.ttl)
+        .wait_mode(args.wait_mode.into())
         .wait(if args.no_wait {
             Duration::ZERO
         } else {
-            args.wait
+            args.wait.min(FOREVER)
         });
     opts.validate()?;
-    if args.kill_grace >= args.ttl * 10 {
+    if args.kill_grace >= args.ttl.saturating_mul(10) {
         // Not an error: but a grace much longer than the lease lets a stale
         // command run on for long after another holder started.
         tracing::warn!("--kill-grace is more than 10x the ttl");
@@ -52,7 +58,7 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
         Ok(lease) => lease,
         Err(e) if e.is_contended() => {
             if !args.quiet {
-                eprintln!("fencelock: {e}");
+                eprintln!("fencelock: {}", redact::scrub(&e.to_string()));
             }
             return Ok(args.conflict_exit_code);
         }
@@ -62,40 +68,50 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
     // Without a terminal, the command gets a process group of its own, so a
     // lost lock stops the whole command tree (a shell's children included),
     // not just its first process. With a terminal it stays in our foreground
-    // group so job control and terminal input keep working.
-    let own_group = !std::io::stdin().is_terminal();
-    let mut cmd = Command::new(&program);
-    if own_group {
-        cmd.process_group(0);
-    }
-    crate::child::die_with_parent(&mut cmd);
-    cmd.args(&program_args)
+    // group so job control and terminal input keep working. Either way the
+    // watchdog (see `watchdog`) sees every process of the tree, waits for
+    // them and kills them all if this process dies.
+    let mode = watchdog::Mode {
+        own_group: !std::io::stdin().is_terminal(),
+        wait_children: !args.no_wait_children,
+        verbose: args.verbose,
+    };
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("fencelock")
+        .args(watchdog::args(mode, &args.name, &program, &program_args))
         .env("FENCELOCK_NAME", &args.name)
         .env("FENCELOCK_KEY", lease.key())
         .env("FENCELOCK_TOKEN", lease.token())
         .env("FENCELOCK_FENCE", lease.fence().to_string())
         .env("FENCELOCK_TTL_MS", lease.ttl().as_millis().to_string())
-        .env("FENCELOCK_REDIS_URL", connect::url(global))
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
-    let child = match cmd.spawn() {
+    if args.no_url_env {
+        // Also one inherited from our own environment.
+        cmd.env_remove("FENCELOCK_REDIS_URL");
+    } else {
+        // With its password, if it has one: nested `fencelock write` and
+        // `update` need it to reach the same Redis.
+        cmd.env("FENCELOCK_REDIS_URL", connect::url(global));
+    }
+    // SAFETY: between fork and exec, one async-signal-safe sigprocmask call.
+    unsafe {
+        cmd.pre_exec(watchdog::block_signals);
+    }
+    let watchdog = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
             let _ = lease.release().await;
-            return Ok(match e.kind() {
-                std::io::ErrorKind::NotFound => {
-                    eprintln!("fencelock: {program}: command not found");
-                    127
-                }
-                _ => {
-                    eprintln!("fencelock: {program}: cannot execute: {e}");
-                    126
-                }
-            });
+            return Err(exit::fail(
+                exit::SOFTWARE,
+                format!(
+                    "cannot start the command's watchdog process (this binary, from /proc/self/exe): {e}"
+                ),
+            ));
         }
     };
-    let code = supervise(child, own_group, lease, &mut signals, args.kill_grace).await;
+    let code = supervise(watchdog, lease, &mut signals, args.kill_grace).await;
     if args.verbose {
         crate::diagnostics::report_lag(&client, args.ttl);
     }
@@ -116,46 +132,72 @@ fn command_line(args: &RunArgs) -> anyhow::Result<(String, Vec<String>)> {
     }
 }
 
-/// Waits for the command, the loss of the lock, or a signal to forward.
+/// Waits for the watchdog (the command tree), the loss of the lock, or a
+/// signal to forward. The watchdog's exit code is the command's (or
+/// 128+N); on a lost lock the tree gets SIGTERM (SIGUSR1 to the watchdog),
+/// then SIGKILL after the grace (SIGUSR2).
 async fn supervise(
-    mut child: Child,
-    own_group: bool,
+    mut watchdog: Child,
     lease: Lease,
     signals: &mut Signals,
     grace: Duration,
 ) -> anyhow::Result<u8> {
-    // A negative pid addresses the child's whole process group.
-    let target = child
+    let pid = watchdog
         .id()
-        .map(|id| Pid::from_raw(if own_group { -(id as i32) } else { id as i32 }));
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let tell = |sig: Signal| {
+        if let Some(pid) = pid {
+            let _ = kill(pid, sig);
+        }
+    };
+    let mut lost = false;
+    // When to escalate to SIGKILL; `None` before the loss, and after the
+    // escalation or for a grace beyond any deadline.
+    let mut kill_at: Option<Instant> = None;
     let status = loop {
         tokio::select! {
-            status = child.wait() => break status?,
-            () = lease.lost() => {
-                let reason = lease.loss_reason().map(|r| r.to_string()).unwrap_or_default();
+            status = watchdog.wait() => break status?,
+            () = lease.lost(), if !lost => {
+                let reason = lease
+                    .loss_reason()
+                    .map(|r| redact::scrub(&r.to_string()))
+                    .unwrap_or_default();
                 eprintln!(
                     "fencelock: lock {:?} (fence {}) was lost while the command ran ({reason}); stopping it",
                     lease.name(),
                     lease.fence()
                 );
-                stop_child(&mut child, target, grace).await;
-                let _ = lease.release().await;
-                return Ok(LOST);
+                lost = true;
+                tell(Signal::SIGUSR1);
+                kill_at = Instant::now().checked_add(grace);
+            }
+            () = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                tell(Signal::SIGUSR2);
+                kill_at = None;
             }
             sig = signals.next() => {
-                if let Some(target) = target
-                    && signals.should_forward(sig)
-                {
-                    let _ = kill(target, sig);
+                if signals.should_forward(sig) {
+                    tell(sig);
                 }
             }
         }
     };
+    if lost {
+        let _ = lease.release().await;
+        return Ok(LOST);
+    }
+    if let Some(sig) = status.signal() {
+        eprintln!(
+            "fencelock: the command's watchdog process was killed by signal {sig}; the command was killed with it"
+        );
+    }
     let name = lease.name().to_string();
     let fence = lease.fence();
     match lease.release().await {
         Ok(ReleaseOutcome::Released) => {}
         Ok(ReleaseOutcome::NotOurs(reason)) => {
+            let reason = redact::scrub(&reason.to_string());
             eprintln!(
                 "fencelock: lock {name:?} (fence {fence}) was no longer ours when the command ended ({reason}): it may have overlapped with another holder"
             );
@@ -164,24 +206,13 @@ async fn supervise(
         Ok(other) => tracing::warn!(?other, "unexpected release outcome"),
         Err(e) => {
             // The lock expires by itself after its ttl.
-            eprintln!("fencelock: warning: could not release lock {name:?}: {e}");
+            eprintln!(
+                "fencelock: warning: could not release lock {name:?}: {}",
+                redact::scrub(&e.to_string())
+            );
         }
     }
     Ok(exit_code(status))
-}
-
-/// SIGTERM, then SIGKILL if the command is still running after `grace`.
-/// `target` is the child or its process group.
-async fn stop_child(child: &mut Child, target: Option<Pid>, grace: Duration) {
-    let Some(target) = target else { return };
-    let _ = kill(target, Signal::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        let _ = kill(target, Signal::SIGKILL);
-        let _ = child.wait().await;
-    } else if target.as_raw() < 0 {
-        // The first process ended; stop whatever it left behind in its group.
-        let _ = kill(target, Signal::SIGKILL);
-    }
 }
 
 /// The command's exit code, or 128+N if it died of signal N.

@@ -48,7 +48,7 @@ pub(crate) async fn run(global: &Global, args: &TopArgs) -> anyhow::Result<u8> {
                 "fencelock top: {} lock{} matching {pattern} on {}{}",
                 rows.len(),
                 if rows.len() == 1 { "" } else { "s" },
-                client.url(),
+                crate::redact::url(&connect::url(global)),
                 if live {
                     format!(
                         " (every {}, Ctrl-C to quit)",

@@ -188,3 +188,55 @@ fn top_once_shows_the_held_locks() {
     assert_eq!(rows[0]["fence"].to_string(), fences[0]);
     drop(holders);
 }
+
+/// `--metrics-addr` takes a host name (`localhost:PORT`, resolved at start);
+/// a name that does not resolve, or no port, is a usage error (64).
+#[test]
+fn metrics_addr_accepts_a_host_name() {
+    let server = RedisServer::start();
+    let port = free_port();
+    let addr = format!("localhost:{port}");
+    let mut cmd = fencelock(
+        &server,
+        &["run", "--metrics-addr", &addr, "job", "--", "sleep", "30"],
+    );
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = spawn_guarded(cmd);
+    let body = wait_for("/metrics on localhost", Duration::from_secs(10), || {
+        http_get(port, "/metrics").filter(|b| b.contains("fencelock_acquire_attempts_total"))
+    });
+    assert!(body.contains("lock=\"job\""), "{body}");
+    child.kill();
+
+    for bad in ["nosuch.invalid:9464", "localhost", "localhost:http"] {
+        let out = fencelock(
+            &server,
+            &["run", "--metrics-addr", bad, "job", "--", "true"],
+        )
+        .output()
+        .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{bad}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("--metrics-addr"), "{stderr}");
+    }
+    let out = fencelock(
+        &server,
+        &[
+            "run",
+            "--metrics-addr",
+            "nosuch.invalid:9464",
+            "job",
+            "--",
+            "true",
+        ],
+    )
+    .output()
+    .expect("run");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot resolve host \"nosuch.invalid\""),
+        "{out:?}"
+    );
+}

@@ -448,3 +448,146 @@ fn unreachable_redis_and_bad_durations() {
         assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     }
 }
+
+/// `--wait-mode` (and `FENCELOCK_WAIT_MODE`) reach the library: a `poll`
+/// waiter retries without ever joining the wait queue; a `notify` waiter
+/// queues; a `fair` `--no-wait` is refused while a live waiter is queued,
+/// even on a free lock, where `notify` takes it; a bad mode is a usage error.
+#[test]
+fn wait_mode_is_applied() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let go = dir.path().join("go");
+    let hold = format!("while [ ! -f {} ]; do sleep 0.02; done", go.display());
+    let mut holder = spawn(fencelock(&server, &["run", "job", "-c", &hold]));
+    wait_for("the lock to be held", Duration::from_secs(10), || {
+        exists(&server, "lock:{job}")
+    });
+    let queue = "lock:{job}:queue";
+
+    let before = server.script_calls();
+    let mut poller = spawn({
+        let mut c = fencelock(&server, &["run", "--wait", "20s", "job", "--", "true"]);
+        c.env("FENCELOCK_WAIT_MODE", "poll");
+        c
+    });
+    wait_for("the poll waiter to retry", Duration::from_secs(10), || {
+        server.script_calls() >= before + 5
+    });
+    assert!(!exists(&server, queue), "a poll waiter never queues");
+    poller.kill();
+
+    let mut waiter = spawn(fencelock(
+        &server,
+        &[
+            "run",
+            "--wait-mode",
+            "notify",
+            "--wait",
+            "20s",
+            "job",
+            "--",
+            "true",
+        ],
+    ));
+    wait_for(
+        "the notify waiter to queue",
+        Duration::from_secs(10),
+        || server.query::<i64>(&["ZCARD", queue]) == 1,
+    );
+    // Freeze the queued waiter (its place lasts its 1 s waiter lease) and
+    // free the lock without a release, so nothing is handed over.
+    waiter.stop();
+    holder.kill();
+    server.cmd(&["DEL", "lock:{job}"]);
+    let fair = {
+        let mut c = fencelock(&server, &["run", "--no-wait", "job", "--", "true"]);
+        c.env("FENCELOCK_WAIT_MODE", "fair");
+        c.output().expect("run")
+    };
+    assert_eq!(
+        fair.status.code(),
+        Some(75),
+        "fair: the free lock is the queued waiter's: {}",
+        String::from_utf8_lossy(&fair.stderr)
+    );
+    let notify = fencelock(
+        &server,
+        &[
+            "run",
+            "--no-wait",
+            "--wait-mode",
+            "notify",
+            "job",
+            "--",
+            "true",
+        ],
+    )
+    .output()
+    .expect("run");
+    assert_eq!(
+        notify.status.code(),
+        Some(0),
+        "notify may take a free lock: {}",
+        String::from_utf8_lossy(&notify.stderr)
+    );
+    waiter.cont();
+    waiter.kill();
+
+    let out = fencelock(
+        &server,
+        &["run", "--wait-mode", "fast", "job", "--", "true"],
+    )
+    .output()
+    .expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--wait-mode"));
+}
+
+/// A command that cannot start is told apart as a shell does: 127 only when
+/// no such file exists; 126 for a script whose `#!` interpreter is missing
+/// (the message names it) and for a file that is not executable.
+#[test]
+fn exec_errors_name_what_is_missing() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad_interpreter = dir.path().join("bad-interpreter.sh");
+    std::fs::write(&bad_interpreter, "#!/nonexistent/interpreter -e\nexit 0\n").expect("write");
+    std::fs::set_permissions(&bad_interpreter, std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let not_executable = dir.path().join("not-executable.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").expect("write");
+    let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+    let cases = [
+        (
+            path(&bad_interpreter),
+            126,
+            "bad interpreter: \"/nonexistent/interpreter\" not found",
+        ),
+        (path(&not_executable), 126, "permission denied"),
+        (
+            "/nonexistent/command".to_string(),
+            127,
+            "/nonexistent/command: command not found",
+        ),
+        (
+            "no-such-command-on-path".to_string(),
+            127,
+            "command not found",
+        ),
+    ];
+    for (program, code, message) in cases {
+        let out = fencelock(&server, &["run", "j", "--", &program])
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{program}: {stderr}");
+        assert!(stderr.contains(message), "{program}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(
+            !exists(&server, "lock:{j}"),
+            "{program} left the lock behind"
+        );
+    }
+}

@@ -1,0 +1,259 @@
+//! Redis passwords never reach the output, with the built binary and a real
+//! redis-server that requires one: `--help`, errors, `--verbose`, logs, the
+//! metrics endpoint, `top`, every `--json`; in the three URL forms that
+//! carry a password (`redis://:PW@`, `redis://USER:PW@`, `unix://…?pass=PW`).
+//! The command of `run` gets the URL (documented) unless `--no-url-env`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use fencelock_testkit::{RedisConfig, RedisServer, free_port, spawn_guarded};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
+const PASSWORD: &str = "s3cretPW-9f2a";
+const WRONG: &str = "wr0ngSECRET-77";
+
+/// `fencelock ARGS` with the URL in `FENCELOCK_REDIS_URL` (the form that
+/// clap would print in --help).
+fn fencelock(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env("FENCELOCK_REDIS_URL", url)
+        .env("FENCELOCK_BIN", BIN)
+        .env_remove("FENCELOCK_FENCE")
+        .env_remove("FENCELOCK_TOKEN")
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn output(url: &str, args: &[&str]) -> Output {
+    fencelock(url, args).output().expect("run fencelock")
+}
+
+/// Neither password appears on stdout or stderr.
+fn assert_clean(what: &str, text: &str) {
+    for secret in [PASSWORD, WRONG] {
+        assert!(!text.contains(secret), "{what} printed a password: {text}");
+    }
+}
+
+fn all_of(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Polls `check` every 10 ms until it returns something or `limit` passes.
+fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let give_up = Instant::now() + limit;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < give_up, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
+}
+
+/// The URL forms that carry the password, for `server` (socket `sock`).
+fn urls(server: &RedisServer, sock: &Path, password: &str) -> [String; 3] {
+    let port = server.port();
+    [
+        format!("redis://:{password}@127.0.0.1:{port}"),
+        format!("redis://alice:{password}@127.0.0.1:{port}"),
+        format!("unix://{}?db=0&pass={password}", sock.display()),
+    ]
+}
+
+/// Every command's --help with the password in FENCELOCK_REDIS_URL and the
+/// token in FENCELOCK_TOKEN (clap prints env values unless told not to).
+#[test]
+fn help_hides_environment_values() {
+    for sub in [
+        "", "run", "status", "read", "write", "update", "top", "bench", "demo",
+    ] {
+        let args: Vec<&str> = [sub, "--help"]
+            .into_iter()
+            .filter(|a| !a.is_empty())
+            .collect();
+        let out = fencelock(&format!("redis://:{PASSWORD}@127.0.0.1:1"), &args)
+            .env("FENCELOCK_TOKEN", WRONG)
+            .env("FENCELOCK_FENCE", "4242424242")
+            .output()
+            .expect("help");
+        assert_eq!(out.status.code(), Some(0));
+        let text = all_of(&out);
+        assert_clean(&format!("{sub} --help"), &text);
+        assert!(!text.contains("4242424242"), "{sub} --help: {text}");
+    }
+}
+
+/// Everything that prints, on a server that requires a password, with each
+/// URL form: success paths, `--verbose`, logs, metrics, `top`, JSON, usage
+/// and connection errors, a wrong password.
+#[test]
+fn passwords_never_reach_the_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("redis.sock");
+    let server = RedisServer::start_with(
+        RedisConfig::default()
+            .with_password(PASSWORD)
+            .with_arg("--unixsocket")
+            .with_arg(sock.display().to_string())
+            .with_arg("--unixsocketperm")
+            .with_arg("700"),
+    );
+    server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "alice",
+        "on",
+        &format!(">{PASSWORD}"),
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let wrong = urls(&server, &sock, WRONG);
+    let unreachable = [
+        format!(
+            "redis://:{PASSWORD}@{}",
+            RedisServer::client_url_unreachable().trim_start_matches("redis://")
+        ),
+        format!("redis://alice:{PASSWORD}@127.0.0.1:1"),
+        format!(
+            "unix://{}/missing.sock?pass={PASSWORD}",
+            dir.path().display()
+        ),
+    ];
+    for (n, url) in urls(&server, &sock, PASSWORD).iter().enumerate() {
+        let name = format!("job{n}");
+        let go = dir.path().join(format!("go{n}"));
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let hold = format!(
+            "\"$FENCELOCK_BIN\" write res{n} v --json; \"$FENCELOCK_BIN\" read --register res{n} --json; \
+             \"$FENCELOCK_BIN\" update res{n} --json -- cat; \
+             while [ ! -f {} ]; do sleep 0.02; done",
+            go.display()
+        );
+        let mut run = {
+            let mut c = fencelock(
+                url,
+                &[
+                    "run",
+                    "--verbose",
+                    "--ttl",
+                    "300ms",
+                    "--metrics-addr",
+                    &addr,
+                    &name,
+                    "-c",
+                    &hold,
+                ],
+            );
+            c.env("FENCELOCK_LOG", "debug")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            spawn_guarded(c)
+        };
+        let metrics = wait_for("/metrics", Duration::from_secs(10), || {
+            http_get(port, "/metrics").filter(|m| m.contains("fencelock_renewals_total"))
+        });
+        assert_clean("/metrics", &metrics);
+        for args in [
+            &["status", name.as_str(), "--json"][..],
+            &["status", name.as_str()],
+            &["top", "--once"],
+            &["top", "--once", "--json"],
+            &["read", &format!("res{n}"), "--json"],
+        ] {
+            let out = fencelock(url, args)
+                .env("FENCELOCK_LOG", "debug")
+                .output()
+                .expect("run");
+            assert_eq!(out.status.code(), Some(0), "{args:?}: {}", all_of(&out));
+            assert_clean(&format!("{url}: {args:?}"), &all_of(&out));
+        }
+        std::fs::write(&go, "").expect("touch");
+        let status = run.wait_timeout(Duration::from_secs(10)).expect("run ends");
+        let mut text = String::new();
+        run.take_stdout()
+            .expect("stdout")
+            .read_to_string(&mut text)
+            .expect("read");
+        run.take_stderr()
+            .expect("stderr")
+            .read_to_string(&mut text)
+            .expect("read");
+        assert_eq!(status.code(), Some(0), "{text}");
+        assert!(text.contains("worst renewal lag"), "--verbose: {text}");
+        assert!(
+            text.contains("\"accepted\":true"),
+            "nested write, update: {text}"
+        );
+        assert_clean(
+            &format!("{url}: run --verbose, nested write/read/update, logs"),
+            &text,
+        );
+
+        // The command gets the URL (documented), unless --no-url-env.
+        let env = output(url, &["run", &name, "--", "env"]);
+        assert!(
+            String::from_utf8_lossy(&env.stdout).contains(&format!("FENCELOCK_REDIS_URL={url}"))
+        );
+        let env = output(url, &["run", "--no-url-env", &name, "--", "env"]);
+        assert_eq!(env.status.code(), Some(0));
+        let env = String::from_utf8_lossy(&env.stdout);
+        assert!(env.contains("FENCELOCK_TOKEN="), "{env}");
+        assert!(!env.contains("FENCELOCK_REDIS_URL"), "--no-url-env: {env}");
+
+        // Errors: usage, wrong password (78), unreachable (69).
+        let out = output(url, &["run", &name]);
+        assert_eq!(out.status.code(), Some(64));
+        assert_clean("a usage error", &all_of(&out));
+        let out = Command::new(BIN)
+            .args(["status", "--redis", url, "--bogus"])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(64));
+        assert_clean("a usage error with --redis", &all_of(&out));
+        for (bad, code) in [(&wrong[n], 78), (&unreachable[n], 69)] {
+            for args in [
+                &["status", "job"][..],
+                &["run", "job", "--", "true"],
+                &["top", "--once"],
+            ] {
+                let out = fencelock(bad, args)
+                    .env("FENCELOCK_LOG", "debug")
+                    .output()
+                    .expect("run");
+                assert_eq!(
+                    out.status.code(),
+                    Some(code),
+                    "{bad} {args:?}: {}",
+                    all_of(&out)
+                );
+                assert_clean(&format!("{bad}: {args:?}"), &all_of(&out));
+                assert!(
+                    String::from_utf8_lossy(&out.stderr).contains("***"),
+                    "{}",
+                    all_of(&out)
+                );
+            }
+        }
+    }
+}
