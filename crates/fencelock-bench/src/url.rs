@@ -13,7 +13,7 @@ pub(crate) struct RedisUrl {
 impl RedisUrl {
     pub(crate) fn new(raw: impl Into<String>) -> Self {
         let raw = raw.into();
-        let shown = redact(&raw);
+        let shown = fencelock::redact_url(&raw);
         RedisUrl { raw, shown }
     }
 
@@ -31,11 +31,7 @@ impl RedisUrl {
     /// occurrence of the password (as written in the URL, or percent-decoded)
     /// replaced by `***`.
     pub(crate) fn scrub(&self, text: &str) -> String {
-        let mut text = text.replace(&self.raw, &self.shown);
-        for secret in secrets(&self.raw) {
-            text = text.replace(&secret, "***");
-        }
-        text
+        fencelock::redact_url_in(text, &self.raw)
     }
 }
 
@@ -49,111 +45,6 @@ impl fmt::Debug for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&self.shown, f)
     }
-}
-
-/// Replaces the password of a Redis URL with `***`, keeping the user:
-/// `redis://user:pw@h:p` becomes `redis://user:***@h:p`, `rediss://:pw@h:p`
-/// becomes `rediss://:***@h:p`, and the `pass=` / `password=` query forms
-/// (`unix:///path?pass=pw`) become `pass=***`.
-///
-/// This must be the same rule as the lock library's redaction of URLs in its
-/// errors (crates/fencelock/src/redis/mod.rs): everything between `://` and
-/// the last `@` is credentials, even when a raw (not percent-encoded)
-/// password contains `/`, `?` or `#`, and the user is what precedes the
-/// first `:`, `/`, `?` or `#` in them. The query forms are redacted on top of
-/// that. It is replaced by the library's function once that is public.
-fn redact(url: &str) -> String {
-    let url = match split_userinfo(url) {
-        Some((scheme, userinfo, host_and_path)) => {
-            let (user, _) = split_user(userinfo);
-            format!("{scheme}://{user}:***@{host_and_path}")
-        }
-        None => url.to_string(),
-    };
-    match url.split_once('?') {
-        Some((base, query)) => {
-            let params: Vec<String> = query
-                .split('&')
-                .map(|param| match param.split_once('=') {
-                    Some((key, _)) if is_password_key(key) => format!("{key}=***"),
-                    _ => param.to_string(),
-                })
-                .collect();
-            format!("{base}?{}", params.join("&"))
-        }
-        None => url,
-    }
-}
-
-/// `(scheme, userinfo, host_and_path)` when the URL has credentials.
-fn split_userinfo(url: &str) -> Option<(&str, &str, &str)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let (userinfo, host_and_path) = rest.rsplit_once('@')?;
-    Some((scheme, userinfo, host_and_path))
-}
-
-/// `(user, password)` of the credentials of a URL.
-fn split_user(userinfo: &str) -> (&str, &str) {
-    let end = userinfo
-        .find([':', '/', '?', '#'])
-        .unwrap_or(userinfo.len());
-    let (user, rest) = userinfo.split_at(end);
-    (user, rest.strip_prefix(':').unwrap_or(rest))
-}
-
-fn is_password_key(key: &str) -> bool {
-    key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password")
-}
-
-/// Every password in `url`, as written and percent-decoded.
-fn secrets(url: &str) -> Vec<String> {
-    let mut found: Vec<&str> = Vec::new();
-    if let Some((_, userinfo, _)) = split_userinfo(url) {
-        found.push(split_user(userinfo).1);
-    }
-    if let Some((_, query)) = url.split_once('?') {
-        found.extend(query.split('&').filter_map(|param| {
-            param
-                .split_once('=')
-                .filter(|(key, _)| is_password_key(key))
-                .map(|(_, value)| value)
-        }));
-    }
-    let mut secrets: Vec<String> = Vec::new();
-    for secret in found.into_iter().filter(|s| !s.is_empty()) {
-        for form in [secret.to_string(), percent_decoded(secret)] {
-            if !secrets.contains(&form) {
-                secrets.push(form);
-            }
-        }
-    }
-    // Longest first, so a password containing another is replaced whole.
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    secrets
-}
-
-fn percent_decoded(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -190,7 +81,6 @@ mod tests {
             ("redis://h:1/0?password=pw", "redis://h:1/0?password=***"),
             ("not a url", "not a url"),
         ] {
-            assert_eq!(redact(url), shown, "{url}");
             assert_eq!(RedisUrl::new(url).to_string(), shown, "{url}");
             assert_eq!(format!("{:?}", RedisUrl::new(url)), format!("{shown:?}"));
         }
@@ -204,9 +94,9 @@ mod tests {
             url.scrub("cannot connect to redis://u:p%40ss-word@h:1/: auth p@ss-word refused"),
             "cannot connect to redis://u:***@h:1/: auth *** refused"
         );
-        let unix = RedisUrl::new("unix:///s?pass=one&password=two");
+        let unix = RedisUrl::new("unix:///s?pass=one1&password=two2");
         assert_eq!(
-            unix.scrub("unix:///s?pass=one&password=two, then one, two"),
+            unix.scrub("unix:///s?pass=one1&password=two2, then one1, two2"),
             "unix:///s?pass=***&password=***, then ***, ***"
         );
         let plain = RedisUrl::new("redis://127.0.0.1:7000/");

@@ -45,11 +45,11 @@ pub(crate) fn code_for(e: &anyhow::Error) -> u8 {
         return exit.code;
     }
     match e.downcast_ref::<fencelock::Error>() {
-        // Wrong credentials are a configuration problem, not an outage.
-        Some(fencelock::Error::Auth { .. }) => CONFIG,
+        // Wrong credentials, a missing ACL permission, a key of the wrong
+        // type, a database that does not exist: configuration, not an outage.
+        Some(err) if err.is_config() => CONFIG,
         Some(err) if err.is_connection() => UNAVAILABLE,
         Some(err) if err.is_invalid_input() => USAGE,
-        Some(fencelock::Error::WrongType { .. }) => CONFIG,
         _ => SOFTWARE,
     }
 }

@@ -158,7 +158,7 @@ mod resource;
 mod state;
 mod wait;
 
-pub use backend::redact as redact_url;
+pub use backend::{redact as redact_url, redact_url_in};
 pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, LockState, MAX_PREFIX_LEN};
 pub use error::{Error, LossReason, Result};
 pub use fence::Fence;

@@ -16,7 +16,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
 
 use super::ops::{Publish, ScriptCall};
-use super::url::{redact, scrub};
+use super::url::{redact, redact_url_in};
 use super::{audit, errors};
 use crate::error::{Error, Result, is_transient};
 
@@ -59,7 +59,7 @@ impl RedisConn {
         let bad_url = |e: redis::RedisError| {
             Error::InvalidOption(format!(
                 "bad Redis URL {shown}: {}",
-                scrub(&e.to_string(), url)
+                redact_url_in(&e.to_string(), url)
             ))
         };
         let info = url.into_connection_info().map_err(bad_url)?;

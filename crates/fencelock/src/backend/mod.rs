@@ -32,7 +32,7 @@ pub(crate) use conn::invocation;
 pub(crate) use conn::{ConnSettings, RedisConn};
 pub(crate) use errors::without_script_internals;
 pub(crate) use pubsub::{Event, PubSub};
-pub use url::redact;
+pub use url::{redact, redact_url_in};
 
 use crate::error::Result;
 use ops::{Publish, ScriptCall};

@@ -64,34 +64,80 @@ fn redact_query(text: &str) -> String {
     out
 }
 
-/// The passwords `url` carries (userinfo and query), as written.
-fn secrets(url: &str) -> Vec<&str> {
-    let mut found = Vec::new();
+/// Passwords shorter than this are hidden only as part of the URL: replacing
+/// every `ab` in a message would garble it.
+const MIN_SCRUBBED: usize = 4;
+
+/// The passwords `url` carries (userinfo and query), as written and
+/// percent-decoded, longest first (so a password containing another is
+/// replaced whole).
+fn secrets(url: &str) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     if let Some((userinfo, _)) = rest.rsplit_once('@')
         && let Some((_, password)) = userinfo.split_once(':')
     {
-        found.push(password);
+        found.push(password.to_owned());
     }
-    if let Some((_, query)) = rest.split_once('?') {
+    let location = rest.rsplit_once('@').map_or(rest, |(_, l)| l);
+    if let Some((_, query)) = location.split_once('?') {
         for param in query.split(['&', '#']) {
             if let Some((name, value)) = param.split_once('=')
                 && SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str())
             {
-                found.push(value);
+                found.push(value.to_owned());
             }
         }
     }
+    let decoded: Vec<String> = found.iter().map(|s| percent_decoded(s)).collect();
+    found.extend(decoded);
     found.retain(|s| !s.is_empty());
+    found.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    found.dedup();
     found
 }
 
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if let (b'%', Some(h), Some(l)) = (
+            bytes[i],
+            bytes.get(i + 1).and_then(|b| hex(*b)),
+            bytes.get(i + 2).and_then(|b| hex(*b)),
+        ) {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// `text` (for example a client library's error message about `url`) with
-/// `url` and every password it carries replaced by their redacted forms.
-pub(crate) fn scrub(text: &str, url: &str) -> String {
-    let mut out = text.replace(url, &redact(url));
-    for secret in secrets(url) {
-        out = out.replace(secret, "***");
+/// `url` shown redacted and every password it carries (as written, or
+/// percent-decoded, if at least 4 bytes long) replaced by `***`.
+///
+/// ```
+/// let url = "redis://app:s3cr%40t@db:6379/";
+/// assert_eq!(
+///     fencelock::redact_url_in("auth s3cr@t refused by redis://app:s3cr%40t@db:6379/", url),
+///     "auth *** refused by redis://app:***@db:6379/"
+/// );
+/// ```
+pub fn redact_url_in(text: &str, url: &str) -> String {
+    let shown = redact(url);
+    let mut out = if url.is_empty() || shown == url {
+        text.to_owned()
+    } else {
+        text.replace(url, &shown)
+    };
+    for secret in secrets(url).iter().filter(|s| s.len() >= MIN_SCRUBBED) {
+        out = out.replace(secret.as_str(), "***");
     }
     out
 }
@@ -119,12 +165,34 @@ mod tests {
     }
 
     #[test]
-    fn scrub_removes_the_url_and_its_passwords() {
+    fn redact_url_in_removes_the_url_and_its_passwords() {
         let url = "unix:///run/r.sock?pass=S3CRET";
         assert_eq!(
-            scrub("cannot open unix:///run/r.sock?pass=S3CRET (S3CRET)", url),
+            redact_url_in("cannot open unix:///run/r.sock?pass=S3CRET (S3CRET)", url),
             "cannot open unix:///run/r.sock?pass=*** (***)"
         );
-        assert_eq!(scrub("wrong pw7 here", "redis://u:pw7@h"), "wrong *** here");
+        assert_eq!(
+            redact_url_in("wrong pw77 here", "redis://u:pw77@h"),
+            "wrong *** here"
+        );
+        let encoded = "redis://u:p%40ss-word@h:1/";
+        assert_eq!(
+            redact_url_in(
+                "at redis://u:p%40ss-word@h:1/: auth p@ss-word refused",
+                encoded
+            ),
+            "at redis://u:***@h:1/: auth *** refused"
+        );
+        assert_eq!(
+            redact_url_in(
+                "unix:///s?pass=one1&password=two2, one1, two2",
+                "unix:///s?pass=one1&password=two2"
+            ),
+            "unix:///s?pass=***&password=***, ***, ***"
+        );
+        assert_eq!(
+            redact_url_in("refused", "redis://127.0.0.1:7000/"),
+            "refused"
+        );
     }
 }

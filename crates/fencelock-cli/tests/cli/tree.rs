@@ -12,32 +12,14 @@ use fencelock_testkit::{GuardedChild, RedisServer, process_alive, spawn_guarded}
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
+use crate::support::{exists, on, wait_for};
 
 fn fencelock(server: &RedisServer, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--redis").arg(server.url()).args(args);
-    cmd.env("FENCELOCK_BIN", BIN);
+    let mut cmd = on(server, args);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     cmd
-}
-
-/// Polls `check` every 10 ms until it holds or `limit` passes.
-fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let give_up = Instant::now() + limit;
-    while !check() {
-        assert!(
-            Instant::now() < give_up,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.query::<i64>(&["EXISTS", key]) == 1
 }
 
 /// Processes a test started through `run` that must not outlive it: killed

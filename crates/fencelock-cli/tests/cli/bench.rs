@@ -8,18 +8,14 @@
 //! names and nextest runs them one at a time (see `.config/nextest.toml`).
 
 use std::collections::BTreeSet;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use fencelock_testkit::{RedisConfig, RedisServer};
 use serde_json::{Map, Value};
 
-const MODES: [&str; 3] = ["poll", "notify", "fair"];
+use crate::support::fencelock;
 
-fn fencelock(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencelock"));
-    cmd.args(args).env_remove("FENCELOCK_REDIS_URL");
-    cmd
-}
+const MODES: [&str; 3] = ["poll", "notify", "fair"];
 
 fn run(args: &[&str]) -> (Output, String, String) {
     let out = fencelock(args).output().expect("run fencelock bench");

@@ -1,15 +1,11 @@
 //! `fencelock demo` end to end: the built binary against real redis-server
 //! processes.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use fencelock_testkit::RedisServer;
 
-fn fencelock(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencelock"));
-    cmd.args(args).env_remove("FENCELOCK_REDIS_URL");
-    cmd
-}
+use crate::support::fencelock;
 
 fn text(out: &Output) -> (String, String) {
     (

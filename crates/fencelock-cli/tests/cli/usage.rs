@@ -2,25 +2,18 @@
 //! that names what is wrong, exit 64, never a panic.
 
 use std::io::{BufRead, Read};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Output, Stdio};
+use std::time::Duration;
 
 use fencelock_testkit::{RedisServer, spawn_guarded};
 use nix::sys::signal::Signal;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
+use crate::support::{self, on, wait_for};
 
 /// Runs the binary without the environment variables that stand in for
 /// options (so a missing option is really missing).
 fn fencelock(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("FENCELOCK_REDIS_URL")
-        .env_remove("FENCELOCK_FENCE")
-        .env_remove("FENCELOCK_TOKEN")
-        .env_remove("FENCELOCK_WAIT_MODE")
-        .output()
-        .expect("run fencelock")
+    support::fencelock(args).output().expect("run fencelock")
 }
 
 fn stderr(out: &Output) -> String {
@@ -85,25 +78,6 @@ fn usage_errors_name_the_missing_argument() {
 }
 
 const HUGE: &str = "500000000000y";
-
-fn on(server: &RedisServer, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--redis").arg(server.url()).args(args);
-    cmd.stdin(Stdio::null());
-    cmd
-}
-
-/// Polls `check` every 10 ms until it holds or `limit` passes.
-fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let give_up = Instant::now() + limit;
-    while !check() {
-        assert!(
-            Instant::now() < give_up,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 fn assert_no_panic(what: &str, code: Option<i32>, stderr: &str) {
     assert_ne!(code, Some(101), "{what} panicked: {stderr}");

@@ -4,33 +4,28 @@
 //! carry a password (`redis://:PW@`, `redis://USER:PW@`, `unix://…?pass=PW`).
 //! The command of `run` gets the URL (documented) unless `--no-url-env`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fencelock_testkit::{RedisConfig, RedisServer, free_port, spawn_guarded};
 
-const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
+use crate::support::{BIN, fencelock, http_get, poll};
+
 const PASSWORD: &str = "s3cretPW-9f2a";
 const WRONG: &str = "wr0ngSECRET-77";
 
 /// `fencelock ARGS` with the URL in `FENCELOCK_REDIS_URL` (the form that
 /// clap would print in --help).
-fn fencelock(url: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .env("FENCELOCK_REDIS_URL", url)
-        .env("FENCELOCK_BIN", BIN)
-        .env_remove("FENCELOCK_FENCE")
-        .env_remove("FENCELOCK_TOKEN")
-        .stdin(Stdio::null());
+fn with_url(url: &str, args: &[&str]) -> Command {
+    let mut cmd = fencelock(args);
+    cmd.env("FENCELOCK_REDIS_URL", url).stdin(Stdio::null());
     cmd
 }
 
 fn output(url: &str, args: &[&str]) -> Output {
-    fencelock(url, args).output().expect("run fencelock")
+    with_url(url, args).output().expect("run fencelock")
 }
 
 /// Neither password appears on stdout or stderr.
@@ -46,27 +41,6 @@ fn all_of(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// Polls `check` every 10 ms until it returns something or `limit` passes.
-fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let give_up = Instant::now() + limit;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < give_up, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    Some(response)
 }
 
 /// The URL forms that carry the password, for `server` (socket `sock`).
@@ -90,7 +64,7 @@ fn help_hides_environment_values() {
             .into_iter()
             .filter(|a| !a.is_empty())
             .collect();
-        let out = fencelock(&format!("redis://:{PASSWORD}@127.0.0.1:1"), &args)
+        let out = with_url(&format!("redis://:{PASSWORD}@127.0.0.1:1"), &args)
             .env("FENCELOCK_TOKEN", WRONG)
             .env("FENCELOCK_FENCE", "4242424242")
             .output()
@@ -151,7 +125,7 @@ fn passwords_never_reach_the_output() {
             go.display()
         );
         let mut run = {
-            let mut c = fencelock(
+            let mut c = with_url(
                 url,
                 &[
                     "run",
@@ -170,7 +144,7 @@ fn passwords_never_reach_the_output() {
                 .stderr(Stdio::piped());
             spawn_guarded(c)
         };
-        let metrics = wait_for("/metrics", Duration::from_secs(10), || {
+        let metrics = poll("/metrics", Duration::from_secs(10), || {
             http_get(port, "/metrics").filter(|m| m.contains("fencelock_renewals_total"))
         });
         assert_clean("/metrics", &metrics);
@@ -181,7 +155,7 @@ fn passwords_never_reach_the_output() {
             &["top", "--once", "--json"],
             &["read", &format!("res{n}"), "--json"],
         ] {
-            let out = fencelock(url, args)
+            let out = with_url(url, args)
                 .env("FENCELOCK_LOG", "debug")
                 .output()
                 .expect("run");
@@ -237,7 +211,7 @@ fn passwords_never_reach_the_output() {
                 &["run", "job", "--", "true"],
                 &["top", "--once"],
             ] {
-                let out = fencelock(bad, args)
+                let out = with_url(bad, args)
                     .env("FENCELOCK_LOG", "debug")
                     .output()
                     .expect("run");

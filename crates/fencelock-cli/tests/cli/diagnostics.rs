@@ -2,56 +2,18 @@
 //! processes: the `/metrics` endpoint of `run --metrics-addr`, the worst lag
 //! of `run --verbose`, and `top --once`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::io::Read;
+use std::process::Stdio;
+use std::time::Duration;
 
 use fencelock_testkit::{RedisServer, free_port, spawn_guarded};
 
-const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
-
-fn fencelock(server: &RedisServer, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--redis").arg(server.url()).args(args);
-    cmd.env("FENCELOCK_BIN", BIN);
-    cmd
-}
-
-/// One plain HTTP/1.0 GET; the body, or `None` while nothing listens.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.").then(|| body.to_string())
-}
+use crate::support::{http_get, on, poll};
 
 /// The value of the sample line starting with `series` (name and labels).
 fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
-/// Polls `check` every 20 ms until it returns something or `limit` passes.
-fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let give_up = Instant::now() + limit;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// While `run --metrics-addr` holds `invoice:42` (ttl 300 ms, so renewals
@@ -63,7 +25,7 @@ fn run_serves_metrics_and_reports_the_worst_lag() {
     let server = RedisServer::start();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut cmd = fencelock(
+    let mut cmd = on(
         &server,
         &[
             "run",
@@ -82,7 +44,7 @@ fn run_serves_metrics_and_reports_the_worst_lag() {
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut child = spawn_guarded(cmd);
-    let text = wait_for("renewals on /metrics", Duration::from_secs(10), || {
+    let text = poll("renewals on /metrics", Duration::from_secs(10), || {
         let body = http_get(port, "/metrics")?;
         let ok = sample(
             &body,
@@ -128,19 +90,19 @@ fn top_once_shows_the_held_locks() {
     let server = RedisServer::start();
     let mut holders = Vec::new();
     for name in ["invoice:1", "invoice:2", "report"] {
-        let mut cmd = fencelock(&server, &["run", name, "--", "sleep", "30"]);
+        let mut cmd = on(&server, &["run", name, "--", "sleep", "30"]);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         holders.push(spawn_guarded(cmd));
     }
     // A free lock with a fence key left behind: not shown.
-    let out = fencelock(&server, &["run", "invoice:3", "--", "true"])
+    let out = on(&server, &["run", "invoice:3", "--", "true"])
         .output()
         .expect("run");
     assert!(out.status.success());
     let fence_of = |name: &str| -> String {
-        wait_for(name, Duration::from_secs(10), || {
+        poll(name, Duration::from_secs(10), || {
             let v: Option<String> = server.query(&["GET", &format!("lock:{{{name}}}")]);
             Some(v?.rsplit_once(':')?.1.to_string())
         })
@@ -148,7 +110,7 @@ fn top_once_shows_the_held_locks() {
     let fences: Vec<String> = ["invoice:1", "invoice:2"].map(fence_of).to_vec();
     fence_of("report");
 
-    let out = fencelock(&server, &["top", "invoice:*", "--once"])
+    let out = on(&server, &["top", "invoice:*", "--once"])
         .output()
         .expect("top");
     assert!(out.status.success(), "{out:?}");
@@ -173,7 +135,7 @@ fn top_once_shows_the_held_locks() {
         "{text}"
     );
 
-    let out = fencelock(&server, &["top", "--once", "--json"])
+    let out = on(&server, &["top", "--once", "--json"])
         .output()
         .expect("top --json");
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -196,7 +158,7 @@ fn metrics_addr_accepts_a_host_name() {
     let server = RedisServer::start();
     let port = free_port();
     let addr = format!("localhost:{port}");
-    let mut cmd = fencelock(
+    let mut cmd = on(
         &server,
         &["run", "--metrics-addr", &addr, "job", "--", "sleep", "30"],
     );
@@ -204,14 +166,14 @@ fn metrics_addr_accepts_a_host_name() {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut child = spawn_guarded(cmd);
-    let body = wait_for("/metrics on localhost", Duration::from_secs(10), || {
+    let body = poll("/metrics on localhost", Duration::from_secs(10), || {
         http_get(port, "/metrics").filter(|b| b.contains("fencelock_acquire_attempts_total"))
     });
     assert!(body.contains("lock=\"job\""), "{body}");
     child.kill();
 
     for bad in ["nosuch.invalid:9464", "localhost", "localhost:http"] {
-        let out = fencelock(
+        let out = on(
             &server,
             &["run", "--metrics-addr", bad, "job", "--", "true"],
         )
@@ -222,7 +184,7 @@ fn metrics_addr_accepts_a_host_name() {
         assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
         assert!(stderr.contains("--metrics-addr"), "{stderr}");
     }
-    let out = fencelock(
+    let out = on(
         &server,
         &[
             "run",

@@ -10,36 +10,13 @@ use fencelock_testkit::{GuardedChild, RedisServer, spawn_guarded};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
-
-fn fencelock(server: &RedisServer, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--redis").arg(server.url()).args(args);
-    cmd.env("FENCELOCK_BIN", BIN);
-    cmd
-}
+use crate::support::{BIN, exists, on, wait_for};
 
 fn spawn(mut cmd: Command) -> GuardedChild {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     spawn_guarded(cmd)
-}
-
-/// Polls `check` every 10 ms until it holds or `limit` passes.
-fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let give_up = Instant::now() + limit;
-    while !check() {
-        assert!(
-            Instant::now() < give_up,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.query::<i64>(&["EXISTS", key]) == 1
 }
 
 fn read_file(path: &Path) -> String {
@@ -67,7 +44,7 @@ fn a_second_run_waits_for_the_first() {
         log.display()
     );
     let mut first = spawn({
-        let mut c = fencelock(&server, &["run", "job", "-c", &first_script]);
+        let mut c = on(&server, &["run", "job", "-c", &first_script]);
         c.stderr(Stdio::null());
         c
     });
@@ -76,7 +53,7 @@ fn a_second_run_waits_for_the_first() {
         Duration::from_secs(10),
         || read_file(&log).contains("start1"),
     );
-    let second = fencelock(
+    let second = on(
         &server,
         &[
             "run",
@@ -114,18 +91,18 @@ fn a_second_run_waits_for_the_first() {
 fn no_wait_on_a_held_lock_exits_75_without_running() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut holder = spawn(fencelock(&server, &["run", "job", "--", "sleep", "5"]));
+    let mut holder = spawn(on(&server, &["run", "job", "--", "sleep", "5"]));
     wait_for("the lock to be held", Duration::from_secs(10), || {
         exists(&server, "lock:{job}")
     });
     let marker = dir.path().join("ran");
     let touch = format!("touch {}", marker.display());
-    let out = fencelock(&server, &["run", "--no-wait", "job", "-c", &touch])
+    let out = on(&server, &["run", "--no-wait", "job", "-c", &touch])
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(75));
     assert!(String::from_utf8_lossy(&out.stderr).contains("held by another holder"));
-    let out = fencelock(
+    let out = on(
         &server,
         &[
             "run",
@@ -176,7 +153,7 @@ fn a_frozen_run_is_fenced_out_and_exits_76() {
         a_rc = a_rc.display()
     );
     let mut first = {
-        let mut c = fencelock(
+        let mut c = on(
             &server,
             &[
                 "run",
@@ -217,7 +194,7 @@ fn a_frozen_run_is_fenced_out_and_exits_76() {
         || !exists(&server, "lock:{invoice-42}"),
     );
 
-    let second = fencelock(
+    let second = on(
         &server,
         &[
             "run",
@@ -281,7 +258,7 @@ fn exit_codes_follow_the_command() {
         ),
     ];
     for (args, code) in cases {
-        let out = fencelock(&server, args).output().expect("run");
+        let out = on(&server, args).output().expect("run");
         assert_eq!(
             out.status.code(),
             Some(code),
@@ -307,7 +284,7 @@ fn sigterm_is_forwarded_and_the_lock_released() {
         got = got.display(),
         ready = ready.display()
     );
-    let mut run = spawn(fencelock(&server, &["run", "job", "-c", &script]));
+    let mut run = spawn(on(&server, &["run", "job", "-c", &script]));
     wait_for("the command to start", Duration::from_secs(10), || {
         ready.exists()
     });
@@ -327,7 +304,7 @@ fn a_lost_lock_stops_the_command_and_exits_76() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ready = dir.path().join("ready");
     let script = format!("trap '' TERM; touch {}; sleep 30", ready.display());
-    let mut run = spawn(fencelock(
+    let mut run = spawn(on(
         &server,
         &[
             "run",
@@ -359,7 +336,7 @@ fn a_lost_lock_stops_the_command_and_exits_76() {
 #[test]
 fn renewal_keeps_a_long_command_locked() {
     let server = RedisServer::start();
-    let out = fencelock(
+    let out = on(
         &server,
         &["run", "--ttl", "500ms", "job", "--", "sleep", "5"],
     )
@@ -378,7 +355,7 @@ fn renewal_keeps_a_long_command_locked() {
 #[test]
 fn the_command_gets_the_lock_environment() {
     let server = RedisServer::start();
-    let out = fencelock(
+    let out = on(
         &server,
         &[
             "run",
@@ -459,7 +436,7 @@ fn wait_mode_is_applied() {
     let dir = tempfile::tempdir().expect("tempdir");
     let go = dir.path().join("go");
     let hold = format!("while [ ! -f {} ]; do sleep 0.02; done", go.display());
-    let mut holder = spawn(fencelock(&server, &["run", "job", "-c", &hold]));
+    let mut holder = spawn(on(&server, &["run", "job", "-c", &hold]));
     wait_for("the lock to be held", Duration::from_secs(10), || {
         exists(&server, "lock:{job}")
     });
@@ -467,7 +444,7 @@ fn wait_mode_is_applied() {
 
     let before = server.script_calls();
     let mut poller = spawn({
-        let mut c = fencelock(&server, &["run", "--wait", "20s", "job", "--", "true"]);
+        let mut c = on(&server, &["run", "--wait", "20s", "job", "--", "true"]);
         c.env("FENCELOCK_WAIT_MODE", "poll");
         c
     });
@@ -477,7 +454,7 @@ fn wait_mode_is_applied() {
     assert!(!exists(&server, queue), "a poll waiter never queues");
     poller.kill();
 
-    let mut waiter = spawn(fencelock(
+    let mut waiter = spawn(on(
         &server,
         &[
             "run",
@@ -501,7 +478,7 @@ fn wait_mode_is_applied() {
     holder.kill();
     server.cmd(&["DEL", "lock:{job}"]);
     let fair = {
-        let mut c = fencelock(&server, &["run", "--no-wait", "job", "--", "true"]);
+        let mut c = on(&server, &["run", "--no-wait", "job", "--", "true"]);
         c.env("FENCELOCK_WAIT_MODE", "fair");
         c.output().expect("run")
     };
@@ -511,7 +488,7 @@ fn wait_mode_is_applied() {
         "fair: the free lock is the queued waiter's: {}",
         String::from_utf8_lossy(&fair.stderr)
     );
-    let notify = fencelock(
+    let notify = on(
         &server,
         &[
             "run",
@@ -534,7 +511,7 @@ fn wait_mode_is_applied() {
     waiter.cont();
     waiter.kill();
 
-    let out = fencelock(
+    let out = on(
         &server,
         &["run", "--wait-mode", "fast", "job", "--", "true"],
     )
@@ -578,7 +555,7 @@ fn exec_errors_name_what_is_missing() {
         ),
     ];
     for (program, code, message) in cases {
-        let out = fencelock(&server, &["run", "j", "--", &program])
+        let out = on(&server, &["run", "j", "--", &program])
             .output()
             .expect("run");
         let stderr = String::from_utf8_lossy(&out.stderr);
