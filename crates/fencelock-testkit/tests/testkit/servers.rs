@@ -4,13 +4,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::GONE_TIMEOUT;
 use fencelock_testkit::process::wait_process_gone;
 use fencelock_testkit::{
     Persistence, PgServer, RedisConfig, RedisServer, free_port, process_alive, spawn_guarded,
 };
 use redis::Value;
-
-const GONE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn ping_with_timeout(url: &str, timeout: Duration) -> redis::RedisResult<String> {
     let client = redis::Client::open(url)?;

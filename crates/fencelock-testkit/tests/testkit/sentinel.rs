@@ -4,11 +4,10 @@
 
 use std::time::{Duration, Instant};
 
+use crate::GONE_TIMEOUT;
 use fencelock_testkit::process::wait_process_gone;
 use fencelock_testkit::{RedisConfig, RedisSentinel, RedisSentinelConfig, SentinelNode};
 use redis::Value;
-
-const GONE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn timed_start(config: RedisSentinelConfig) -> RedisSentinel {
     let started = Instant::now();

@@ -2,12 +2,11 @@
 //! name contains `cluster`, so nextest runs them one at a time (the `heavy`
 //! group in `.config/nextest.toml`).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use crate::GONE_TIMEOUT;
 use fencelock_testkit::process::wait_process_gone;
 use fencelock_testkit::{FailoverMode, RedisCluster};
-
-const GONE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn started() -> RedisCluster {
     let started = Instant::now();
