@@ -96,6 +96,26 @@ impl LockClientBuilder {
         self
     }
 
+    /// Trusts the CA certificate in the PEM file `path` for `rediss` URLs
+    /// (TLS), instead of the system's roots: for sentinels and data nodes
+    /// alike.
+    pub fn tls_ca(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.settings.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Presents the client certificate and key in the PEM files `cert` and
+    /// `key` (mutual TLS, for servers with `tls-auth-clients yes`).
+    pub fn tls_client_cert(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.settings.tls.cert = Some(cert.into());
+        self.settings.tls.key = Some(key.into());
+        self
+    }
+
     /// Connects.
     ///
     /// # Errors
@@ -158,17 +178,26 @@ impl LockClient {
         Self::builder(url).connect().await
     }
 
-    /// Starts a builder for `url` (`redis://[user:password@]host:port[/db]`,
-    /// `rediss://` for TLS).
+    /// Starts a builder for `url`, one URL for every topology:
+    ///
+    /// - `redis://[user:password@]host:port[/db]` — one server (a Cluster
+    ///   node given this way is detected and used as a Cluster seed);
+    ///   `rediss://` for TLS; `unix:///path[?db=N&pass=…]` for a socket;
+    /// - `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER[?db=N]`
+    ///   — the master the sentinels name `MASTER`, followed across
+    ///   failovers (`rediss+sentinel://` for TLS to sentinels and data
+    ///   nodes; `sentinel_password=` if the sentinels have their own);
+    /// - `redis+cluster://[user:password@]host:port[,host:port…]` — Redis
+    ///   Cluster (`rediss+cluster://` for TLS).
+    ///
+    /// TLS trusts the system's roots unless [`LockClientBuilder::tls_ca`]
+    /// names a CA.
     pub fn builder(url: impl Into<String>) -> LockClientBuilder {
         LockClientBuilder {
             url: url.into(),
             prefix: DEFAULT_PREFIX.to_string(),
             defaults: LockOptions::default(),
-            settings: ConnSettings {
-                connect_timeout: Duration::from_secs(2),
-                response_timeout: Duration::from_secs(5),
-            },
+            settings: ConnSettings::default(),
         }
     }
 

@@ -91,6 +91,17 @@ pub enum Error {
         fix: String,
     },
 
+    /// A TLS connection to Redis could not be set up: the server's
+    /// certificate is not trusted, not valid for the host or expired, a
+    /// client certificate is required, or the port does not speak TLS.
+    #[error("TLS with Redis at {url} failed: {detail}")]
+    Tls {
+        /// The URL, with any password removed.
+        url: String,
+        /// What failed and what to do.
+        detail: String,
+    },
+
     /// The Redis deployment cannot be used as configured (for example, the
     /// URL names a database the server does not have).
     #[error("Redis at {url} cannot be used as configured: {detail}")]
@@ -249,6 +260,7 @@ impl Error {
             Error::Auth { .. }
                 | Error::NoPermission { .. }
                 | Error::Config { .. }
+                | Error::Tls { .. }
                 | Error::WrongType { .. }
         )
     }

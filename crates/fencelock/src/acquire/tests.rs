@@ -100,10 +100,7 @@ mod redis {
     use fencelock_testkit::RedisServer;
 
     async fn engine(server: &RedisServer) -> Result<Engine> {
-        let settings = ConnSettings {
-            connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(5),
-        };
+        let settings = ConnSettings::default();
         Ok(Engine::new(
             Backend::connect(&server.url(), &settings).await?,
         ))

@@ -1,21 +1,33 @@
 //! The connection seam: [`RedisConn`], the one connection type the rest of
-//! the library talks to Redis through.
+//! the library talks to Redis through, whatever the deployment.
 //!
 //! A client has one multiplexed, auto-reconnecting connection for its calls
-//! and, once a waiter needs it, one pub/sub connection. Which kind of Redis
-//! deployment is behind them is this module's business only: [`Link`] has a
-//! variant per deployment (one standalone server today), and every call goes
-//! through [`RedisConn::run`] (a typed script call, by SHA, reloaded
-//! transparently on `NOSCRIPT`) or [`RedisConn::cmd`] (a plain command),
-//! which map client errors to [`Error`] variants that name the
-//! URL without its password.
+//! and, once a waiter needs it, one pub/sub connection (`super::pubsub`).
+//! Which kind of deployment is behind them is this module's business only:
+//! [`Link`] has a variant per deployment — one server, a Sentinel-monitored
+//! master (`super::sentinel`, followed across failovers), a Cluster (the
+//! cluster client routes each call by its first key and handles `MOVED`,
+//! `ASK` and `TRYAGAIN`) — and every call goes through [`RedisConn::run`] (a
+//! typed script call, by SHA, reloaded transparently on `NOSCRIPT`) or
+//! [`RedisConn::cmd`] (a plain command), which map client errors to
+//! [`Error`] variants that name the URL without its password.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{
+    ConnectionAddr, FromRedisValue, IntoConnectionInfo, RedisError, ScriptInvocation,
+    TlsCertificates,
+};
 
 use super::ops::{Publish, ScriptCall};
+use super::sentinel::{SentinelLink, failover_suspect};
+use super::target::{Nodes, Target};
+use super::tls::{self, TlsFiles};
 use super::url::{redact, redact_url_in};
 use super::{audit, errors};
 use crate::error::{Error, Result, is_transient};
@@ -25,101 +37,130 @@ use crate::error::{Error, Result, is_transient};
 pub(crate) struct ConnSettings {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// TLS files for `rediss` URLs (TLS for sentinels and data nodes alike).
+    pub(crate) tls: TlsFiles,
+}
+
+impl Default for ConnSettings {
+    /// 2 s to connect, 5 s for any reply, the system's TLS roots.
+    fn default() -> Self {
+        ConnSettings {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+            tls: TlsFiles::default(),
+        }
+    }
 }
 
 /// How a [`RedisConn`] reaches its Redis: one variant per kind of
 /// deployment.
 #[derive(Clone)]
-enum Link {
-    /// One standalone server.
-    Standalone(ConnectionManager),
+pub(super) enum Link {
+    /// One server.
+    Standalone {
+        conn: ConnectionManager,
+        /// Kept to open the pub/sub connection when first needed.
+        client: redis::Client,
+    },
+    /// The master a set of sentinels names, followed across failovers.
+    Sentinel(Arc<SentinelLink>),
+    /// A Redis Cluster.
+    Cluster {
+        conn: ClusterConnection,
+        /// Kept to open the pub/sub connection (RESP3, sharded).
+        nodes: Arc<Nodes>,
+    },
 }
 
 /// A multiplexed, auto-reconnecting connection to one Redis deployment.
 #[derive(Clone)]
 pub(crate) struct RedisConn {
-    link: Link,
+    pub(super) link: Link,
     /// The URL without its password, for error messages.
     url: String,
-    /// Kept to open the client's pub/sub connection when first needed.
-    client: redis::Client,
-    settings: ConnSettings,
+    pub(super) settings: ConnSettings,
+    /// The TLS certificates read from the settings' files, if any.
+    pub(super) certs: Option<TlsCertificates>,
 }
 
 impl std::fmt::Debug for RedisConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisConn").field("url", &self.url).finish()
+        f.debug_struct("RedisConn")
+            .field("url", &self.url)
+            .field("topology", &self.topology())
+            .finish()
     }
 }
 
+/// The kind of deployment a client is connected to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Topology {
+    Standalone,
+    Sentinel,
+    Cluster,
+}
+
 impl RedisConn {
-    /// Connects, failing fast with an error that names the URL.
+    /// Connects to the deployment `url` names, failing fast with an error
+    /// that names the URL (without its password).
     pub(crate) async fn connect(url: &str, settings: &ConnSettings) -> Result<Self> {
+        tls::install_provider();
         let shown = redact(url);
-        let bad_url = |e: redis::RedisError| {
-            Error::InvalidOption(format!(
-                "bad Redis URL {shown}: {}",
-                redact_url_in(&e.to_string(), url)
-            ))
+        let target = Target::parse(url)?;
+        let certs = settings.tls.certificates()?;
+        let link = match &target {
+            Target::Single(single) => {
+                connect_single(single, certs.clone(), settings, &shown).await?
+            }
+            Target::Sentinel(sentinel) => Link::Sentinel(Arc::new(
+                SentinelLink::connect(sentinel, certs.clone(), settings)
+                    .await
+                    .map_err(|e| connect_error(&shown, sentinel.nodes.db, e))?,
+            )),
+            Target::Cluster(nodes) => {
+                connect_cluster(nodes, certs.clone(), settings, &shown).await?
+            }
         };
-        let info = url.into_connection_info().map_err(bad_url)?;
-        let db = info.redis_settings().db();
-        let client = redis::Client::open(info).map_err(bad_url)?;
-        let connect_error = |e: redis::RedisError| connect_error(&shown, db, e);
-        let manager = ConnectionManager::new_with_config(client.clone(), manager_config(settings))
-            .await
-            .map_err(connect_error)?;
-        // The manager only opens a socket (and AUTHs if the URL has a
-        // password): a server that requires a password, or one that accepts
-        // TCP but answers nothing, would only fail at the first lock call
-        // (a grant without AUTH is even cut off as "unauthenticated multibulk
-        // length"). One PING makes `connect` fail fast with Auth/Unreachable.
-        redis::cmd("PING")
-            .query_async::<String>(&mut manager.clone())
-            .await
-            .map_err(connect_error)?;
-        // Best effort: an ACL user without INFO still gets its locks.
-        if let Ok(info) = redis::cmd("INFO")
-            .arg("memory")
-            .query_async::<String>(&mut manager.clone())
-            .await
-            && let Some(warning) = audit::eviction_warning(&info)
-        {
-            tracing::warn!(url = %shown, "{warning}");
-            crate::metrics::deployment_warning("evicting_maxmemory_policy");
-        }
-        Ok(RedisConn {
-            link: Link::Standalone(manager),
+        let conn = RedisConn {
+            link,
             url: shown,
-            client,
             settings: settings.clone(),
-        })
+            certs,
+        };
+        // A connection only opens a socket (and AUTHs if the URL has a
+        // password): a server that requires a password, or one that accepts
+        // TCP but answers nothing, would only fail at the first lock call.
+        // One PING makes `connect` fail fast with the right error.
+        conn.plain::<String>(&redis::cmd("PING"), None)
+            .await
+            .map_err(|e| connect_error(&conn.url, 0, e))?;
+        conn.warn_about_eviction().await;
+        Ok(conn)
     }
 
-    /// Opens a second, RESP3 connection for pub/sub: pushes go to `sender`,
-    /// and subscriptions are restored automatically after a reconnect.
-    pub(super) async fn connect_pubsub(
-        &self,
-        sender: impl redis::aio::AsyncPushSender,
-    ) -> Result<ConnectionManager> {
-        let info = self.client.get_connection_info().clone();
-        let redis_settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(redis::ProtocolVersion::RESP3);
-        let db = redis_settings.db();
-        let client = redis::Client::open(info.set_redis_settings(redis_settings))
-            .map_err(|e| connect_error(&self.url, db, e))?;
-        let config = manager_config(&self.settings)
-            .set_push_sender(sender)
-            .set_automatic_resubscription();
-        ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|e| connect_error(&self.url, db, e))
+    /// Best effort: an ACL user without INFO still gets its locks.
+    async fn warn_about_eviction(&self) {
+        let mut info = redis::cmd("INFO");
+        info.arg("memory");
+        if let Ok(text) = self.plain::<String>(&info, None).await
+            && let Some(warning) = audit::eviction_warning(&text)
+        {
+            tracing::warn!(url = %self.url, "{warning}");
+            crate::metrics::deployment_warning("evicting_maxmemory_policy");
+        }
+    }
+
+    /// The kind of deployment behind this connection.
+    pub(crate) fn topology(&self) -> Topology {
+        match self.link {
+            Link::Standalone { .. } => Topology::Standalone,
+            Link::Sentinel(_) => Topology::Sentinel,
+            Link::Cluster { .. } => Topology::Cluster,
+        }
     }
 
     /// Maps a client error on the pub/sub connection.
-    pub(super) fn error(&self, e: redis::RedisError) -> Error {
+    pub(super) fn error(&self, e: RedisError) -> Error {
         self.map_error(e, &[])
     }
 
@@ -128,10 +169,12 @@ impl RedisConn {
         &self.url
     }
 
-    /// The command that publishes wake-ups on this deployment.
+    /// The command that publishes wake-ups on this deployment: sharded
+    /// pub/sub on a Cluster, where the wake channel shares the lock's slot.
     pub(crate) fn publish(&self) -> Publish {
         match self.link {
-            Link::Standalone(_) => Publish::Publish,
+            Link::Cluster { .. } => Publish::SPublish,
+            _ => Publish::Publish,
         }
     }
 
@@ -140,24 +183,81 @@ impl RedisConn {
         let keys = call.keys();
         let invocation = invocation(call);
         match &self.link {
-            Link::Standalone(manager) => invocation.invoke_async(&mut manager.clone()).await,
+            Link::Standalone { conn, .. } => invocation.invoke_async(&mut conn.clone()).await,
+            Link::Cluster { conn, .. } => invocation.invoke_async(&mut conn.clone()).await,
+            Link::Sentinel(link) => {
+                let master = link.current();
+                match invocation.invoke_async(&mut master.conn.clone()).await {
+                    Err(e) if failover_suspect(&e) => {
+                        if link.follow(master.generation).await.is_err() {
+                            Err(e)
+                        } else {
+                            invocation.invoke_async(&mut link.current().conn).await
+                        }
+                    }
+                    reply => reply,
+                }
+            }
         }
         .map_err(|e| self.map_error(e, &keys))
     }
 
     /// Runs a plain command on `key` (used for reads such as `HMGET`).
     pub(crate) async fn cmd<T: FromRedisValue>(&self, key: &str, cmd: &redis::Cmd) -> Result<T> {
-        match &self.link {
-            Link::Standalone(manager) => cmd.query_async(&mut manager.clone()).await,
-        }
-        .map_err(|e| self.map_error(e, &[key]))
+        self.plain(cmd, Some(key))
+            .await
+            .map_err(|e| self.map_error(e, &[key]))
     }
 
-    fn map_error(&self, e: redis::RedisError, keys: &[&str]) -> Error {
+    /// Runs a plain command: on a Cluster, on the master of `key`'s slot
+    /// (or any master without a key).
+    pub(super) async fn plain<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        key: Option<&str>,
+    ) -> std::result::Result<T, RedisError> {
+        match &self.link {
+            Link::Standalone { conn, .. } => cmd.query_async(&mut conn.clone()).await,
+            Link::Cluster { conn, .. } => {
+                let route = match key {
+                    Some(key) => {
+                        SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master))
+                    }
+                    None => SingleNodeRoutingInfo::RandomPrimary,
+                };
+                let value = conn
+                    .clone()
+                    .route_command(cmd.clone(), RoutingInfo::SingleNode(route))
+                    .await?;
+                T::from_redis_value(value).map_err(RedisError::from)
+            }
+            Link::Sentinel(link) => {
+                let master = link.current();
+                match cmd.query_async(&mut master.conn.clone()).await {
+                    Err(e) if failover_suspect(&e) => {
+                        if link.follow(master.generation).await.is_err() {
+                            Err(e)
+                        } else {
+                            cmd.query_async(&mut link.current().conn).await
+                        }
+                    }
+                    reply => reply,
+                }
+            }
+        }
+    }
+
+    fn map_error(&self, e: RedisError, keys: &[&str]) -> Error {
         if let (Some(code), Some(detail)) = (e.code(), e.detail())
             && let Some(error) = errors::classify(code, detail, keys)
         {
             return error;
+        }
+        if e.code() == Some("READONLY") && self.topology() == Topology::Standalone {
+            return Error::Config {
+                url: self.url.clone(),
+                detail: "the server is a read-only replica: point the URL at the master (or use a redis+sentinel:// URL)".into(),
+            };
         }
         if e.kind() == redis::ErrorKind::AuthenticationFailed
             || e.code() == Some("NOAUTH")
@@ -168,6 +268,12 @@ impl RedisConn {
                 source: e,
             };
         }
+        if let Some(detail) = tls::problem(&e.to_string()) {
+            return Error::Tls {
+                url: self.url.clone(),
+                detail,
+            };
+        }
         if is_transient(&e) {
             return Error::Unreachable {
                 url: self.url.clone(),
@@ -176,6 +282,120 @@ impl RedisConn {
         }
         Error::Redis(e)
     }
+}
+
+/// One server; a Cluster node given this way is detected (`INFO cluster`)
+/// and connected to as a Cluster seed.
+async fn connect_single(
+    url: &str,
+    certs: Option<TlsCertificates>,
+    settings: &ConnSettings,
+    shown: &str,
+) -> Result<Link> {
+    let bad_url = |e: RedisError| {
+        Error::InvalidOption(format!(
+            "bad Redis URL {shown}: {}",
+            redact_url_in(&e.to_string(), url)
+        ))
+    };
+    let info = url.into_connection_info().map_err(bad_url)?;
+    let db = info.redis_settings().db();
+    let client = match certs.clone() {
+        Some(certs) => redis::Client::build_with_tls(info.clone(), certs),
+        None => redis::Client::open(info.clone()),
+    }
+    .map_err(bad_url)?;
+    let conn = ConnectionManager::new_with_config(client.clone(), manager_config(settings))
+        .await
+        .map_err(|e| connect_error(shown, db, e))?;
+    let cluster_info: Option<String> = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut conn.clone())
+        .await
+        .ok();
+    if cluster_info.is_some_and(|i| audit::info_field(&i, "cluster_enabled") == Some("1")) {
+        let nodes = seed_of(&info);
+        tracing::debug!(url = %shown, "the server is a Cluster node: connecting to the Cluster");
+        return connect_cluster(&nodes, certs, settings, shown).await;
+    }
+    Ok(Link::Standalone { conn, client })
+}
+
+/// The seed `Nodes` of a single server's connection info.
+fn seed_of(info: &redis::ConnectionInfo) -> Nodes {
+    let (addr, tls) = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => ((host.clone(), *port), false),
+        ConnectionAddr::TcpTls { host, port, .. } => ((host.clone(), *port), true),
+        // A Unix socket (or anything else) cannot be a Cluster seed: cluster
+        // nodes announce TCP addresses, and the seed must be one of them.
+        other => ((other.to_string(), 0), false),
+    };
+    let redis = info.redis_settings();
+    Nodes {
+        addrs: vec![addr],
+        tls,
+        user: redis.username().map(str::to_owned),
+        password: redis.password().map(str::to_owned),
+        db: 0,
+    }
+}
+
+async fn connect_cluster(
+    nodes: &Nodes,
+    certs: Option<TlsCertificates>,
+    settings: &ConnSettings,
+    shown: &str,
+) -> Result<Link> {
+    let client = cluster_client(nodes, certs, settings, None)
+        .map_err(|e| Error::InvalidOption(format!("bad Redis URL {shown}: {e}")))?;
+    let conn = client
+        .get_async_connection()
+        .await
+        .map_err(|e| connect_error(shown, 0, e))?;
+    Ok(Link::Cluster {
+        conn,
+        nodes: Arc::new(nodes.clone()),
+    })
+}
+
+/// A cluster client for `nodes`; with `push`, a RESP3 one whose pushes
+/// (sharded pub/sub messages) go there.
+pub(super) fn cluster_client(
+    nodes: &Nodes,
+    certs: Option<TlsCertificates>,
+    settings: &ConnSettings,
+    push: Option<Arc<dyn redis::aio::AsyncPushSender>>,
+) -> std::result::Result<ClusterClient, RedisError> {
+    let scheme = if nodes.tls { "rediss" } else { "redis" };
+    let seeds: Vec<String> = nodes
+        .addrs
+        .iter()
+        .map(|(host, port)| {
+            if host.contains(':') {
+                format!("{scheme}://[{host}]:{port}")
+            } else {
+                format!("{scheme}://{host}:{port}")
+            }
+        })
+        .collect();
+    let mut builder = ClusterClientBuilder::new(seeds)
+        .connection_timeout(settings.connect_timeout)
+        .response_timeout(settings.response_timeout);
+    if let Some(user) = &nodes.user {
+        builder = builder.username(user);
+    }
+    if let Some(password) = &nodes.password {
+        builder = builder.password(password);
+    }
+    if let Some(certs) = certs {
+        builder = builder.certs(certs);
+    }
+    if let Some(push) = push {
+        builder = builder
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(push);
+    }
+    builder.build()
 }
 
 /// The script invocation (by SHA, `NOSCRIPT` reloads) of `call`.
@@ -189,7 +409,7 @@ pub(crate) fn invocation<C: ScriptCall>(call: &C) -> ScriptInvocation<'static> {
 }
 
 /// How the connection managers of a client connect and reconnect.
-fn manager_config(settings: &ConnSettings) -> ConnectionManagerConfig {
+pub(super) fn manager_config(settings: &ConnSettings) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(settings.connect_timeout))
         .set_response_timeout(Some(settings.response_timeout))
@@ -202,8 +422,9 @@ fn manager_config(settings: &ConnSettings) -> ConnectionManagerConfig {
 
 /// An error while connecting to `url` (shown without its password), whose
 /// database number is `db`.
-fn connect_error(url: &str, db: i64, e: redis::RedisError) -> Error {
-    if e.to_string().contains("DB index is out of range") {
+pub(super) fn connect_error(url: &str, db: i64, e: RedisError) -> Error {
+    let text = e.to_string();
+    if text.contains("DB index is out of range") {
         return Error::Config {
             url: url.to_string(),
             detail: format!(
@@ -214,18 +435,27 @@ fn connect_error(url: &str, db: i64, e: redis::RedisError) -> Error {
     if e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
     {
-        Error::Auth {
+        return Error::Auth {
             url: url.to_string(),
             source: e,
-        }
-    } else {
-        Error::Unreachable {
+        };
+    }
+    if let Some(detail) = tls::problem(&text) {
+        return Error::Tls {
             url: url.to_string(),
-            source: e,
-        }
+            detail,
+        };
+    }
+    if let (Some(code), Some(detail)) = (e.code(), e.detail())
+        && let Some(error) = errors::classify(code, detail, &[])
+    {
+        return error;
+    }
+    Error::Unreachable {
+        url: url.to_string(),
+        source: e,
     }
 }
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -245,10 +475,7 @@ mod tests {
     #[tokio::test]
     async fn the_release_script_wakes_over_sharded_pub_sub() -> Result<()> {
         let server = RedisServer::start();
-        let settings = ConnSettings {
-            connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(5),
-        };
+        let settings = ConnSettings::default();
         let conn = RedisConn::connect(&server.url(), &settings).await?;
         let keys = LockKeys::new("lock:", KeyLayout::HashTagged, "job")?;
         let channel = wake_channel(&keys, "ghostclient");

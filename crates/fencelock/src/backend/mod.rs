@@ -8,7 +8,10 @@
 //! | `ops` | the operations as typed calls and replies (`Grant`, `Release`, `Extend`, `Leave`, `Inspect`, `FencedWrite`): the one place where a script's arguments are encoded and its reply decoded |
 //! | `wire` | the data kept in Redis: lock value, queue member, wake-up payload |
 //! | `scripts` | the Lua scripts, one per operation (`scripts/*.lua`), grant, release and leave sharing `prelude.lua` |
-//! | `conn` | [`RedisConn`], the connection seam: one variant per kind of deployment, script calls by SHA with `NOSCRIPT` reload, error mapping |
+//! | `target` | the one URL for every topology (`redis://`, `rediss://`, `unix://`, `redis+sentinel://`, `redis+cluster://`), parsed |
+//! | `conn` | [`RedisConn`], the connection seam: one variant per kind of deployment (one server, Sentinel, Cluster), script calls by SHA with `NOSCRIPT` reload, error mapping |
+//! | `sentinel` | the master found through Sentinel, followed across failovers |
+//! | `tls` | the CA and client certificate of `rediss` URLs; what a failed handshake means |
 //! | `pubsub` | [`PubSub`], the pub/sub connection behind wake-ups |
 //! | `audit` | what the deployment reports about itself (`INFO`): the memory-policy check at connect |
 //! | `errors` | server errors as typed errors that name the one key, command or setting in the way |
@@ -24,6 +27,9 @@ mod errors;
 pub(crate) mod ops;
 mod pubsub;
 mod scripts;
+mod sentinel;
+mod target;
+mod tls;
 mod url;
 pub(crate) mod wire;
 

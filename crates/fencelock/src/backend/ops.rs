@@ -73,7 +73,6 @@ impl Mint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Publish {
     Publish,
-    #[allow(dead_code)] // Cluster (sharded pub/sub) arrives with the topologies.
     SPublish,
 }
 

@@ -97,7 +97,7 @@ fn secrets(url: &str) -> Vec<String> {
     found
 }
 
-fn percent_decoded(s: &str) -> String {
+pub(crate) fn percent_decoded(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
