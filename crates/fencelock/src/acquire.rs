@@ -243,7 +243,25 @@ impl Engine {
                 handed = w.woken() => handed,
                 () = sleep => None,
             };
-            if let (Some(fence), Some(refused_at)) = (handed, refused_at)
+            let Some(fence) = handed else { continue };
+            if opts.replication.is_some() {
+                // The release that handed the lock over wrote it on another
+                // client's connection, which this client's WAIT does not
+                // cover: take it through a grant (same token, same fence,
+                // its lease restarted by this connection), then wait.
+                match self
+                    .grant(name, keys, &token, opts, member.as_ref(), true)
+                    .await
+                {
+                    Ok(lease) => {
+                        queued.disarm();
+                        return Ok(lease);
+                    }
+                    Err(e) if !e.is_retryable() => return Err(e),
+                    Err(_) => continue,
+                }
+            }
+            if let Some(refused_at) = refused_at
                 && let Some(lease) = self.handed_over(name, keys, &token, fence, opts, refused_at)
             {
                 queued.disarm();
@@ -274,25 +292,42 @@ impl Engine {
     ) -> Result<Lease> {
         let ttl = opts.ttl;
         let sent = Instant::now();
-        let reply = self
-            .backend
-            .run(&Grant {
-                keys,
-                mint: Mint::new(opts),
-                token,
-                ttl,
-                wait_mode: opts.wait_mode,
-                member,
-                waiter_lease: opts.waiter_lease,
-                queued,
-            })
-            .await?;
+        let grant = Grant {
+            keys,
+            mint: Mint::new(opts),
+            token,
+            ttl,
+            wait_mode: opts.wait_mode,
+            member,
+            waiter_lease: opts.waiter_lease,
+            queued,
+        };
+        let (reply, acked) = match opts.replication {
+            Some(replication) => {
+                let (reply, acked) = self
+                    .backend
+                    .run_replicated(&grant, replication.replicas, replication.timeout)
+                    .await?;
+                (reply, Some(acked))
+            }
+            None => (self.backend.run(&grant).await?, None),
+        };
         let fence = match reply {
             GrantReply::Granted(fence) => fence,
             GrantReply::Held(remaining) => return Err(self.contended(name, remaining)),
             GrantReply::ReservedForHead => return Err(self.contended(name, None)),
         };
         let state = self.lease_state(name, keys, token, fence, opts, sent + ttl - drift(ttl));
+        if let (Some(replication), Some(acked)) = (opts.replication, acked)
+            && acked < replication.replicas
+        {
+            let _ = state.release_once().await;
+            return Err(Error::NotReplicated {
+                name: name.to_string(),
+                acked,
+                wanted: replication.replicas,
+            });
+        }
         if arrived_too_late(state.deadline(), ttl, Instant::now()) {
             let _ = state.release_once().await;
             return Err(Error::GrantTooLate {

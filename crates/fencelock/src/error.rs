@@ -56,6 +56,36 @@ pub enum Error {
         ttl: Duration,
     },
 
+    /// A grant was acknowledged by fewer replicas than
+    /// [`LockOptions::wait_for_replicas`](crate::LockOptions::wait_for_replicas)
+    /// asked for, in time. The grant was released again.
+    #[error(
+        "lock {name:?} was granted but only {acked} of {wanted} replicas acknowledged it in time; it was released again (a failover could have lost it)"
+    )]
+    NotReplicated {
+        /// The lock name.
+        name: String,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
+
+    /// A fenced write was applied on the primary but acknowledged by fewer
+    /// replicas than asked for, in time: a failover now could lose it.
+    /// Writing again with the same fence and holder is accepted.
+    #[error(
+        "the write to {resource:?} was applied on the primary, but only {acked} of {wanted} replicas acknowledged it in time: a failover now could lose it"
+    )]
+    WriteNotReplicated {
+        /// The resource key.
+        resource: String,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
+
     /// The lease was lost while the holder still worked: renewal failed, the
     /// local deadline passed, or the lock was no longer ours at release.
     #[error("lock {name:?} (fence {fence}) was lost while held: {reason}")]
@@ -214,6 +244,8 @@ impl Error {
             Error::Contended { .. }
             | Error::Timeout { .. }
             | Error::GrantTooLate { .. }
+            | Error::NotReplicated { .. }
+            | Error::WriteNotReplicated { .. }
             | Error::Unreachable { .. } => true,
             Error::Redis(e) => is_transient(e),
             #[cfg(feature = "postgres")]

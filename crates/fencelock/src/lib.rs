@@ -142,6 +142,11 @@
 //! and sends a best-effort release when a tokio runtime is running;
 //! otherwise the lock expires after its ttl. It never panics.
 
+// The async state machines of a grant nest deeply (acquire → grant → a
+// pipelined call → following a Sentinel failover); computing their layout
+// needs more than the default query depth.
+#![recursion_limit = "256"]
+
 mod acquire;
 mod backend;
 mod client;
@@ -168,7 +173,7 @@ pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};
 pub use options::{
     DEFAULT_WAITER_LEASE, FENCE_RETENTION, FenceMode, LockOptions, MAX_TTL, MIN_TTL,
-    NOTIFY_HANDOVER_LEASE, Renewal, STARVATION_THRESHOLD, WaitMode,
+    NOTIFY_HANDOVER_LEASE, Renewal, Replication, STARVATION_THRESHOLD, WaitMode,
 };
 #[cfg(feature = "postgres")]
 pub use resource::postgres::{

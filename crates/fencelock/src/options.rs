@@ -118,6 +118,17 @@ pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(1);
 /// while queued holds up the ones behind it for no longer than this.
 pub const NOTIFY_HANDOVER_LEASE: Duration = Duration::from_millis(100);
 
+/// How many replicas must acknowledge a grant (or a fenced write), and for
+/// how long to wait for them: Redis `WAIT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Replication {
+    /// Replicas that must acknowledge.
+    pub replicas: u32,
+    /// Longest wait for them.
+    pub timeout: Duration,
+}
+
 /// Background renewal of a held lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -155,6 +166,7 @@ pub struct LockOptions {
     pub(crate) wait_mode: WaitMode,
     pub(crate) waiter_lease: Duration,
     pub(crate) metrics_family: Option<String>,
+    pub(crate) replication: Option<Replication>,
 }
 
 impl Default for LockOptions {
@@ -170,6 +182,7 @@ impl Default for LockOptions {
             wait_mode: WaitMode::Notify,
             waiter_lease: DEFAULT_WAITER_LEASE,
             metrics_family: None,
+            replication: None,
         }
     }
 }
@@ -216,6 +229,25 @@ impl LockOptions {
     pub fn wait_mode(mut self, mode: WaitMode) -> Self {
         self.wait_mode = mode;
         self
+    }
+
+    /// After each grant, waits until `replicas` replicas acknowledged it
+    /// (Redis `WAIT replicas timeout`), for at most `timeout`; with fewer
+    /// acknowledgements the grant is released again and
+    /// [`Error::NotReplicated`] says how many acknowledged. With Redis
+    /// replication being asynchronous, a failover can otherwise lose a
+    /// granted lock; this narrows that window to grants a replica has seen.
+    /// A lock handed over by a release is acknowledged the same way (the
+    /// waiter renews it first, then waits for the replicas).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replication = Some(Replication { replicas, timeout });
+        self
+    }
+
+    /// The replication acknowledgement set with
+    /// [`LockOptions::wait_for_replicas`].
+    pub fn replication_value(&self) -> Option<Replication> {
+        self.replication
     }
 
     /// Sets the waiter lease of the notify and fair modes (at least 30 ms).
@@ -323,6 +355,14 @@ impl LockOptions {
             return Err(Error::InvalidOption(format!(
                 "waiter lease {:?} must be between 30 ms and 30 days",
                 self.waiter_lease
+            )));
+        }
+        if let Some(Replication { replicas, timeout }) = self.replication
+            && (replicas == 0 || timeout.is_zero() || timeout >= self.ttl)
+        {
+            return Err(Error::InvalidOption(format!(
+                "waiting for {replicas} replicas for {timeout:?}: need at least 1 replica and a timeout above zero and shorter than the ttl {:?}",
+                self.ttl
             )));
         }
         if let Renewal::Every(every) = self.renewal

@@ -60,7 +60,7 @@ pub(super) enum Link {
     Standalone {
         conn: ConnectionManager,
         /// Kept to open the pub/sub connection when first needed.
-        client: redis::Client,
+        client: Arc<redis::Client>,
     },
     /// The master a set of sentinels names, followed across failovers.
     Sentinel(Arc<SentinelLink>),
@@ -112,11 +112,11 @@ impl RedisConn {
             Target::Single(single) => {
                 connect_single(single, certs.clone(), settings, &shown).await?
             }
-            Target::Sentinel(sentinel) => Link::Sentinel(Arc::new(
+            Target::Sentinel(sentinel) => Link::Sentinel(
                 SentinelLink::connect(sentinel, certs.clone(), settings)
                     .await
                     .map_err(|e| connect_error(&shown, sentinel.nodes.db, e))?,
-            )),
+            ),
             Target::Cluster(nodes) => {
                 connect_cluster(nodes, certs.clone(), settings, &shown).await?
             }
@@ -207,6 +207,85 @@ impl RedisConn {
         self.plain(cmd, Some(key))
             .await
             .map_err(|e| self.map_error(e, &[key]))
+    }
+
+    /// Runs a script call and then `WAIT replicas timeout` in one pipeline
+    /// on one connection, so the `WAIT` covers exactly the call's writes;
+    /// returns the reply and how many replicas acknowledged. Behind
+    /// Sentinel a failover retries both together on the new master (a
+    /// `WAIT` on another connection than the write's would count nothing).
+    pub(crate) async fn run_replicated<C: ScriptCall>(
+        &self,
+        call: &C,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(C::Reply, u32)> {
+        let keys = call.keys();
+        let lua = call.script();
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(lua.script.get_hash())
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(call);
+        // WAIT 0 would wait forever: at least 1 ms.
+        pipe.cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis().max(1));
+        let route = keys.first().copied();
+        let replied = match self.pipeline(&pipe, route).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(lua.source);
+                self.plain::<String>(&load, route)
+                    .await
+                    .map_err(|e| self.map_error(e, &keys))?;
+                self.pipeline(&pipe, route).await
+            }
+            replied => replied,
+        };
+        let (reply, acked): (redis::Value, i64) = replied.map_err(|e| self.map_error(e, &keys))?;
+        let reply =
+            C::Reply::from_redis_value(reply).map_err(|e| Error::UnexpectedReply(e.to_string()))?;
+        Ok((reply, u32::try_from(acked).unwrap_or(0)))
+    }
+
+    /// Runs a pipeline on one connection (on a Cluster, the master of
+    /// `key`'s slot).
+    async fn pipeline<T: FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+        key: Option<&str>,
+    ) -> std::result::Result<T, RedisError> {
+        match &self.link {
+            Link::Standalone { conn, .. } => pipe.query_async(&mut conn.clone()).await,
+            Link::Cluster { conn, .. } => {
+                let route = match key {
+                    Some(key) => {
+                        SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master))
+                    }
+                    None => SingleNodeRoutingInfo::RandomPrimary,
+                };
+                let values = conn
+                    .clone()
+                    .route_pipeline(pipe.clone(), 0, pipe.len(), route)
+                    .await?;
+                T::from_redis_value(redis::Value::Array(values)).map_err(RedisError::from)
+            }
+            Link::Sentinel(link) => {
+                let master = link.current();
+                match pipe.query_async(&mut master.conn.clone()).await {
+                    Err(e) if failover_suspect(&e) => {
+                        if link.follow(master.generation).await.is_err() {
+                            Err(e)
+                        } else {
+                            pipe.query_async(&mut link.current().conn).await
+                        }
+                    }
+                    reply => reply,
+                }
+            }
+        }
     }
 
     /// Runs a plain command: on a Cluster, on the master of `key`'s slot
@@ -318,7 +397,10 @@ async fn connect_single(
         tracing::debug!(url = %shown, "the server is a Cluster node: connecting to the Cluster");
         return connect_cluster(&nodes, certs, settings, shown).await;
     }
-    Ok(Link::Standalone { conn, client })
+    Ok(Link::Standalone {
+        conn,
+        client: Arc::new(client),
+    })
 }
 
 /// The seed `Nodes` of a single server's connection info.
@@ -400,7 +482,7 @@ pub(super) fn cluster_client(
 
 /// The script invocation (by SHA, `NOSCRIPT` reloads) of `call`.
 pub(crate) fn invocation<C: ScriptCall>(call: &C) -> ScriptInvocation<'static> {
-    let mut invocation = call.script().prepare_invoke();
+    let mut invocation = call.script().script.prepare_invoke();
     for key in call.keys() {
         invocation.key(key);
     }

@@ -87,6 +87,20 @@ impl Backend {
         }
     }
 
+    /// Runs one lock operation and waits until `replicas` replicas
+    /// acknowledged its writes (for at most `timeout`); returns the reply
+    /// and how many did.
+    pub(crate) async fn run_replicated<C: ScriptCall>(
+        &self,
+        call: &C,
+        replicas: u32,
+        timeout: std::time::Duration,
+    ) -> Result<(C::Reply, u32)> {
+        match self {
+            Backend::Redis(conn) => conn.run_replicated(call, replicas, timeout).await,
+        }
+    }
+
     /// The Redis connection, for resources kept in Redis.
     pub(crate) fn redis(&self) -> &RedisConn {
         match self {

@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
-use redis::{FromRedisValue, ParsingError, RedisWrite, Script, ToRedisArgs, Value};
+use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
-use super::scripts;
+use super::scripts::{self, Lua};
 use super::wire::QueueMember;
 use crate::error::LossReason;
 use crate::fence::Fence;
@@ -25,7 +25,7 @@ pub(crate) trait ScriptCall: ToRedisArgs {
     type Reply: FromRedisValue;
 
     /// The script this call runs.
-    fn script(&self) -> &'static Script;
+    fn script(&self) -> &'static Lua;
 
     /// The keys it touches, in the script's KEYS order (the first one picks
     /// the Cluster slot; the others share it).
@@ -128,7 +128,7 @@ impl ToRedisArgs for Grant<'_> {
 impl ScriptCall for Grant<'_> {
     type Reply = GrantReply;
 
-    fn script(&self) -> &'static Script {
+    fn script(&self) -> &'static Lua {
         &scripts::GRANT
     }
 
@@ -186,7 +186,7 @@ impl ToRedisArgs for Release<'_> {
 impl ScriptCall for Release<'_> {
     type Reply = Checked;
 
-    fn script(&self) -> &'static Script {
+    fn script(&self) -> &'static Lua {
         &scripts::RELEASE
     }
 
@@ -214,7 +214,7 @@ impl ToRedisArgs for Extend<'_> {
 impl ScriptCall for Extend<'_> {
     type Reply = Checked;
 
-    fn script(&self) -> &'static Script {
+    fn script(&self) -> &'static Lua {
         &scripts::EXTEND
     }
 
@@ -264,7 +264,7 @@ impl ToRedisArgs for Leave<'_> {
 impl ScriptCall for Leave<'_> {
     type Reply = LeaveReply;
 
-    fn script(&self) -> &'static Script {
+    fn script(&self) -> &'static Lua {
         &scripts::LEAVE
     }
 
@@ -312,7 +312,7 @@ impl ToRedisArgs for Inspect<'_> {
 impl ScriptCall for Inspect<'_> {
     type Reply = InspectReply;
 
-    fn script(&self) -> &'static Script {
+    fn script(&self) -> &'static Lua {
         &scripts::INSPECT
     }
 
@@ -387,7 +387,7 @@ impl ToRedisArgs for FencedWrite<'_> {
 impl ScriptCall for FencedWrite<'_> {
     type Reply = FencedWriteReply;
 
-    fn script(&self) -> &'static Script {
+    fn script(&self) -> &'static Lua {
         &scripts::FENCED_WRITE
     }
 

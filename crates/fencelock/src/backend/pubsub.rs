@@ -177,7 +177,7 @@ impl PubSub {
 async fn open(source: &RedisConn, sender: &Arc<dyn AsyncPushSender>) -> Result<PubLink> {
     match &source.link {
         Link::Standalone { client, .. } => Ok(PubLink::Manager {
-            conn: manager(source, client.clone(), sender).await?,
+            conn: manager(source, client.as_ref().clone(), sender).await?,
             generation: 0,
         }),
         Link::Sentinel(link) => {

@@ -12,9 +12,25 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// A script: its source (for `SCRIPT LOAD` when a pipelined `EVALSHA`
+/// finds it missing) and the `redis::Script` that knows its SHA.
+pub(crate) struct Lua {
+    pub(crate) source: &'static str,
+    pub(crate) script: Script,
+}
+
+impl Lua {
+    fn new(source: &'static str) -> Self {
+        Lua {
+            source,
+            script: Script::new(source),
+        }
+    }
+}
+
 /// Grant: lock + fence in one atomic step.
-pub(crate) static GRANT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+pub(crate) static GRANT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/grant.lua")
@@ -22,8 +38,8 @@ pub(crate) static GRANT: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// Release: compare-and-delete, then hand over to or wake the next waiter.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/release.lua")
@@ -31,8 +47,8 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// Leave: a waiter gives up its place (and a lock handed to it).
-pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+pub(crate) static LEAVE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/leave.lua")
@@ -40,24 +56,24 @@ pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// Compare-and-pexpire.
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("scripts/common.lua"),
         include_str!("scripts/extend.lua")
     ))
 });
 
 /// Fenced write / fence registration on a Redis hash resource.
-pub(crate) static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+pub(crate) static FENCED_WRITE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("scripts/common.lua"),
         include_str!("scripts/fenced_write.lua")
     ))
 });
 
 /// Atomic snapshot of a lock for status.
-pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+pub(crate) static INSPECT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("scripts/common.lua"),
         include_str!("scripts/inspect.lua")
     ))

@@ -3,16 +3,29 @@
 //! redis-rs resolves the master once — it asks the sentinels, then checks
 //! `ROLE` on the node it was pointed to — but an open connection does not
 //! follow a failover (redis-rs #1438). A [`SentinelLink`] keeps a connection
-//! to the current master and resolves again when a call fails the way a
-//! failover explains: the connection broke or timed out, or the node answers
-//! `READONLY` (it became a replica), `MASTERDOWN`, or `NOREPLICAS` (a cut-off
-//! old primary with `min-replicas-to-write`). One task resolves at a time;
-//! the others use its result. The caller then retries the call once: every
-//! fencelock call is safe to repeat (a grant with the same token returns the
-//! same fence, release and extend compare the stored value first).
+//! to the current master and resolves again
+//!
+//! - when the sentinels announce `+switch-master` for it: a watcher task
+//!   stays subscribed on one sentinel (and, each time it subscribes, asks
+//!   which master they name, so a failover missed meanwhile is caught up).
+//!   This matters most in split brain: a frozen old primary that resumes is
+//!   still a writable master until the sentinels demote it (about 10 s
+//!   measured), and a client that only reacts to errors would keep granting
+//!   there;
+//! - when a call fails the way a failover explains: the connection broke or
+//!   timed out, or the node answers `READONLY` (it became a replica),
+//!   `MASTERDOWN`, or `NOREPLICAS` (a cut-off old primary with
+//!   `min-replicas-to-write`). The caller then retries the call once: every
+//!   fencelock call is safe to repeat (a grant with the same token returns
+//!   the same fence, release and extend compare the stored value first).
+//!
+//! One task resolves at a time; the others use its result.
 
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
 
 use redis::aio::ConnectionManager;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
@@ -36,6 +49,15 @@ pub(crate) struct SentinelLink {
     resolver: tokio::sync::Mutex<SentinelClient>,
     current: RwLock<Master>,
     settings: ConnSettings,
+    master_name: String,
+    /// Stops the `+switch-master` watcher when the link goes away.
+    stop: CancellationToken,
+}
+
+impl Drop for SentinelLink {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 impl std::fmt::Debug for SentinelLink {
@@ -47,12 +69,13 @@ impl std::fmt::Debug for SentinelLink {
 }
 
 impl SentinelLink {
-    /// Resolves the master of `target` and connects to it.
+    /// Resolves the master of `target`, connects to it, and starts watching
+    /// the sentinels for failovers.
     pub(crate) async fn connect(
         target: &SentinelTarget,
         certs: Option<TlsCertificates>,
         settings: &ConnSettings,
-    ) -> RedisResult<Self> {
+    ) -> RedisResult<Arc<Self>> {
         let nodes = &target.nodes;
         let addrs = nodes.addrs.iter().map(|(host, port)| {
             if nodes.tls {
@@ -93,11 +116,15 @@ impl SentinelLink {
         }
         let mut resolver = builder.build()?;
         let master = resolve(&mut resolver, settings, 0).await?;
-        Ok(SentinelLink {
+        let link = Arc::new(SentinelLink {
             resolver: tokio::sync::Mutex::new(resolver),
             current: RwLock::new(master),
             settings: settings.clone(),
-        })
+            master_name: target.master.clone(),
+            stop: CancellationToken::new(),
+        });
+        tokio::spawn(watch(Arc::downgrade(&link), link.stop.clone()));
+        Ok(link)
     }
 
     /// The current master.
@@ -122,6 +149,77 @@ impl SentinelLink {
         );
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = master;
         Ok(())
+    }
+}
+
+/// The watcher: subscribed to `+switch-master` on one sentinel at a time,
+/// following the master when the sentinels announce a new one for ours.
+async fn watch(link: Weak<SentinelLink>, stop: CancellationToken) {
+    loop {
+        let Some(strong) = link.upgrade() else { return };
+        let name = strong.master_name.clone();
+        let sentinel = strong
+            .resolver
+            .lock()
+            .await
+            .async_get_sentinel_client()
+            .await;
+        drop(strong);
+        if let Ok(sentinel) = sentinel
+            && let Ok(mut pubsub) = sentinel.get_async_pubsub().await
+            && pubsub.subscribe("+switch-master").await.is_ok()
+        {
+            // A failover while no sentinel was watched: catch up now.
+            if let Some(strong) = link.upgrade() {
+                strong.follow_if_moved(&sentinel).await;
+            }
+            let mut messages = pubsub.on_message();
+            loop {
+                let message = tokio::select! {
+                    () = stop.cancelled() => return,
+                    message = messages.next() => message,
+                };
+                let Some(message) = message else { break };
+                // "<master name> <old ip> <old port> <new ip> <new port>"
+                let payload: String = message.get_payload().unwrap_or_default();
+                if payload.split(' ').next() == Some(name.as_str())
+                    && let Some(strong) = link.upgrade()
+                {
+                    let seen = strong.current().generation;
+                    if strong.follow(seen).await.is_err() {
+                        tracing::debug!(
+                            "the sentinels announced a failover, but no master answered yet"
+                        );
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
+
+impl SentinelLink {
+    /// Follows the master if `sentinel` names another one than ours.
+    async fn follow_if_moved(&self, sentinel: &redis::Client) {
+        let Ok(mut con) = sentinel.get_multiplexed_async_connection().await else {
+            return;
+        };
+        let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.master_name)
+            .query_async(&mut con)
+            .await
+            .ok();
+        let master = self.current();
+        let ours = master.client.get_connection_info().addr().to_string();
+        if let Some((host, port)) = named
+            && !ours.ends_with(&format!("{host}:{port}"))
+        {
+            let _ = self.follow(master.generation).await;
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::keys::validate_resource_key;
 use crate::metrics::StatsHandle;
+use crate::options::Replication;
 use crate::resource::{Fenced, WriteOutcome, check_holder};
 
 /// A Redis hash with fields `value`, `fence` and `holder` (the writer's
@@ -33,6 +34,8 @@ pub struct FencedHash {
     family: String,
     /// The creating client's stats, counting this hash's writes.
     stats: Option<StatsHandle>,
+    /// Replicas that must acknowledge each accepted write.
+    replication: Option<Replication>,
 }
 
 /// What a [`FencedHash`] holds.
@@ -56,6 +59,7 @@ impl FencedHash {
             key: key.to_string(),
             family: crate::metrics::family(key).to_string(),
             stats,
+            replication: None,
         })
     }
 
@@ -65,6 +69,16 @@ impl FencedHash {
     /// that created the hash.
     pub fn metrics_family(mut self, family: impl Into<String>) -> Self {
         self.family = family.into();
+        self
+    }
+
+    /// After each accepted write or registration, waits until `replicas`
+    /// replicas acknowledged it (Redis `WAIT`), for at most `timeout`; with
+    /// fewer, the call returns [`Error::WriteNotReplicated`] (the write was
+    /// applied on the primary: a failover now could lose it; writing again
+    /// with the same fence and holder is accepted).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: std::time::Duration) -> Self {
+        self.replication = Some(Replication { replicas, timeout });
         self
     }
 
@@ -142,19 +156,32 @@ impl FencedHash {
     #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.key, %fence, op = change.name(), outcome))]
     async fn call(&self, fence: Fence, holder: &str, change: Change<'_>) -> Result<WriteOutcome> {
         check_holder(holder)?;
-        let reply = self
-            .conn
-            .run(&FencedWrite {
-                key: &self.key,
-                fence,
-                holder,
-                change,
-            })
-            .await?;
+        let write = FencedWrite {
+            key: &self.key,
+            fence,
+            holder,
+            change,
+        };
+        let (reply, acked) = match self.replication {
+            Some(Replication { replicas, timeout }) => {
+                let (reply, acked) = self.conn.run_replicated(&write, replicas, timeout).await?;
+                (reply, Some((acked, replicas)))
+            }
+            None => (self.conn.run(&write).await?, None),
+        };
         crate::metrics::fenced_write(self.stats.as_ref(), &self.family, reply.accepted);
         let op = change.name();
         if reply.accepted {
             tracing::debug!(resource = %self.key, %fence, op, "fenced write accepted");
+            if let Some((acked, wanted)) = acked
+                && acked < wanted
+            {
+                return Err(Error::WriteNotReplicated {
+                    resource: self.key.clone(),
+                    acked,
+                    wanted,
+                });
+            }
             Ok(WriteOutcome::Accepted)
         } else {
             let current_fence = parse_fence(reply.stored_fence)?;

@@ -19,5 +19,6 @@ mod metrics;
 mod postgres;
 mod resource;
 mod support;
+mod topologies;
 mod two_command_race;
 mod wait_modes;

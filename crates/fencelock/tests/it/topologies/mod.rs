@@ -1,0 +1,6 @@
+//! Deployments other than one plaintext server: TLS, Sentinel and Cluster,
+//! each started by the testkit. Tests of Sentinel and Cluster carry those
+//! words in their names, so nextest runs them one at a time.
+
+mod sentinel;
+mod tls;

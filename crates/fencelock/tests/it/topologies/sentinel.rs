@@ -1,0 +1,361 @@
+//! Sentinel: 1 primary, 2 replicas, 3 sentinels (quorum 2, down-after
+//! 1 s), started by the testkit; clients use `redis+sentinel://`.
+//!
+//! - Under load, the primary is frozen past down-after, a failover happens
+//!   and the old primary resumes: workers carry on on the new master,
+//!   fences granted after the failover are above every fence before it,
+//!   no acknowledged increment is lost at the resource (its writes wait for
+//!   both replicas), and the resumed old primary, with
+//!   `min-replicas-to-write 1`, grants nothing once it has recounted its
+//!   replicas.
+//! - A holder whose renewal hits the failover window is told it lost the
+//!   lease before a waiter gets the lock on the new master.
+//! - Split brain, the negative control: without `min-replicas-to-write`, the
+//!   resumed old primary and the new one both issue the same counter fence;
+//!   the guide's `>=` check accepts both holders' writes, fencelock's
+//!   holder-aware rule refuses the second.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use fencelock::{Fence, FenceMode, KeyLayout, LockClient, LockState, Renewal, WriteOutcome};
+use fencelock_testkit::{
+    RedisConfig, RedisSentinel, RedisSentinelConfig, RedisServer, SentinelNode,
+};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::support::{GUIDE_FENCED_WRITE, connect};
+
+/// Data nodes that refuse writes without a replica within 1 s of lag: a
+/// cut-off old primary grants nothing.
+fn guarded() -> RedisSentinelConfig {
+    RedisSentinelConfig::default().with_data(
+        RedisConfig::default()
+            .with_arg("--min-replicas-to-write")
+            .with_arg("1")
+            .with_arg("--min-replicas-max-lag")
+            .with_arg("1"),
+    )
+}
+
+/// What the workers saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// (when granted, fence) of every grant.
+    grants: Vec<(Instant, Fence)>,
+    acknowledged: u64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heavy_sentinel_failover_under_load_keeps_fences_and_increments() -> Result<()> {
+    let sentinel = RedisSentinel::start_with(guarded());
+    let old = sentinel.primary();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let client = LockClient::connect(&sentinel.url()).await?;
+        let (seen, stop, failures) = (seen.clone(), stop.clone(), failures.clone());
+        workers.push(tokio::spawn(async move {
+            // Both replicas: the sentinels promote the replica that was most
+            // up to date at their last look, which may be a moment old, so
+            // a write only one replica has could be lost.
+            let counter = client
+                .fenced_hash("counter")?
+                .wait_for_replicas(2, Duration::from_millis(500));
+            let opts = client
+                .options()
+                .ttl(Duration::from_millis(1500))
+                .wait(Duration::from_secs(10));
+            while !stop.load(Ordering::Relaxed) {
+                let lease = match client.acquire("ctr", &opts).await {
+                    Ok(lease) => lease,
+                    Err(_) => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                };
+                seen.lock()
+                    .await
+                    .grants
+                    .push((Instant::now(), lease.fence()));
+                let updated = counter
+                    .update(lease.fence(), lease.token(), |v| {
+                        (v.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1).to_string()
+                    })
+                    .await;
+                match updated {
+                    Ok(WriteOutcome::Accepted) => seen.lock().await.acknowledged += 1,
+                    Ok(_) | Err(_) => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                let _ = lease.release().await;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = seen.lock().await.grants.len();
+    ensure!(before > 0, "no grant before the failover");
+
+    // Freeze the primary past down-after; the sentinels promote a replica.
+    let paused_at = Instant::now();
+    sentinel.pause(SentinelNode::Data(old));
+    let new = tokio::task::spawn_blocking({
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let addrs = sentinel.sentinel_urls();
+        move || wait_new_primary(&addrs, deadline)
+    })
+    .await??;
+    let failed_over = Instant::now();
+    sentinel.resume(SentinelNode::Data(old));
+
+    // The resumed old primary, cut off from its replicas, grants nothing once
+    // it has recounted its good replicas (its replication cron runs every
+    // second: until then it still counts the ones it had before the pause).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let direct = LockClient::connect(&sentinel.data_node(old).url()).await;
+    if let Ok(direct) = direct {
+        let granted = direct
+            .try_acquire("split", &direct.options().renewal(Renewal::Off))
+            .await;
+        ensure!(granted.is_err(), "the resumed old primary granted a lock");
+    }
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.await??;
+    }
+    let seen = seen.lock().await;
+    let after: Vec<Fence> = seen
+        .grants
+        .iter()
+        .filter(|(at, _)| *at > failed_over)
+        .map(|(_, f)| *f)
+        .collect();
+    ensure!(
+        !after.is_empty(),
+        "no grant after the failover ({new} is the new primary)"
+    );
+    let max_before = seen
+        .grants
+        .iter()
+        .filter(|(at, _)| *at < paused_at)
+        .map(|(_, f)| *f)
+        .max()
+        .context("grants before the pause")?;
+    ensure!(
+        after.iter().all(|f| *f > max_before),
+        "a fence after the failover is not above {max_before}"
+    );
+    let mut fences: Vec<Fence> = seen.grants.iter().map(|(_, f)| *f).collect();
+    fences.sort();
+    let n = fences.len();
+    fences.dedup();
+    ensure!(fences.len() == n, "a fence was granted twice");
+
+    let reader = LockClient::connect(&sentinel.url()).await?;
+    let state = reader.fenced_hash("counter")?.read().await?;
+    let final_value: u64 = state.value.as_deref().unwrap_or("0").parse()?;
+    ensure!(
+        final_value == seen.acknowledged,
+        "acknowledged {} increments, the counter holds {final_value}",
+        seen.acknowledged
+    );
+    Ok(())
+}
+
+/// Asks the sentinels until one names a primary other than the first one
+/// they named, or `deadline` passes; returns its address.
+fn wait_new_primary(sentinels: &[String], deadline: std::time::Instant) -> Result<String> {
+    let ask = || -> Option<String> {
+        sentinels.iter().find_map(|url| {
+            let mut con = redis::Client::open(url.as_str())
+                .ok()?
+                .get_connection_with_timeout(Duration::from_millis(300))
+                .ok()?;
+            let addr: Vec<String> = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg("fencelock")
+                .query(&mut con)
+                .ok()?;
+            Some(addr.join(":"))
+        })
+    };
+    let first = ask().context("no sentinel answers")?;
+    while std::time::Instant::now() < deadline {
+        if let Some(now) = ask()
+            && now != first
+        {
+            return Ok(now);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("no failover away from {first} in time")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heavy_sentinel_holder_in_the_failover_window_loses_before_the_waiter_gets_it() -> Result<()>
+{
+    let sentinel = RedisSentinel::start_with(guarded());
+    let old = sentinel.primary();
+    let holder = LockClient::connect(&sentinel.url()).await?;
+    let waiter = LockClient::connect(&sentinel.url()).await?;
+    let lease = holder
+        .acquire("job", &holder.options().ttl(Duration::from_millis(1200)))
+        .await?;
+    let lost_at = Arc::new(Mutex::new(None));
+    {
+        let (handle, lost_at) = (lease.handle(), lost_at.clone());
+        tokio::spawn(async move {
+            handle.lost().await;
+            *lost_at.lock().await = Some(Instant::now());
+        });
+    }
+    let wait = waiter.options().wait(Duration::from_secs(30));
+    let waiting = tokio::spawn(async move {
+        let lease = waiter.acquire("job", &wait).await;
+        (Instant::now(), lease)
+    });
+    sentinel.pause(SentinelNode::Data(old));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let addrs = sentinel.sentinel_urls();
+    tokio::task::spawn_blocking(move || wait_new_primary(&addrs, deadline)).await??;
+    sentinel.resume(SentinelNode::Data(old));
+    let (granted_at, granted) = waiting.await?;
+    let next = granted.context("the waiter did not get the lock on the new master")?;
+    let lost = lost_at
+        .lock()
+        .await
+        .context("the holder was never told it lost the lease")?;
+    ensure!(
+        lost <= granted_at,
+        "the waiter got the lock before the holder's loss signal"
+    );
+    ensure!(next.fence() > lease.fence());
+    drop(lease);
+    let _ = next.release().await;
+    Ok(())
+}
+
+/// The negative control of split brain: without `min-replicas-to-write`,
+/// the resumed old primary and the new one each issue counter fence 2. The
+/// guide's `>=` check accepts both holders' writes; fencelock's fenced hash
+/// refuses the second holder's equal fence. With `min-replicas-to-write 1`
+/// the old primary refuses the grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heavy_sentinel_split_brain_duplicates_counter_fences_only_without_min_replicas()
+-> Result<()> {
+    for guard in [false, true] {
+        let config = if guard {
+            guarded()
+        } else {
+            RedisSentinelConfig::default()
+        };
+        let sentinel = RedisSentinel::start_with(config);
+        let old = sentinel.primary();
+        let counter = client_opts(FenceMode::Counter);
+        let via_sentinel = LockClient::connect(&sentinel.url()).await?;
+        let first = via_sentinel.try_acquire("split", &counter).await?;
+        ensure!(first.fence() == Fence::new(1));
+        ensure!(first.release().await?.is_released());
+        // Let the replicas have the counter before the primary freezes.
+        let _: i64 = sentinel.data_node(old).query(&["WAIT", "2", "1000"]);
+
+        sentinel.pause(SentinelNode::Data(old));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let addrs = sentinel.sentinel_urls();
+        tokio::task::spawn_blocking(move || wait_new_primary(&addrs, deadline)).await??;
+        // The client follows the announced failover: it sees a key only the
+        // new primary has.
+        let new = sentinel.primary();
+        ensure!(new != old);
+        sentinel
+            .data_node(new)
+            .cmd(&["SET", "lock:{marker}", "x:1", "PX", "60000"]);
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while !matches!(
+            via_sentinel.inspect("marker", KeyLayout::HashTagged).await,
+            Ok(LockState::Held { .. })
+        ) {
+            ensure!(
+                Instant::now() < give_up,
+                "the client did not follow the failover"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        sentinel.resume(SentinelNode::Data(old));
+        if guard {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+
+        // A worker still talking to the old primary, one through the sentinels.
+        let stale = LockClient::connect(&sentinel.data_node(old).url()).await?;
+        let stale_grant = stale.try_acquire("split", &counter).await;
+        let current = via_sentinel.try_acquire("split", &counter).await?;
+        ensure!(current.fence() == Fence::new(2));
+        if guard {
+            ensure!(
+                stale_grant.is_err(),
+                "min-replicas-to-write 1: the old primary must refuse the grant"
+            );
+            continue;
+        }
+        let stale_grant = stale_grant.context("without min-replicas the old primary grants")?;
+        ensure!(
+            stale_grant.fence() == current.fence(),
+            "split brain: both primaries issue counter fence 2"
+        );
+        // The resource lives elsewhere (it survives the failover).
+        let resource = RedisServer::start();
+        let con = connect(&resource).await?;
+        ensure!(guide_write(&con, current.fence(), "current").await? == 1);
+        ensure!(
+            guide_write(&con, stale_grant.fence(), "stale").await? == 1,
+            "negative control: the guide's >= check accepts the duplicate fence"
+        );
+        let hash = LockClient::connect(&resource.url())
+            .await?
+            .fenced_hash("doc")?;
+        ensure!(
+            hash.write(current.fence(), current.token(), "current")
+                .await?
+                .is_accepted()
+        );
+        ensure!(
+            !hash
+                .write(stale_grant.fence(), stale_grant.token(), "stale")
+                .await?
+                .is_accepted(),
+            "fencelock's holder-aware rule refuses the other holder's equal fence"
+        );
+    }
+    Ok(())
+}
+
+/// The guide's fenced write (`fence >= stored`, no holder) of `value`.
+async fn guide_write(
+    con: &redis::aio::MultiplexedConnection,
+    fence: Fence,
+    value: &str,
+) -> Result<i64> {
+    Ok(redis::Script::new(GUIDE_FENCED_WRITE)
+        .key("guide:doc")
+        .arg(fence.get())
+        .arg(value)
+        .invoke_async(&mut con.clone())
+        .await?)
+}
+
+fn client_opts(mode: FenceMode) -> fencelock::LockOptions {
+    fencelock::LockOptions::default()
+        .fence_mode(mode)
+        .renewal(Renewal::Off)
+        .ttl(Duration::from_secs(30))
+}
