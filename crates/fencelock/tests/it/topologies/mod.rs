@@ -2,5 +2,6 @@
 //! each started by the testkit. Tests of Sentinel and Cluster carry those
 //! words in their names, so nextest runs them one at a time.
 
+mod cluster;
 mod sentinel;
 mod tls;

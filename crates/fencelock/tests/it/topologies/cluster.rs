@@ -1,0 +1,203 @@
+//! Redis Cluster: 3 masters and 3 replicas (node timeout 2 s), started by
+//! the testkit; clients use `redis+cluster://` (or a plain `redis://` seed,
+//! which is detected).
+//!
+//! - Locks on many names spread over every shard; each lock's keys share a
+//!   slot; notify and fair waiters are woken over sharded pub/sub.
+//! - Failover of the shard that holds a lock, under load: workers carry on,
+//!   fences after the failover are above every fence before it, and no
+//!   acknowledged increment is lost at a resource outside the cluster.
+//! - The slot of a held lock migrates to another master while the lease is
+//!   renewed; the lease is never lost and the release finds it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use fencelock::{Fence, KeyLayout, LockClient, LockState, ReleaseOutcome, WaitMode, WriteOutcome};
+use fencelock_testkit::{RedisCluster, RedisServer};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_locks_spread_over_every_shard_and_wake_ups_are_sharded() -> Result<()> {
+    let cluster = RedisCluster::start();
+    // A plain redis:// URL of one node is detected as a Cluster seed.
+    let client = LockClient::connect(&cluster.seed_urls()[0]).await?;
+    let opts = client.options();
+    let mut leases = Vec::new();
+    let mut owners = BTreeSet::new();
+    for i in 0..60 {
+        let name = format!("job:{i}");
+        let keys = client.keys(&name, KeyLayout::HashTagged)?;
+        let owner = cluster.owner_of_key(&keys.lock);
+        ensure!(owner == cluster.owner_of_key(&keys.fence), "{name}: keys in two slots");
+        owners.insert(owner);
+        leases.push(client.try_acquire(&name, &opts).await?);
+    }
+    ensure!(owners.len() == 3, "60 names should reach all 3 masters: {owners:?}");
+    for lease in &leases {
+        let state = client.inspect(lease.name(), KeyLayout::HashTagged).await?;
+        ensure!(
+            matches!(&state, LockState::Held { fence: Some(f), .. } if *f == lease.fence()),
+            "{}: {state:?}",
+            lease.name()
+        );
+    }
+    for lease in leases {
+        ensure!(lease.release().await?.is_released());
+    }
+
+    // Wake-ups over sharded pub/sub: a waiter whose waiter lease is long is
+    // woken by the release long before it would retry on its own.
+    let cluster_client = LockClient::connect(&cluster.cluster_url()).await?;
+    for mode in [WaitMode::Notify, WaitMode::Fair] {
+        let name = format!("woken-{mode:?}");
+        let holder = client.try_acquire(&name, &opts).await?;
+        let waiter = cluster_client.clone();
+        let wait = waiter
+            .options()
+            .wait_mode(mode)
+            .waiter_lease(Duration::from_secs(30))
+            .wait(Duration::from_secs(20));
+        let waiting = {
+            let name = name.clone();
+            tokio::spawn(async move { waiter.acquire(&name, &wait).await })
+        };
+        // Until the waiter is queued, a release would find nobody to wake.
+        let queue = client.keys(&name, KeyLayout::HashTagged)?.queue;
+        let node = cluster.owner_of_key(&queue);
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while cluster.node(node).query::<i64>(&["ZCARD", &queue]) == 0 {
+            ensure!(Instant::now() < give_up, "{mode:?}: the waiter never queued");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let released = Instant::now();
+        ensure!(holder.release().await?.is_released());
+        let next = waiting.await??;
+        ensure!(
+            released.elapsed() < Duration::from_secs(2),
+            "{mode:?}: woken after {:?}",
+            released.elapsed()
+        );
+        ensure!(next.release().await?.is_released());
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heavy_cluster_failover_of_the_lock_shard_under_load() -> Result<()> {
+    let cluster = Arc::new(RedisCluster::start());
+    let resource = RedisServer::start();
+    let lock_key = "lock:{ctr}";
+    let shard = cluster.owner_of_key(lock_key);
+    let grants: Arc<Mutex<Vec<(Instant, Fence)>>> = Arc::default();
+    let acknowledged = Arc::new(Mutex::new(0_u64));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..6 {
+        let locks = LockClient::connect(&cluster.cluster_url()).await?;
+        let store = LockClient::connect(&resource.url()).await?;
+        let (grants, acknowledged, stop) = (grants.clone(), acknowledged.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let counter = store.fenced_hash("counter")?;
+            let opts = locks
+                .options()
+                .ttl(Duration::from_millis(1500))
+                .wait(Duration::from_secs(15));
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(lease) = locks.acquire("ctr", &opts).await else {
+                    continue;
+                };
+                grants.lock().await.push((Instant::now(), lease.fence()));
+                let updated = counter
+                    .update(lease.fence(), lease.token(), |v| {
+                        (v.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1).to_string()
+                    })
+                    .await;
+                if let Ok(WriteOutcome::Accepted) = updated {
+                    *acknowledged.lock().await += 1;
+                }
+                let _ = lease.release().await;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let paused_at = Instant::now();
+    cluster.pause(shard);
+    // The testkit waits until a replica has taken the shard over.
+    let replaced = tokio::task::spawn_blocking({
+        let cluster = cluster.clone();
+        move || cluster.wait_replaced(shard)
+    })
+    .await?;
+    let failed_over = Instant::now();
+    cluster.resume(shard);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.await??;
+    }
+    let grants = grants.lock().await;
+    let max_before = grants
+        .iter()
+        .filter(|(at, _)| *at < paused_at)
+        .map(|(_, f)| *f)
+        .max()
+        .context("no grant before the failover")?;
+    let after: Vec<Fence> = grants
+        .iter()
+        .filter(|(at, _)| *at > failed_over)
+        .map(|(_, f)| *f)
+        .collect();
+    ensure!(!after.is_empty(), "no grant after {replaced} took the shard over");
+    ensure!(after.iter().all(|f| *f > max_before));
+    let store = LockClient::connect(&resource.url()).await?;
+    let final_value: u64 = store
+        .fenced_hash("counter")?
+        .read()
+        .await?
+        .value
+        .as_deref()
+        .unwrap_or("0")
+        .parse()?;
+    let acknowledged = *acknowledged.lock().await;
+    ensure!(
+        final_value == acknowledged,
+        "acknowledged {acknowledged} increments, the counter holds {final_value}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_cluster_slot_migration_of_a_held_lock_keeps_the_lease() -> Result<()> {
+    let cluster = Arc::new(RedisCluster::start());
+    let client = LockClient::connect(&cluster.cluster_url()).await?;
+    let keys = client.keys("moving", KeyLayout::HashTagged)?;
+    let lease = client
+        .acquire("moving", &client.options().ttl(Duration::from_millis(600)))
+        .await?;
+    let slot = RedisCluster::slot_of_key(&keys.lock);
+    let from = cluster.owner_of_slot(slot);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .find(|m| *m != from)
+        .context("another master")?;
+    // Renewals (every 200 ms) run through the migration.
+    tokio::task::spawn_blocking({
+        let cluster = cluster.clone();
+        move || cluster.migrate_slot(slot, to)
+    })
+    .await?;
+    ensure!(cluster.owner_of_slot(slot) == to);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    ensure!(!lease.is_lost(), "the lease was lost during the slot migration");
+    ensure!(cluster.node(to).query::<i64>(&["EXISTS", &keys.lock]) == 1);
+    ensure!(lease.release().await? == ReleaseOutcome::Released);
+    ensure!(cluster.node(to).query::<i64>(&["EXISTS", &keys.lock]) == 0);
+    Ok(())
+}
