@@ -22,8 +22,12 @@ pub(crate) struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// Redis URL: `redis://[user:password@]host:port[/db]`, `rediss://` for
-    /// TLS, `unix:///path/to/socket[?db=N&pass=PASSWORD]` (default:
+    /// Redis URL: `redis://[user:password@]host:port[/db]` (a Cluster node
+    /// given this way is detected), `rediss://` for TLS,
+    /// `unix:///path/to/socket[?db=N&pass=PASSWORD]`,
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER[?db=N]`,
+    /// `redis+cluster://[user:password@]host:port[,host:port…]`
+    /// (`rediss+sentinel://`, `rediss+cluster://` for TLS) (default:
     /// `redis://127.0.0.1:6379`; `demo` and `bench` start a private
     /// redis-server instead). Passwords are never printed.
     #[arg(
@@ -34,6 +38,38 @@ pub(crate) struct Global {
         value_name = "URL"
     )]
     pub(crate) redis: Option<String>,
+
+    /// CA certificate (PEM) to trust for TLS URLs instead of the system's
+    /// roots (sentinels and data nodes alike).
+    #[arg(
+        long,
+        global = true,
+        env = "FENCELOCK_TLS_CA",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
+
+    /// Client certificate (PEM) for servers that require one (mutual TLS);
+    /// needs --tls-key.
+    #[arg(
+        long,
+        global = true,
+        env = "FENCELOCK_TLS_CERT",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+
+    /// The key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "FENCELOCK_TLS_KEY",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
 
     /// Key prefix of the locks.
     #[arg(long, global = true, default_value = fencelock::DEFAULT_PREFIX, value_name = "PREFIX")]
@@ -239,6 +275,16 @@ pub(crate) struct RunArgs {
     /// Use one mode for all workers of a name.
     #[arg(long, value_enum, env = "FENCELOCK_WAIT_MODE", hide_env_values = true, default_value_t = WaitModeArg::Notify, value_name = "MODE")]
     pub(crate) wait_mode: WaitModeArg,
+
+    /// After the grant, wait until N replicas acknowledged it (Redis WAIT);
+    /// with fewer within --replica-timeout the lock is released again and
+    /// `run` exits 75 like any lock not acquired, saying how many did.
+    #[arg(long, value_name = "N")]
+    pub(crate) replicas: Option<u32>,
+
+    /// How long to wait for --replicas.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "DURATION", requires = "replicas")]
+    pub(crate) replica_timeout: Duration,
 
     /// Exit code when the lock is not acquired.
     #[arg(long, default_value_t = 75, value_name = "N")]

@@ -18,10 +18,21 @@ pub(crate) fn url(global: &Global) -> String {
 
 /// Connects to the Redis these options name.
 pub(crate) async fn client(global: &Global) -> anyhow::Result<LockClient> {
-    Ok(LockClient::builder(url(global))
-        .prefix(&global.prefix)
-        .connect()
-        .await?)
+    let mut builder = LockClient::builder(url(global)).prefix(&global.prefix);
+    if let Some(ca) = &global.tls_ca {
+        builder = builder.tls_ca(ca);
+    }
+    match (&global.tls_cert, &global.tls_key) {
+        (Some(cert), Some(key)) => builder = builder.tls_client_cert(cert, key),
+        (None, None) => {}
+        _ => {
+            return Err(crate::exit::fail(
+                crate::exit::USAGE,
+                "--tls-cert and --tls-key go together (a client certificate and its key)",
+            ));
+        }
+    }
+    Ok(builder.connect().await?)
 }
 
 /// Lock options from the global flags (layout, fence mode).

@@ -42,6 +42,10 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
         } else {
             args.wait.min(FOREVER)
         });
+    let opts = match args.replicas {
+        Some(replicas) => opts.wait_for_replicas(replicas, args.replica_timeout),
+        None => opts,
+    };
     opts.validate()?;
     if args.kill_grace >= args.ttl.saturating_mul(10) {
         // Not an error: but a grace much longer than the lease lets a stale
@@ -56,7 +60,9 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
     };
     let lease = match lease {
         Ok(lease) => lease,
-        Err(e) if e.is_contended() => {
+        // Too few replicas acknowledged the grant: not acquired either (the
+        // grant was released again); the message says how many did.
+        Err(e) if e.is_contended() || matches!(e, fencelock::Error::NotReplicated { .. }) => {
             if !args.quiet {
                 eprintln!("fencelock: {}", redact::scrub(&e.to_string()));
             }

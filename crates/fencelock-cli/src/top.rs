@@ -1,10 +1,10 @@
 //! `fencelock top`: a live view of the locks whose names match a pattern.
 //!
-//! Lock keys are found with `SCAN … MATCH … TYPE string` (never `KEYS`, which
-//! blocks the server), each is read with the library's atomic inspect, and
-//! the waiters are the `ZCARD` of its wait queue (notify and fair modes; 0
-//! when nobody queues). On a terminal the table is redrawn in place every
-//! interval until Ctrl-C; `--once` prints one snapshot and exits.
+//! Lock names come from the library's `lock_names` (`SCAN` on every master,
+//! never `KEYS`, which blocks the server), each lock is read with its atomic
+//! `inspect`, and the waiters are its wait queue's length (notify and fair
+//! modes; 0 when nobody queues). On a terminal the table is redrawn in place
+//! every interval until Ctrl-C; `--once` prints one snapshot and exits.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -28,14 +28,11 @@ struct Row {
 
 pub(crate) async fn run(global: &Global, args: &TopArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
-    let mut conn = redis::Client::open(connect::url(global))?
-        .get_multiplexed_async_connection()
-        .await?;
     let layout: KeyLayout = global.layout.into();
-    let pattern = key_pattern(client.prefix(), layout, &args.pattern);
+    let pattern = &args.pattern;
     let live = !args.once && std::io::stdout().is_terminal();
     loop {
-        let rows = snapshot(&client, &mut conn, layout, &pattern).await?;
+        let rows = snapshot(&client, layout, pattern).await?;
         let mut out = std::io::stdout().lock();
         if args.json {
             writeln!(out, "{}", to_json(&rows))?;
@@ -72,70 +69,13 @@ pub(crate) async fn run(global: &Global, args: &TopArgs) -> anyhow::Result<u8> {
     }
 }
 
-/// The SCAN pattern of lock keys whose names match `names` (a glob).
-fn key_pattern(prefix: &str, layout: KeyLayout, names: &str) -> String {
-    let prefix = glob_escape(prefix);
-    match layout {
-        KeyLayout::HashTagged => format!("{prefix}{{{names}}}"),
-        _ => format!("{prefix}{names}"),
-    }
-}
-
-/// Escapes glob metacharacters so the prefix matches literally.
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// The lock name of `key`, or `None` for a key that is not a lock key (a
-/// fence key in the guide layout, or a stray key matching the pattern).
-fn lock_name<'k>(prefix: &str, layout: KeyLayout, key: &'k str) -> Option<&'k str> {
-    let rest = key.strip_prefix(prefix)?;
-    match layout {
-        KeyLayout::HashTagged => rest.strip_prefix('{')?.strip_suffix('}'),
-        _ if rest.ends_with(":fence") => None,
-        _ => Some(rest),
-    }
-}
-
-/// SCANs the keyspace and reads every held lock found, sorted by name.
+/// Reads every held lock whose name matches `pattern`, sorted by name.
 async fn snapshot(
     client: &LockClient,
-    conn: &mut redis::aio::MultiplexedConnection,
     layout: KeyLayout,
     pattern: &str,
 ) -> anyhow::Result<Vec<Row>> {
-    let mut names = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .arg("TYPE")
-            .arg("string")
-            .query_async(conn)
-            .await?;
-        names.extend(
-            keys.iter()
-                .filter_map(|k| lock_name(client.prefix(), layout, k))
-                .map(str::to_owned),
-        );
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    names.sort();
-    names.dedup();
+    let names = client.lock_names(pattern, layout).await?;
     let mut rows = Vec::with_capacity(names.len());
     for name in names {
         let Ok(keys) = client.keys(&name, layout) else {
@@ -150,11 +90,7 @@ async fn snapshot(
         else {
             continue;
         };
-        let waiters: u64 = redis::cmd("ZCARD")
-            .arg(&keys.queue)
-            .query_async(conn)
-            .await
-            .unwrap_or(0);
+        let waiters = client.waiters(&name, layout).await.unwrap_or(0);
         rows.push(Row {
             name,
             key: keys.lock,
@@ -203,31 +139,4 @@ fn to_json(rows: &[Row]) -> serde_json::Value {
             })
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn patterns_and_names() {
-        assert_eq!(
-            key_pattern("lock:", KeyLayout::HashTagged, "invoice:*"),
-            "lock:{invoice:*}"
-        );
-        assert_eq!(key_pattern("a*", KeyLayout::Guide, "x"), "a\\*x");
-        assert_eq!(
-            lock_name("lock:", KeyLayout::HashTagged, "lock:{invoice:1}"),
-            Some("invoice:1")
-        );
-        assert_eq!(
-            lock_name("lock:", KeyLayout::HashTagged, "lock:{invoice:1}:fence"),
-            None
-        );
-        assert_eq!(lock_name("lock:", KeyLayout::Guide, "lock:job:fence"), None);
-        assert_eq!(
-            lock_name("lock:", KeyLayout::Guide, "lock:job"),
-            Some("job")
-        );
-    }
 }

@@ -11,7 +11,7 @@ use crate::backend::ops::Inspect;
 use crate::backend::{Backend, ConnSettings, wire};
 use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
-use crate::keys::{KeyLayout, LockKeys, key_text_problem};
+use crate::keys::{KeyLayout, LockKeys, key_text_problem, lock_key_pattern, lock_name_of};
 use crate::lease::{Lease, LeaseHandle, ReleaseOutcome};
 use crate::metrics::{Stats, StatsHandle};
 use crate::options::LockOptions;
@@ -334,6 +334,44 @@ impl LockClient {
             (Some(_), Err(e)) => Err(e),
             (None, _) => Err(handle.state.loss_error(LossReason::DeadlinePassed)),
         }
+    }
+
+    /// The names of the held locks whose names match `pattern` (a Redis
+    /// glob such as `invoice:*`) in `layout`, sorted; found with `SCAN` on
+    /// every master (never `KEYS`, which blocks the server).
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub async fn lock_names(&self, pattern: &str, layout: KeyLayout) -> Result<Vec<String>> {
+        let keys = self
+            .inner
+            .engine
+            .backend
+            .redis()
+            .scan(
+                &lock_key_pattern(&self.inner.prefix, layout, pattern),
+                "string",
+            )
+            .await?;
+        Ok(keys
+            .iter()
+            .filter_map(|key| lock_name_of(&self.inner.prefix, layout, key))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// How many waiters are queued for lock `name` (notify and fair modes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::WrongType`] and connection errors.
+    pub async fn waiters(&self, name: &str, layout: KeyLayout) -> Result<u64> {
+        let keys = self.keys(name, layout)?;
+        self.inner
+            .engine
+            .backend
+            .redis()
+            .cmd(&keys.queue, redis::cmd("ZCARD").arg(&keys.queue))
+            .await
     }
 
     /// Reads the current state of lock `name` (one atomic script).

@@ -79,6 +79,33 @@ impl LockKeys {
     }
 }
 
+/// The SCAN pattern of the lock keys of names matching `names` (a Redis
+/// glob), the prefix matched literally.
+pub(crate) fn lock_key_pattern(prefix: &str, layout: KeyLayout, names: &str) -> String {
+    let mut escaped = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    match layout {
+        KeyLayout::HashTagged => format!("{escaped}{{{names}}}"),
+        KeyLayout::Guide => format!("{escaped}{names}"),
+    }
+}
+
+/// The lock name whose lock key is `key`, or `None` for any other key (a
+/// fence key, a wait queue, a key that only matches the pattern).
+pub(crate) fn lock_name_of<'k>(prefix: &str, layout: KeyLayout, key: &'k str) -> Option<&'k str> {
+    let rest = key.strip_prefix(prefix)?;
+    let name = match layout {
+        KeyLayout::HashTagged => rest.strip_prefix('{')?.strip_suffix('}')?,
+        KeyLayout::Guide => rest,
+    };
+    validate_name(name, layout).is_ok().then_some(name)
+}
+
 /// Characters that change how text is shown without being seen: zero-width
 /// characters and the bidirectional controls (a name with U+202E prints
 /// reversed). Names, resource keys and prefixes refuse them, so what a
@@ -213,6 +240,30 @@ mod tests {
             assert!(!message.chars().any(is_invisible), "{message:?}");
         }
         assert!(LockKeys::new("lock:", KeyLayout::HashTagged, "rechnung:ä:日本").is_ok());
+    }
+
+    #[test]
+    fn scan_patterns_and_names_of_keys() {
+        assert_eq!(
+            lock_key_pattern("lock:", KeyLayout::HashTagged, "invoice:*"),
+            "lock:{invoice:*}"
+        );
+        assert_eq!(lock_key_pattern("a*", KeyLayout::Guide, "x"), "a\\*x");
+        assert_eq!(
+            lock_name_of("lock:", KeyLayout::HashTagged, "lock:{invoice:1}"),
+            Some("invoice:1")
+        );
+        for other in ["lock:{invoice:1}:fence", "lock:{a}:queue", "jobs:{a}"] {
+            assert_eq!(lock_name_of("lock:", KeyLayout::HashTagged, other), None);
+        }
+        assert_eq!(
+            lock_name_of("lock:", KeyLayout::Guide, "lock:job:fence"),
+            None
+        );
+        assert_eq!(
+            lock_name_of("lock:", KeyLayout::Guide, "lock:job"),
+            Some("job")
+        );
     }
 
     #[test]

@@ -288,6 +288,60 @@ impl RedisConn {
         }
     }
 
+    /// Every key matching `pattern` whose type is `kind`, found with `SCAN`
+    /// (never `KEYS`, which blocks the server) on every master.
+    pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        let mut nodes: Vec<Option<SingleNodeRoutingInfo>> = vec![None];
+        if let Link::Cluster { conn, .. } = &self.link {
+            let text: String = conn
+                .clone()
+                .route_command(
+                    redis::cmd("CLUSTER").arg("NODES").clone(),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                )
+                .await
+                .and_then(|v| String::from_redis_value(v).map_err(RedisError::from))
+                .map_err(|e| self.map_error(e, &[]))?;
+            nodes = cluster_masters(&text)
+                .into_iter()
+                .map(|(host, port)| Some(SingleNodeRoutingInfo::ByAddress { host, port }))
+                .collect();
+        }
+        for node in nodes {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .arg("TYPE")
+                    .arg(kind);
+                let (next, keys): (u64, Vec<String>) = match (&self.link, &node) {
+                    (Link::Cluster { conn, .. }, Some(route)) => conn
+                        .clone()
+                        .route_command(scan, RoutingInfo::SingleNode(route.clone()))
+                        .await
+                        .and_then(|v| {
+                            FromRedisValue::from_redis_value(v).map_err(RedisError::from)
+                        }),
+                    _ => self.plain(&scan, None).await,
+                }
+                .map_err(|e| self.map_error(e, &[]))?;
+                found.extend(keys);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        found.sort();
+        found.dedup();
+        Ok(found)
+    }
+
     /// Runs a plain command: on a Cluster, on the master of `key`'s slot
     /// (or any master without a key).
     pub(super) async fn plain<T: FromRedisValue>(
@@ -361,6 +415,26 @@ impl RedisConn {
         }
         Error::Redis(e)
     }
+}
+
+/// The `host:port` of every master in a `CLUSTER NODES` reply that is not
+/// failing.
+fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let (_, addr, flags) = (fields.next()?, fields.next()?, fields.next()?);
+            let master = flags.split(',').any(|f| f == "master")
+                && !flags
+                    .split(',')
+                    .any(|f| matches!(f, "fail" | "fail?" | "noaddr"));
+            let addr = addr.split('@').next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            let port: u16 = port.parse().ok()?;
+            master.then(|| (host.to_owned(), port))
+        })
+        .collect()
 }
 
 /// One server; a Cluster node given this way is detected (`INFO cluster`)

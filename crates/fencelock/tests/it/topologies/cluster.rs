@@ -33,11 +33,17 @@ async fn cluster_locks_spread_over_every_shard_and_wake_ups_are_sharded() -> Res
         let name = format!("job:{i}");
         let keys = client.keys(&name, KeyLayout::HashTagged)?;
         let owner = cluster.owner_of_key(&keys.lock);
-        ensure!(owner == cluster.owner_of_key(&keys.fence), "{name}: keys in two slots");
+        ensure!(
+            owner == cluster.owner_of_key(&keys.fence),
+            "{name}: keys in two slots"
+        );
         owners.insert(owner);
         leases.push(client.try_acquire(&name, &opts).await?);
     }
-    ensure!(owners.len() == 3, "60 names should reach all 3 masters: {owners:?}");
+    ensure!(
+        owners.len() == 3,
+        "60 names should reach all 3 masters: {owners:?}"
+    );
     for lease in &leases {
         let state = client.inspect(lease.name(), KeyLayout::HashTagged).await?;
         ensure!(
@@ -71,7 +77,10 @@ async fn cluster_locks_spread_over_every_shard_and_wake_ups_are_sharded() -> Res
         let node = cluster.owner_of_key(&queue);
         let give_up = Instant::now() + Duration::from_secs(10);
         while cluster.node(node).query::<i64>(&["ZCARD", &queue]) == 0 {
-            ensure!(Instant::now() < give_up, "{mode:?}: the waiter never queued");
+            ensure!(
+                Instant::now() < give_up,
+                "{mode:?}: the waiter never queued"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let released = Instant::now();
@@ -153,7 +162,10 @@ async fn heavy_cluster_failover_of_the_lock_shard_under_load() -> Result<()> {
         .filter(|(at, _)| *at > failed_over)
         .map(|(_, f)| *f)
         .collect();
-    ensure!(!after.is_empty(), "no grant after {replaced} took the shard over");
+    ensure!(
+        !after.is_empty(),
+        "no grant after {replaced} took the shard over"
+    );
     ensure!(after.iter().all(|f| *f > max_before));
     let store = LockClient::connect(&resource.url()).await?;
     let final_value: u64 = store
@@ -195,7 +207,10 @@ async fn heavy_cluster_slot_migration_of_a_held_lock_keeps_the_lease() -> Result
     .await?;
     ensure!(cluster.owner_of_slot(slot) == to);
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    ensure!(!lease.is_lost(), "the lease was lost during the slot migration");
+    ensure!(
+        !lease.is_lost(),
+        "the lease was lost during the slot migration"
+    );
     ensure!(cluster.node(to).query::<i64>(&["EXISTS", &keys.lock]) == 1);
     ensure!(lease.release().await? == ReleaseOutcome::Released);
     ensure!(cluster.node(to).query::<i64>(&["EXISTS", &keys.lock]) == 0);

@@ -3,5 +3,6 @@
 //! words in their names, so nextest runs them one at a time.
 
 mod cluster;
+mod replication;
 mod sentinel;
 mod tls;
