@@ -48,6 +48,24 @@ pub(crate) fn classify(code: &str, detail: &str, keys: &[&str]) -> Option<Error>
     }
 }
 
+/// A connect error refined: a connection set up by a user that may not run
+/// `PING` (the connect check) or `SELECT` (a URL with a database other than
+/// 0) is refused with `NOPERM`, which the connection reports as unreachable;
+/// it is a missing permission.
+pub(crate) fn at_connect(e: Error) -> Error {
+    let refused = match &e {
+        Error::Unreachable { source, .. } | Error::Auth { source, .. } => source.to_string(),
+        _ => return e,
+    };
+    match refused.find(NOPERM_TEXT) {
+        Some(at) => noperm(&refused[at..], &[]),
+        None => e,
+    }
+}
+
+/// How every `NOPERM` reply of Redis 7 words what is missing.
+const NOPERM_TEXT: &str = "no permissions to ";
+
 /// Redis's own `NOPERM` replies, e.g. "this user has no permissions to run
 /// the 'evalsha' command", "... to access one of the keys used as
 /// arguments", "... to access one of the channels used as arguments".
@@ -71,9 +89,12 @@ fn noperm(detail: &str, keys: &[&str]) -> Error {
         };
     }
     if detail.contains("channels") {
+        let pattern = keys
+            .first()
+            .map_or_else(|| "lock:*".to_owned(), |k| key_pattern(k));
         return Error::NoPermission {
             detail: "use the wake-up channels".to_owned(),
-            fix: "a channel pattern that covers them, such as &lock:*".to_owned(),
+            fix: format!("a channel pattern that covers them, such as &{pattern}"),
         };
     }
     Error::NoPermission {
@@ -169,5 +190,26 @@ mod tests {
             "{e:?}"
         );
         assert!(classify("ERR", "anything", &[]).is_none());
+    }
+
+    #[test]
+    fn a_refused_connect_check_is_a_missing_permission() {
+        let refused = |detail: &str| Error::Unreachable {
+            url: "redis://app:***@h:1/".to_owned(),
+            source: redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "Redis server refused to switch database",
+                detail.to_owned(),
+            )),
+        };
+        let e = at_connect(refused(
+            "this user has no permissions to run the 'select' command",
+        ));
+        assert!(
+            matches!(&e, Error::NoPermission { detail, fix } if detail == "run the command SELECT" && fix == "+select"),
+            "{e:?}"
+        );
+        let e = at_connect(refused("connection refused"));
+        assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
     }
 }

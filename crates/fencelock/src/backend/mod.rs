@@ -45,9 +45,13 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// Connects to the store `url` names.
+    /// Connects to the store `url` names. A user that may not run the
+    /// connect check is told which permission it lacks.
     pub(crate) async fn connect(url: &str, settings: &ConnSettings) -> Result<Self> {
-        Ok(Backend::Redis(RedisConn::connect(url, settings).await?))
+        let conn = RedisConn::connect(url, settings)
+            .await
+            .map_err(errors::at_connect)?;
+        Ok(Backend::Redis(conn))
     }
 
     /// Runs one lock operation.
