@@ -10,7 +10,7 @@
 //! | `scripts` | the Lua scripts, one per operation (`scripts/*.lua`), grant, release and leave sharing `prelude.lua` |
 //! | `conn` | [`RedisConn`], the connection seam: one variant per kind of deployment, script calls by SHA with `NOSCRIPT` reload, error mapping |
 //! | `pubsub` | [`PubSub`], the pub/sub connection behind wake-ups |
-//! | `audit` | what the deployment reports about itself (`INFO`): the memory-policy check at connect |
+//! | `audit` | what the deployment reports about itself (`INFO` fields, the memory policy): the check at connect, and the deployment audit (`crate::audit`) |
 //! | `errors` | server errors as typed errors that name the one key, command or setting in the way |
 //! | `url` | URLs without their credentials |
 //!
@@ -27,6 +27,7 @@ mod scripts;
 mod url;
 pub(crate) mod wire;
 
+pub(crate) use audit::{info_field, memory_policy};
 #[cfg(feature = "testing")]
 pub(crate) use conn::invocation;
 pub(crate) use conn::{ConnSettings, RedisConn};
