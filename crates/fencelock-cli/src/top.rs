@@ -123,7 +123,8 @@ async fn snapshot(
             .arg("TYPE")
             .arg("string")
             .query_async(conn)
-            .await?;
+            .await
+            .map_err(refused)?;
         names.extend(
             keys.iter()
                 .filter_map(|k| lock_name(client.prefix(), layout, k))
@@ -150,11 +151,13 @@ async fn snapshot(
         else {
             continue;
         };
-        let waiters: u64 = redis::cmd("ZCARD")
-            .arg(&keys.queue)
-            .query_async(conn)
-            .await
-            .unwrap_or(0);
+        // A queue key of another type counts as no waiters; a refusal is
+        // reported.
+        let waiters: u64 = match redis::cmd("ZCARD").arg(&keys.queue).query_async(conn).await {
+            Ok(n) => n,
+            Err(e) if e.code() == Some("NOPERM") => return Err(refused(e)),
+            Err(_) => 0,
+        };
         rows.push(Row {
             name,
             key: keys.lock,
@@ -165,6 +168,26 @@ async fn snapshot(
         });
     }
     Ok(rows)
+}
+
+/// A command `top` sends itself, refused by the ACL user (`NOPERM … to
+/// run the 'scan' command`), as the library's [`fencelock::Error::NoPermission`]
+/// (exit 78, naming the permission to add); other errors as they are.
+fn refused(e: redis::RedisError) -> anyhow::Error {
+    let command = (e.code() == Some("NOPERM"))
+        .then(|| e.detail())
+        .flatten()
+        .and_then(|detail| detail.split_once("to run the '"))
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(command, _)| command.to_owned());
+    match command {
+        Some(command) => fencelock::Error::NoPermission {
+            detail: format!("run the command {}", command.to_uppercase()),
+            fix: format!("+{}", command.to_lowercase()),
+        }
+        .into(),
+        None => e.into(),
+    }
 }
 
 /// The table: name, holder id, fence, ttl left, waiters.

@@ -6,6 +6,7 @@
 //! seconds, carry `heavy_` in their name, so nextest runs them one at a time
 //! (see `.config/nextest.toml`).
 
+mod acl;
 mod bench;
 mod config;
 mod demo;
