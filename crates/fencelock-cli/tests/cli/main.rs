@@ -11,6 +11,7 @@ mod bench;
 mod config;
 mod demo;
 mod diagnostics;
+mod doctor;
 mod run;
 mod secrets;
 mod support;
