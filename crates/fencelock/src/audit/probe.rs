@@ -74,6 +74,9 @@ pub(super) struct ProbeReport {
     pub(super) failures: Vec<String>,
     /// Probe keys that could not be deleted.
     pub(super) leftover: Vec<String>,
+    /// The channel pattern of the prefix (`&lock:*`), named for any refused
+    /// channel: a refused subscription does not say which channel it was.
+    channels: Option<String>,
 }
 
 impl ProbeReport {
@@ -86,6 +89,10 @@ impl ProbeReport {
         let fix = fix
             .rsplit_once("such as ")
             .map_or(fix.as_str(), |(_, part)| part);
+        let fix = match &self.channels {
+            Some(channels) if fix.starts_with('&') => channels.as_str(),
+            _ => fix,
+        };
         match self.missing.iter_mut().find(|m| m.fix == fix) {
             Some(known) => {
                 if matches!(need, Need::Locks(_)) {
@@ -149,7 +156,10 @@ pub(super) async fn run(
     // Under the prefix, and no other lock's key in either layout.
     let resource = format!("{}:probe", keys.lock);
     let opts = opts.clone().ttl(PROBE_TTL);
-    let mut report = ProbeReport::default();
+    let mut report = ProbeReport {
+        channels: Some(format!("&{}*", super::checks::glob_escape(prefix))),
+        ..ProbeReport::default()
+    };
 
     report.note(
         conn.cmd::<String>(

@@ -95,6 +95,25 @@ async fn the_audit_names_each_missing_permission() -> Result<()> {
         ensure!(audit.worst() == status, "without {part}: {audit:#?}");
     }
 
+    // Under another prefix, the channel pattern to add is that prefix's.
+    let rule: Vec<String> = rule_without("&lock:*")
+        .into_iter()
+        .map(|p| p.replace("lock:", "jobs:"))
+        .collect();
+    let client = LockClient::builder(server.acl_user("app", &rule))
+        .prefix("jobs:")
+        .connect()
+        .await?;
+    let audit = client.audit().await?;
+    let permissions = row(&audit, "permissions")?;
+    ensure!(
+        permissions.status() == Status::Warn
+            && permissions
+                .fix()
+                .is_some_and(|fix| fix.contains("add &jobs:* to")),
+        "{permissions:#?}"
+    );
+
     // Without INFO the server rows cannot be read, and say why.
     let url = server.acl_user("app", &rule_without("+info"));
     let audit = LockClient::connect(&url).await?.audit().await?;
