@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "fencelock",
     version,
     about = "Distributed locks with fencing tokens on Redis",
-    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable\n       (or its #! interpreter is missing), 127 not found, 75 lock not acquired\n       (--conflict-exit-code), 76 lock lost while the command ran\n  write, update, read --register: 0 done, 3 rejected as stale (nothing written)\n  update: the command's own code if it failed, 65 its output is not text\n  all: 64 usage, 69 Redis unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a missing ACL permission, a key of the wrong type, a\n       database that does not exist, redis-server missing)"
+    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock doctor              # is this Redis fit for locks?\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable\n       (or its #! interpreter is missing), 127 not found, 75 lock not acquired\n       (--conflict-exit-code), 76 lock lost while the command ran\n  write, update, read --register: 0 done, 3 rejected as stale (nothing written)\n  doctor: 0 every check passed, 1 warnings, 2 failures\n  update: the command's own code if it failed, 65 its output is not text\n  all: 64 usage, 69 Redis unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a missing ACL permission, a key of the wrong type, a\n       database that does not exist, redis-server missing)"
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -161,6 +161,12 @@ pub(crate) enum Command {
     )]
     Top(TopArgs),
 
+    /// Audit the Redis deployment: version, role, replication, eviction,
+    /// persistence, clocks, the user's permissions and the round trip; one
+    /// line per check (OK, WARN or FAIL, what was found, what to change).
+    #[command(after_help = DOCTOR_HELP)]
+    Doctor(DoctorArgs),
+
     /// Measure speed and fairness against a real Redis (a private one unless
     /// --redis is given), next to that Redis's own round-trip rate.
     #[command(
@@ -210,6 +216,35 @@ Examples:
   fencelock run nightly-report -- ./report.sh --date today
   fencelock run --no-wait --conflict-exit-code 0 cleanup -- ./cleanup.sh
   fencelock run --ttl 30s --wait 2m migrate -c 'make migrate && make seed'";
+
+const DOCTOR_HELP: &str = "\
+Checks (advisory ones only ever warn):
+  topology     a standalone server (FAIL: a Cluster node or a Sentinel behind
+               a plain redis:// URL)
+  version      Redis 7.0 or newer (FAIL: older)
+  role         a master (FAIL: a replica)
+  replication  on a master with replicas, min-replicas-to-write set
+               (advisory; FAIL: set, and no good replica, so writes stop)
+  eviction     maxmemory-policy noeviction or no memory limit (advisory)
+  persistence  counter fences need appendonly yes and appendfsync always
+               (FAIL: no append-only file; WARN: another fsync policy, or
+               one the user may not read with CONFIG GET)
+  clock        the server clock within 1 s of this host's (advisory)
+  fences       the server clock past every clock fence stored under the
+               prefix (FAIL: behind one)
+  permissions  fencelock's own operations on a probe lock under the prefix,
+               deleted afterwards (FAIL: a lock operation refused; WARN: wake-
+               ups, fenced hashes, top or INFO refused)
+  rtt          median of 5 PINGs under 1/20 of --ttl (advisory)
+--fence-mode, --prefix and --layout say what to check for.
+
+Exit codes: 0 every check passed, 1 warnings, 2 failures; 69 Redis
+unreachable, 78 refused (credentials, or the user may not run PING).
+
+Examples:
+  fencelock doctor
+  fencelock --redis redis://redis.internal:6379 --fence-mode counter doctor
+  fencelock doctor --json | jq -r '.checks[] | select(.status != \"OK\") | .fix'";
 
 const READ_HELP: &str = "\
 With --register, the caller's fence (--fence, --holder: inside `fencelock
@@ -444,6 +479,19 @@ pub(crate) struct WriteArgs {
     )]
     pub(crate) holder: String,
     /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `doctor`.
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    /// The lease ttl the round trip is judged against.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) ttl: Duration,
+    /// Print one JSON object on stdout: url, prefix, fence_mode, ttl_ms,
+    /// status (the worst) and checks, an array of {name, status, found,
+    /// fix}.
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -7,6 +7,7 @@
 //! | `run` | `fencelock run`: a supervised command under a lock |
 //! | `inspect` | `status`, `read`, `write`, `update` |
 //! | `top` | `fencelock top`: a live view of the locks under a pattern (SCAN) |
+//! | `doctor` | `fencelock doctor`: the library's deployment audit, one line per check |
 //! | `diagnostics` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
 //! | `exit` | exit codes (sysexits-style, as in the README) |
 //! | `redact` | credentials kept out of every output: URLs shown without passwords, messages and logs scrubbed |
@@ -25,6 +26,7 @@ mod cli;
 mod connect;
 mod demo;
 mod diagnostics;
+mod doctor;
 mod exit;
 mod inspect;
 mod private_redis;
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
             Command::Read(args) => inspect::read(&cli.global, args).await,
             Command::Write(args) => inspect::write(&cli.global, args).await,
             Command::Update(args) => inspect::update(&cli.global, args).await,
+            Command::Doctor(args) => doctor::run(&cli.global, args).await,
             Command::Bench(args) => bench::run(&cli.global, args).await,
             Command::Demo(args) => demo::run(&cli.global, args).await,
         }

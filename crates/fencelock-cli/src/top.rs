@@ -90,7 +90,13 @@ async fn snapshot(
         else {
             continue;
         };
-        let waiters = client.waiters(&name, layout).await.unwrap_or(0);
+        // A queue key of another type counts as no waiters; a missing
+        // permission is reported.
+        let waiters = match client.waiters(&name, layout).await {
+            Ok(n) => n,
+            Err(e @ fencelock::Error::NoPermission { .. }) => return Err(e.into()),
+            Err(_) => 0,
+        };
         rows.push(Row {
             name,
             key: keys.lock,

@@ -70,6 +70,9 @@
 //!   let new = sentinel.wait_new_primary(old); // ~3 s
 //!   # let _ = (new, sentinel.url());
 //!   ```
+//! - [`acl`]: [`RedisServer::acl_user`] creates an ACL user with an exact
+//!   rule; [`acl::readme_acl_rule`] is the rule the README recommends for a
+//!   fencelock user, read from the README.
 //! - [`server_process`]: what the server types share; public are
 //!   [`PausedGuard`] and [`Pausable`] (`pause_guard` of every server).
 //! - [`free_port`]: a free loopback port for servers, or for URLs where
@@ -101,6 +104,7 @@
 //! or [`FENCELOCK_REDIS_CLI_BIN`](redis_server::REDIS_CLI_BIN_ENV). Sentinels
 //! run as `redis-server sentinel.conf --sentinel`. Linux only.
 
+pub mod acl;
 pub mod cluster;
 pub mod postgres;
 pub mod process;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::Engine;
+use crate::audit::Audit;
 use crate::backend::ops::Inspect;
 use crate::backend::{Backend, ConnSettings, wire};
 use crate::error::{Error, LossReason, Result};
@@ -372,6 +373,31 @@ impl LockClient {
             .redis()
             .cmd(&keys.queue, redis::cmd("ZCARD").arg(&keys.queue))
             .await
+    }
+
+    /// Audits the Redis deployment behind this client: whether it provides
+    /// what fencelock's guarantees assume (version, role, replication,
+    /// eviction, persistence for the default fence mode, the server clock
+    /// against this host's and against the stored clock fences, the
+    /// user's permissions, the round trip against the default ttl), and
+    /// what to change where it does not. [`crate::audit`] lists the checks.
+    ///
+    /// It reads `INFO`, `TIME` and the fence keys under the prefix (one
+    /// `SCAN` and `MGET` per thousand keys), and probes the permissions by
+    /// running fencelock's own operations on a probe lock of its own under
+    /// the prefix (deleted afterwards), without touching any other lock.
+    /// A missing permission is a row of the audit, not an error.
+    ///
+    /// # Errors
+    /// Connection errors ([`Error::Unreachable`] and the like) when Redis
+    /// cannot be reached while auditing.
+    pub async fn audit(&self) -> Result<Audit> {
+        crate::audit::run(
+            &self.inner.engine.backend,
+            &self.inner.prefix,
+            &self.inner.defaults,
+        )
+        .await
     }
 
     /// Reads the current state of lock `name` (one atomic script).

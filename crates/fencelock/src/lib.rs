@@ -66,6 +66,7 @@
 //! | `resource` | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`] |
 //! | `resource::postgres` | feature `postgres`: fenced Postgres rows, `FencedTable`, `SetClause`, `RowKey` (sqlx) |
 //! | `error` | [`Error`] and [`LossReason`] |
+//! | [`audit`] | the deployment audit ([`LockClient::audit`], `fencelock doctor`): [`audit::Audit`], its [`audit::Check`] rows and their [`audit::Status`] |
 //! | [`metrics`] | diagnostics: metric names, the family rule for labels, recording helpers, the [`Stats`] snapshot |
 //!
 //! Where to find the four things a reader looks for first:
@@ -148,6 +149,7 @@
 #![recursion_limit = "256"]
 
 mod acquire;
+pub mod audit;
 mod backend;
 mod client;
 mod error;

@@ -45,6 +45,7 @@ pub(crate) async fn keep(
     renew_now: bool,
     stop: CancellationToken,
 ) {
+    let mut warned = false;
     let mut next = if renew_now {
         Some(Instant::now())
     } else {
@@ -97,7 +98,15 @@ pub(crate) async fn keep(
                     return;
                 }
                 Ok(Err(e)) => {
-                    tracing::debug!(lock = %state.grant.name, error = %e, "renewal failed; retrying until the deadline");
+                    if e.is_config() && !warned {
+                        // A missing permission (PEXPIRE) or a key of the
+                        // wrong type will not cure itself: the lease will be
+                        // lost at its deadline, and this says why.
+                        warned = true;
+                        tracing::warn!(lock = %state.grant.name, error = %e, "renewal refused; the lease will be lost at its deadline");
+                    } else {
+                        tracing::debug!(lock = %state.grant.name, error = %e, "renewal failed; retrying until the deadline");
+                    }
                     let every = interval.unwrap_or(state.grant.ttl / 3);
                     next = Some(Instant::now() + retry_delay(every));
                 }

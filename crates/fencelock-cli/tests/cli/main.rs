@@ -6,10 +6,12 @@
 //! seconds, carry `heavy_` in their name, so nextest runs them one at a time
 //! (see `.config/nextest.toml`).
 
+mod acl;
 mod bench;
 mod config;
 mod demo;
 mod diagnostics;
+mod doctor;
 mod run;
 mod secrets;
 mod support;

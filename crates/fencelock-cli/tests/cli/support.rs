@@ -40,6 +40,24 @@ pub(crate) fn on(server: &RedisServer, args: &[&str]) -> Command {
     cmd
 }
 
+/// `fencelock --redis URL ARGS`, e.g. as an ACL user
+/// ([`RedisServer::acl_user`]).
+pub(crate) fn at(url: &str, args: &[&str]) -> Command {
+    let mut cmd = fencelock(&["--redis", url]);
+    cmd.args(args);
+    cmd
+}
+
+/// Runs `cmd`: its exit code, stdout and stderr.
+pub(crate) fn output(cmd: &mut Command) -> (Option<i32>, String, String) {
+    let out = cmd.output().expect("run fencelock");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Polls `check` every 10 ms until it returns something; panics after
 /// `limit`.
 pub(crate) fn poll<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {

@@ -602,6 +602,9 @@ pub(super) fn connect_error(url: &str, db: i64, e: RedisError) -> Error {
             detail,
         };
     }
+    if let Some(refused) = errors::refused_at_connect(&text) {
+        return refused;
+    }
     if let (Some(code), Some(detail)) = (e.code(), e.detail())
         && let Some(error) = errors::classify(code, detail, &[])
     {

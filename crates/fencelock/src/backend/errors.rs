@@ -48,6 +48,17 @@ pub(crate) fn classify(code: &str, detail: &str, keys: &[&str]) -> Option<Error>
     }
 }
 
+/// The missing permission in the text of a connect error, if that is what
+/// it is: a user that may not run `PING` (the connect check) or `SELECT` (a
+/// URL with a database other than 0) is refused with `NOPERM`, which the
+/// client library reports as a failed connection.
+pub(crate) fn refused_at_connect(text: &str) -> Option<Error> {
+    text.find(NOPERM_TEXT).map(|at| noperm(&text[at..], &[]))
+}
+
+/// How every `NOPERM` reply of Redis 7 words what is missing.
+const NOPERM_TEXT: &str = "no permissions to ";
+
 /// Redis's own `NOPERM` replies, e.g. "this user has no permissions to run
 /// the 'evalsha' command", "... to access one of the keys used as
 /// arguments", "... to access one of the channels used as arguments".
@@ -71,9 +82,12 @@ fn noperm(detail: &str, keys: &[&str]) -> Error {
         };
     }
     if detail.contains("channels") {
+        let pattern = keys
+            .first()
+            .map_or_else(|| "lock:*".to_owned(), |k| key_pattern(k));
         return Error::NoPermission {
             detail: "use the wake-up channels".to_owned(),
-            fix: "a channel pattern that covers them, such as &lock:*".to_owned(),
+            fix: format!("a channel pattern that covers them, such as &{pattern}"),
         };
     }
     Error::NoPermission {
@@ -169,5 +183,17 @@ mod tests {
             "{e:?}"
         );
         assert!(classify("ERR", "anything", &[]).is_none());
+    }
+
+    #[test]
+    fn a_refused_connect_check_is_a_missing_permission() {
+        let e = refused_at_connect(
+            "Redis server refused to switch database - ResponseError: this user has no permissions to run the 'select' command",
+        );
+        assert!(
+            matches!(&e, Some(Error::NoPermission { detail, fix }) if detail == "run the command SELECT" && fix == "+select"),
+            "{e:?}"
+        );
+        assert!(refused_at_connect("connection refused").is_none());
     }
 }

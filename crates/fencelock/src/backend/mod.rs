@@ -13,7 +13,7 @@
 //! | `sentinel` | the master found through Sentinel, followed across failovers |
 //! | `tls` | the CA and client certificate of `rediss` URLs; what a failed handshake means |
 //! | `pubsub` | [`PubSub`], the pub/sub connection behind wake-ups |
-//! | `audit` | what the deployment reports about itself (`INFO`): the memory-policy check at connect |
+//! | `audit` | what the deployment reports about itself (`INFO` fields, the memory policy): the check at connect, and the deployment audit (`crate::audit`) |
 //! | `errors` | server errors as typed errors that name the one key, command or setting in the way |
 //! | `url` | URLs without their credentials |
 //!
@@ -33,6 +33,7 @@ mod tls;
 mod url;
 pub(crate) mod wire;
 
+pub(crate) use audit::{info_field, memory_policy};
 #[cfg(feature = "testing")]
 pub(crate) use conn::invocation;
 pub(crate) use conn::{ConnSettings, RedisConn};

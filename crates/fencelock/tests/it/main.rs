@@ -8,6 +8,8 @@
 //! entry points that tests start by re-running this binary; they are not
 //! tests of their own and are filtered out.
 
+mod acl;
+mod audit;
 mod bad_input;
 mod exclusion;
 mod fences;

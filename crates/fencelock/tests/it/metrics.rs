@@ -12,7 +12,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
@@ -22,6 +21,8 @@ use fencelock::metrics::{
 };
 use fencelock::{Fence, LockClient, LockOptions, ReleaseOutcome, Renewal};
 use fencelock_testkit::RedisServer;
+
+use crate::support::Captured;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 /// What the recorder saw: counters and histogram samples by
@@ -243,30 +244,6 @@ fn ten_thousand_names_make_one_family() -> Result<()> {
     );
     assert_eq!(stats.locks.len(), 1);
     Ok(())
-}
-
-/// A log writer shared with the test.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-    }
 }
 
 /// The runtime's only thread sleeps (blocking) past a third of the ttl: the

@@ -8,6 +8,7 @@ pub(crate) mod worker;
 
 use std::collections::HashMap;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Result, bail};
@@ -87,6 +88,33 @@ impl Keys for RedisServer {
 
     fn dbsize(&self) -> i64 {
         self.query(&["DBSIZE"])
+    }
+}
+
+/// A log writer shared with the test: give a `tracing_subscriber::fmt()`
+/// `.with_writer(move || log.clone())`, then read what was logged with
+/// [`Captured::text`].
+#[derive(Clone, Default)]
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Everything logged so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
     }
 }
 

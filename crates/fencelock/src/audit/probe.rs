@@ -1,0 +1,379 @@
+//! The permission probe: fencelock's own operations, run on a probe lock
+//! under the client's prefix, and what the server refused.
+//!
+//! An ACL user's permissions cannot be read without permissions of their
+//! own (`ACL GETUSER`; `ACL DRYRUN` needs Redis 7.2), so the probe does what
+//! fencelock does: load a script, grant, renew, inspect, queue a waiter,
+//! release (which hands the lock over to it), leave, write and register a
+//! fenced hash and read it, publish and subscribe on a wake-up channel,
+//! `SCAN` and `ZCARD` (for `top`). Each refusal is a [`Missing`] permission
+//! named as [`Error::NoPermission`] names it. A script stops at its first
+//! refused command, so one run may not find every missing permission.
+//!
+//! Everything runs on keys of a name of its own (`fencelock-doctor-ID`), so
+//! no real lock is touched, and without metrics or stats. The keys are
+//! deleted at the end; keys the user may not delete expire (the lock after
+//! its ttl, the queue after two waiter leases, a clock fence after its
+//! retention), except a counter fence key and the probe hash.
+
+use crate::acquire::new_token;
+use crate::backend::ops::{
+    Change, Extend, FencedWrite, Grant, GrantReply, Inspect, Leave, Mint, PassOn, Publish, Release,
+};
+use crate::backend::wire::{QueueMember, lock_value, wake_channel};
+use crate::backend::{Backend, Event, RedisConn};
+use crate::error::{Error, Result};
+use crate::fence::Fence;
+use crate::keys::LockKeys;
+use crate::options::{LockOptions, WaitMode};
+
+/// Lock operations: without them locks do not work (FAIL).
+const LOCKS: &str = "taking, renewing and releasing locks";
+/// Waiting in a queue: notify and fair waiters are refused without it.
+const QUEUE: &str = "waiting in notify and fair mode";
+/// Reading a lock's state.
+const STATUS: &str = "fencelock status and top";
+/// Fenced Redis hashes.
+const HASHES: &str = "fenced Redis hashes (FencedHash, fencelock read/write/update)";
+/// Pub/sub wake-ups.
+const WAKEUPS: &str = "wake-ups: waiters poll instead";
+/// `fencelock top` (and the audit's fence scan).
+const TOP: &str = "fencelock top and the audit's fence scan";
+/// `INFO`.
+pub(super) const INFO: &str = "the eviction warning at connect and the audit's server checks";
+
+/// The ttl of the probe lock: if the user may not delete it, it is gone
+/// soon anyway.
+const PROBE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What a missing permission breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Need {
+    /// Locks themselves: a FAIL.
+    Locks(&'static str),
+    /// A feature that degrades or fails while locks keep working: a WARN.
+    Feature(&'static str),
+}
+
+/// A refused operation.
+#[derive(Debug, Clone)]
+pub(super) struct Missing {
+    /// What the user may not do, e.g. "run the command ZADD".
+    pub(super) detail: String,
+    /// What to add to its rule, e.g. "+zadd".
+    pub(super) fix: String,
+    pub(super) need: Need,
+}
+
+/// What the probe found.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ProbeReport {
+    /// Refused permissions, one per fix, the most severe need kept.
+    pub(super) missing: Vec<Missing>,
+    /// Operations that failed for another reason.
+    pub(super) failures: Vec<String>,
+    /// Probe keys that could not be deleted.
+    pub(super) leftover: Vec<String>,
+    /// The channel pattern of the prefix (`&lock:*`), named for any refused
+    /// channel: a refused subscription does not say which channel it was.
+    channels: Option<String>,
+}
+
+impl ProbeReport {
+    /// Records the refusal `e` (a [`Error::NoPermission`]).
+    pub(super) fn refused(&mut self, e: &Error, need: Need) {
+        let Error::NoPermission { detail, fix } = e else {
+            return;
+        };
+        // "a key pattern that covers it, such as ~lock:*": the rule part.
+        let fix = fix
+            .rsplit_once("such as ")
+            .map_or(fix.as_str(), |(_, part)| part);
+        let fix = match &self.channels {
+            Some(channels) if fix.starts_with('&') => channels.as_str(),
+            _ => fix,
+        };
+        match self.missing.iter_mut().find(|m| m.fix == fix) {
+            Some(known) => {
+                if matches!(need, Need::Locks(_)) {
+                    known.need = need;
+                }
+            }
+            None => self.missing.push(Missing {
+                detail: detail.clone(),
+                fix: fix.to_owned(),
+                need,
+            }),
+        }
+    }
+
+    /// The value of `result`, or `None` after recording why there is none.
+    /// A connection error ends the probe.
+    fn note<T>(&mut self, result: Result<T>, need: Need) -> Result<Option<T>> {
+        match result {
+            Ok(value) => Ok(Some(value)),
+            Err(e @ Error::NoPermission { .. }) => {
+                self.refused(&e, need);
+                Ok(None)
+            }
+            // A reply of the server (READONLY, say) is a finding; only a
+            // lost connection ends the probe.
+            Err(e) if e.is_connection() && !is_server_reply(&e) => Err(e),
+            Err(e) => {
+                let what = match need {
+                    Need::Locks(what) | Need::Feature(what) => what,
+                };
+                self.failures.push(format!("{what} failed: {e}"));
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// Whether `e` is a reply of the server that the client treats as
+/// transient (`READONLY`, `MASTERDOWN`, `LOADING`, …), not a lost
+/// connection.
+fn is_server_reply(e: &Error) -> bool {
+    matches!(e, Error::Unreachable { source, .. } if source.code().is_some())
+}
+
+/// The source of the inspect script, to probe `SCRIPT LOAD` even when the
+/// server has every script cached already.
+const INSPECT_SOURCE: &str = concat!(
+    include_str!("../backend/scripts/common.lua"),
+    include_str!("../backend/scripts/inspect.lua")
+);
+
+/// Runs the probe for locks under `prefix` taken with `opts`.
+pub(super) async fn run(
+    backend: &Backend,
+    prefix: &str,
+    opts: &LockOptions,
+) -> Result<ProbeReport> {
+    let conn = backend.redis();
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let keys = LockKeys::new(prefix, opts.layout, &format!("fencelock-doctor-{id}"))?;
+    // Under the prefix, and no other lock's key in either layout.
+    let resource = format!("{}:probe", keys.lock);
+    let opts = opts.clone().ttl(PROBE_TTL);
+    let mut report = ProbeReport {
+        channels: Some(format!("&{}*", super::checks::glob_escape(prefix))),
+        ..ProbeReport::default()
+    };
+
+    report.note(
+        conn.cmd::<String>(
+            &keys.lock,
+            redis::cmd("SCRIPT").arg("LOAD").arg(INSPECT_SOURCE),
+        )
+        .await,
+        Need::Locks(LOCKS),
+    )?;
+    let fence = locks(backend, &keys, &opts, &id, &mut report).await?;
+    fenced_hash(conn, &resource, fence, &mut report).await?;
+    wakeups(backend, &keys, &id, &mut report).await?;
+    report.note(
+        conn.cmd::<(u64, Vec<String>)>(
+            "",
+            redis::cmd("SCAN")
+                .arg(0)
+                .arg("MATCH")
+                .arg(super::checks::glob_escape(&keys.lock))
+                .arg("COUNT")
+                .arg(10),
+        )
+        .await,
+        Need::Feature(TOP),
+    )?;
+    report.note(
+        conn.cmd::<u64>(&keys.queue, redis::cmd("ZCARD").arg(&keys.queue))
+            .await,
+        Need::Feature(TOP),
+    )?;
+
+    let probe_keys = [
+        keys.lock.as_str(),
+        &keys.fence,
+        &keys.queue,
+        &keys.waiters,
+        &resource,
+    ];
+    let deleted = report.note(
+        conn.cmd::<u64>(&keys.lock, redis::cmd("DEL").arg(&probe_keys[..]))
+            .await,
+        Need::Locks(LOCKS),
+    )?;
+    if deleted.is_none() {
+        report.leftover = probe_keys.iter().map(|k| (*k).to_owned()).collect();
+    }
+    Ok(report)
+}
+
+/// Grant, renew, inspect; a fair waiter queues; the release hands the lock
+/// over to it; it leaves (releasing what it was handed). Returns the probe
+/// lock's fence if it was granted.
+async fn locks(
+    backend: &Backend,
+    keys: &LockKeys,
+    opts: &LockOptions,
+    id: &str,
+    report: &mut ProbeReport,
+) -> Result<Option<Fence>> {
+    let mint = Mint::new(opts);
+    let holder = new_token();
+    let waiter = new_token();
+    let granted = report.note(
+        backend
+            .run(&grant(keys, opts, &holder, WaitMode::Poll, None))
+            .await,
+        Need::Locks(LOCKS),
+    )?;
+    let fence = match granted {
+        Some(GrantReply::Granted(fence)) => fence,
+        Some(other) => {
+            report.failures.push(format!(
+                "the probe lock {} was not granted ({other:?})",
+                keys.lock
+            ));
+            return Ok(None);
+        }
+        None => return Ok(None),
+    };
+    let value = lock_value(&holder, fence, opts.layout);
+    report.note(
+        backend
+            .run(&Extend {
+                key: &keys.lock,
+                value: &value,
+                ttl: opts.ttl,
+            })
+            .await,
+        Need::Locks(LOCKS),
+    )?;
+    report.note(backend.run(&Inspect { keys }).await, Need::Locks(STATUS))?;
+    let member = QueueMember {
+        client: id.to_owned(),
+        waiter: 1,
+        mode: WaitMode::Fair,
+        ttl: opts.ttl,
+        handover: opts.handover_lease(),
+        token: waiter.clone(),
+    };
+    let queued = report.note(
+        backend
+            .run(&grant(keys, opts, &waiter, WaitMode::Fair, Some(&member)))
+            .await,
+        Need::Locks(QUEUE),
+    )?;
+    let pass_on = PassOn {
+        wake_prefix: &keys.wake_prefix,
+        publish: backend.publish(),
+    };
+    report.note(
+        backend
+            .run(&Release {
+                keys,
+                mint,
+                pass_on,
+                value: &value,
+            })
+            .await,
+        Need::Locks(LOCKS),
+    )?;
+    if queued.is_some() {
+        report.note(
+            backend
+                .run(&Leave {
+                    keys,
+                    mint,
+                    pass_on,
+                    member: &member,
+                })
+                .await,
+            Need::Locks(QUEUE),
+        )?;
+    }
+    Ok(Some(fence))
+}
+
+/// A first grant attempt of `token`.
+fn grant<'a>(
+    keys: &'a LockKeys,
+    opts: &LockOptions,
+    token: &'a str,
+    wait_mode: WaitMode,
+    member: Option<&'a QueueMember>,
+) -> Grant<'a> {
+    Grant {
+        keys,
+        mint: Mint::new(opts),
+        token,
+        ttl: opts.ttl,
+        wait_mode,
+        member,
+        waiter_lease: opts.waiter_lease,
+        queued: false,
+    }
+}
+
+/// A fenced write, a registration and a read of the probe hash.
+async fn fenced_hash(
+    conn: &RedisConn,
+    resource: &str,
+    fence: Option<Fence>,
+    report: &mut ProbeReport,
+) -> Result<()> {
+    let fence = fence.unwrap_or(Fence::new(1));
+    let holder = new_token();
+    for change in [Change::Write("fencelock doctor"), Change::Register] {
+        report.note(
+            conn.run(&FencedWrite {
+                key: resource,
+                fence,
+                holder: &holder,
+                change,
+            })
+            .await,
+            Need::Feature(HASHES),
+        )?;
+    }
+    report.note(
+        conn.cmd::<Vec<Option<String>>>(resource, redis::cmd("HMGET").arg(resource).arg("value"))
+            .await,
+        Need::Feature(HASHES),
+    )?;
+    Ok(())
+}
+
+/// A publish on the probe's wake-up channel (nobody listens), and a
+/// subscription to it on a pub/sub connection of its own.
+async fn wakeups(
+    backend: &Backend,
+    keys: &LockKeys,
+    id: &str,
+    report: &mut ProbeReport,
+) -> Result<()> {
+    let channel = wake_channel(keys, id);
+    let publish = match backend.publish() {
+        Publish::Publish => "PUBLISH",
+        Publish::SPublish => "SPUBLISH",
+    };
+    report.note(
+        backend
+            .redis()
+            .cmd::<u64>(&channel, redis::cmd(publish).arg(&channel).arg("0"))
+            .await,
+        Need::Feature(WAKEUPS),
+    )?;
+    let Some(pubsub) = report.note(backend.pubsub(|_: Event| {}).await, Need::Feature(WAKEUPS))?
+    else {
+        return Ok(());
+    };
+    if report
+        .note(pubsub.subscribe(&channel).await, Need::Feature(WAKEUPS))?
+        .is_some()
+    {
+        report.note(pubsub.unsubscribe(&channel).await, Need::Feature(WAKEUPS))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,363 @@
+//! The README's ACL rule for a fencelock user ("Redis permissions", read
+//! from the README by the testkit), on a real server:
+//!
+//! - a user with exactly that rule takes, waits for (poll, notify, fair),
+//!   renews and releases locks, with counter fences too, and writes,
+//!   registers and reads a fenced hash;
+//! - a user missing one part of it gets `Error::NoPermission` naming that
+//!   part and the rule to add, for every part a lock or fenced-hash
+//!   operation needs; a background renewal refused for a missing `PEXPIRE`
+//!   is a warning naming it (the lease is then lost at its deadline). The parts whose absence is not an error (pub/sub,
+//!   `INFO`, `SCAN`/`ZCARD` of `top`) are named by the audit
+//!   (`audit.rs`) and the CLI (`fencelock top`).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use fencelock::{
+    Error, FenceMode, KeyLayout, LockClient, LockOptions, LossReason, ReleaseOutcome, WaitMode,
+};
+use fencelock_testkit::RedisServer;
+use fencelock_testkit::acl::readme_acl_rule;
+
+use crate::support::{Captured, POLL_DEADLINE, poll};
+
+/// The README's rule without `part` (which it must have).
+pub(crate) fn rule_without(part: &str) -> Vec<String> {
+    let rule = readme_acl_rule();
+    assert!(
+        rule.iter().any(|p| p == part),
+        "the README's rule has no {part}: {rule:?}"
+    );
+    rule.into_iter().filter(|p| p != part).collect()
+}
+
+/// Parts of the rule whose absence is no error of the library, with the
+/// test that names them instead.
+pub(crate) const NAMED_ELSEWHERE: [&str; 7] = [
+    // Waiters fall back to polling: the audit names them.
+    "&lock:*",
+    "+subscribe",
+    "+unsubscribe",
+    // A release wakes waiters best effort: the audit names it.
+    "+publish",
+    // The eviction warning at connect is best effort: the audit names it.
+    "+info",
+    // `fencelock top` only: the CLI and the audit name them.
+    "+scan",
+    "+zcard",
+];
+
+#[tokio::test]
+async fn a_user_with_the_readme_rule_runs_every_operation() -> Result<()> {
+    let server = RedisServer::start();
+    let url = server.acl_user("fencelock", &readme_acl_rule());
+    let holder = LockClient::connect(&url).await?;
+    let waiter = LockClient::connect(&url).await?;
+
+    for mode in [WaitMode::Poll, WaitMode::Notify, WaitMode::Fair] {
+        let name = format!("job-{mode:?}");
+        let keys = holder.keys(&name, KeyLayout::HashTagged)?;
+        let held = holder
+            .try_acquire(&name, &LockOptions::default().ttl(Duration::from_secs(30)))
+            .await?;
+        let scripts_before = server.script_calls();
+        let opts = LockOptions::default()
+            .wait_mode(mode)
+            .wait(Duration::from_secs(10));
+        let task = {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move { waiter.acquire(&name, &opts).await })
+        };
+        // A notify or fair waiter is queued only once it has subscribed to
+        // its wake-up channel: with pub/sub refused it would poll instead.
+        poll(
+            &format!("{mode:?}: the waiter's attempt"),
+            POLL_DEADLINE,
+            || {
+                let tried = server.script_calls() > scripts_before;
+                let queued = server.query::<i64>(&["ZCARD", &keys.queue]) == 1;
+                (tried && (mode == WaitMode::Poll || queued)).then_some(())
+            },
+        )
+        .await?;
+        ensure!(!task.is_finished(), "{mode:?}: the waiter did not wait");
+        let held_fence = held.fence();
+        ensure!(held.release().await? == ReleaseOutcome::Released);
+        let lease = tokio::time::timeout(POLL_DEADLINE, task)
+            .await
+            .context("the waiter was not granted the lock")???;
+        ensure!(lease.fence() > held_fence, "{mode:?}");
+        ensure!(matches!(
+            holder.inspect(&name, KeyLayout::HashTagged).await?,
+            fencelock::LockState::Held { .. }
+        ));
+        ensure!(lease.release().await? == ReleaseOutcome::Released);
+    }
+
+    // Background renewal: a 300 ms lease renewed every 100 ms.
+    let lease = holder
+        .try_acquire(
+            "renewed",
+            &LockOptions::default().ttl(Duration::from_millis(300)),
+        )
+        .await?;
+    lease.extend().await?;
+    poll("two background renewals", POLL_DEADLINE, || {
+        let renewals = holder.stats().lock("renewed").map_or(0, |s| s.renewals_ok);
+        (renewals >= 2).then_some(())
+    })
+    .await?;
+    ensure!(!lease.is_lost());
+    ensure!(lease.release().await? == ReleaseOutcome::Released);
+
+    // Counter fences (INCR, PERSIST).
+    let counter = LockOptions::default().fence_mode(FenceMode::Counter);
+    let lease = holder.try_acquire("counted", &counter).await?;
+    ensure!(lease.fence().get() == 1, "{}", lease.fence());
+    ensure!(lease.release().await? == ReleaseOutcome::Released);
+
+    // The fenced hash, under the resource key pattern of the rule.
+    let lease = holder.try_acquire("invoice:1", &holder.options()).await?;
+    let hash = holder.fenced_hash("invoice:1")?;
+    ensure!(
+        hash.register(lease.fence(), lease.token())
+            .await?
+            .is_accepted()
+    );
+    ensure!(
+        hash.update(lease.fence(), lease.token(), |v| format!(
+            "{}+1",
+            v.unwrap_or("0")
+        ))
+        .await?
+        .is_accepted()
+    );
+    ensure!(hash.read().await?.value.as_deref() == Some("0+1"));
+    ensure!(lease.release().await? == ReleaseOutcome::Released);
+    Ok(())
+}
+
+/// What a user missing one part of the rule tries, to meet the refusal.
+#[derive(Debug, Clone, Copy)]
+enum Attempt {
+    /// `LockClient::connect`.
+    Connect,
+    /// `LockClient::connect` to database 1 (`SELECT`).
+    ConnectDb1,
+    /// One grant of a free lock.
+    Grant,
+    /// One grant with counter fences.
+    GrantCounter,
+    /// `inspect`.
+    Inspect,
+    /// A grant, then `extend`.
+    Extend,
+    /// A grant, then `release`.
+    Release,
+    /// A grant, a waiter queued by the test, then `release` (which passes
+    /// the lock on).
+    ReleaseToWaiter,
+    /// A notify waiter on a lock someone else holds (it queues).
+    Wait,
+    /// A notify waiter that queues, then takes the lock when the holder's
+    /// lease runs out (and leaves the queue).
+    WaitThenGrant,
+    /// A fenced write to `invoice:1`.
+    FencedWrite,
+    /// A read of `invoice:1`.
+    FencedRead,
+}
+
+/// Runs `attempt` as the user at `url` and returns the error it met.
+async fn refusal(server: &RedisServer, url: &str, attempt: Attempt) -> Result<Error> {
+    let name = "job";
+    let keys = fencelock::LockKeys::new("lock:", KeyLayout::HashTagged, name)?;
+    let connected = match attempt {
+        Attempt::ConnectDb1 => LockClient::connect(&format!("{url}1")).await,
+        _ => LockClient::connect(url).await,
+    };
+    let client = match (attempt, connected) {
+        (Attempt::Connect | Attempt::ConnectDb1, Err(e)) => return Ok(e),
+        (_, connected) => connected?,
+    };
+    let opts = client.options();
+    let outcome = match attempt {
+        Attempt::Connect | Attempt::ConnectDb1 => bail!("connected"),
+        Attempt::Grant => client.try_acquire(name, &opts).await.map(drop),
+        Attempt::GrantCounter => client
+            .try_acquire(name, &opts.fence_mode(FenceMode::Counter))
+            .await
+            .map(drop),
+        Attempt::Inspect => client.inspect(name, KeyLayout::HashTagged).await.map(drop),
+        Attempt::Extend => client.try_acquire(name, &opts).await?.extend().await,
+        Attempt::Release => client
+            .try_acquire(name, &opts)
+            .await?
+            .release()
+            .await
+            .map(drop),
+        Attempt::ReleaseToWaiter => {
+            let lease = client.try_acquire(name, &opts).await?;
+            let member = "someone:1:notify:10000:100:0b5e7a9c-0000-4000-8000-000000000001";
+            server.cmd(&["ZADD", &keys.queue, "1", member]);
+            server.cmd(&["ZADD", &keys.waiters, "99999999999999", member]);
+            lease.release().await.map(drop)
+        }
+        Attempt::Wait | Attempt::WaitThenGrant => {
+            let ttl = match attempt {
+                Attempt::Wait => "30000",
+                _ => "300",
+            };
+            server.cmd(&["SET", &keys.lock, "someone:1", "PX", ttl]);
+            let waiting = opts
+                .wait_mode(WaitMode::Notify)
+                .wait(Duration::from_secs(5));
+            client.acquire(name, &waiting).await.map(drop)
+        }
+        Attempt::FencedWrite => {
+            let hash = client.fenced_hash("invoice:1")?;
+            hash.write(fencelock::Fence::new(1), "token", "v")
+                .await
+                .map(drop)
+        }
+        Attempt::FencedRead => client.fenced_hash("invoice:1")?.read().await.map(drop),
+    };
+    outcome.err().context("not refused")
+}
+
+#[tokio::test]
+async fn a_user_missing_one_part_of_the_rule_is_told_which() -> Result<()> {
+    use Attempt::*;
+    let server = RedisServer::start();
+    // (part left out, what meets the refusal, detail, fix)
+    let cases: &[(&str, Attempt, &str, &str)] = &[
+        ("+ping", Connect, "run the command PING", "+ping"),
+        ("+evalsha", Grant, "run the command EVALSHA", "+evalsha"),
+        (
+            "+script|load",
+            Grant,
+            "run the command SCRIPT|LOAD",
+            "+script|load",
+        ),
+        ("~lock:*", Grant, "access the key \"lock:{job}\"", "~lock:*"),
+        ("+get", Grant, "run the command GET", "+get"),
+        ("+time", Grant, "run the command TIME", "+time"),
+        ("+set", Grant, "run the command SET", "+set"),
+        ("+incr", GrantCounter, "run the command INCR", "+incr"),
+        (
+            "+persist",
+            GrantCounter,
+            "run the command PERSIST",
+            "+persist",
+        ),
+        ("+pttl", Inspect, "run the command PTTL", "+pttl"),
+        ("+pexpire", Extend, "run the command PEXPIRE", "+pexpire"),
+        ("+type", Release, "run the command TYPE", "+type"),
+        ("+del", Release, "run the command DEL", "+del"),
+        (
+            "+zrange",
+            ReleaseToWaiter,
+            "run the command ZRANGE",
+            "+zrange",
+        ),
+        ("+zscore", Wait, "run the command ZSCORE", "+zscore"),
+        ("+zadd", Wait, "run the command ZADD", "+zadd"),
+        ("+zrem", WaitThenGrant, "run the command ZREM", "+zrem"),
+        ("+hset", FencedWrite, "run the command HSET", "+hset"),
+        ("+hmget", FencedRead, "run the command HMGET", "+hmget"),
+        (
+            "~invoice:*",
+            FencedWrite,
+            "access the key \"invoice:1\"",
+            "~invoice:*",
+        ),
+    ];
+    let rule = readme_acl_rule();
+    for part in &rule {
+        ensure!(
+            cases.iter().any(|c| c.0 == part) || NAMED_ELSEWHERE.contains(&part.as_str()),
+            "no test leaves out {part} of the README's rule"
+        );
+    }
+    for &(part, attempt, detail, fix) in cases {
+        server.cmd(&["FLUSHALL"]);
+        // Scripts are cached server-wide: a user without SCRIPT LOAD is only
+        // refused once the cache is empty.
+        server.cmd(&["SCRIPT", "FLUSH"]);
+        let url = server.acl_user("app", &rule_without(part));
+        let e = refusal(&server, &url, attempt)
+            .await
+            .with_context(|| format!("without {part}"))?;
+        let Error::NoPermission {
+            detail: got_detail,
+            fix: got_fix,
+        } = &e
+        else {
+            bail!("without {part}: expected NoPermission, got {e:?}");
+        };
+        ensure!(
+            got_detail == detail && got_fix.ends_with(fix),
+            "without {part}: {e}"
+        );
+        ensure!(e.is_config(), "{e:?}");
+        let message = e.to_string();
+        ensure!(
+            message.contains("Redis permissions") && !message.contains("script:"),
+            "{message}"
+        );
+    }
+
+    // Not in the rule (database 0 needs no SELECT), but named when needed.
+    let url = server.acl_user("app", &rule);
+    let e = refusal(&server, &url, ConnectDb1).await?;
+    ensure!(
+        matches!(&e, Error::NoPermission { fix, .. } if fix == "+select"),
+        "{e:?}"
+    );
+    Ok(())
+}
+
+/// A lease whose renewals are refused is lost at its deadline (nothing else
+/// is true of it), and a warning says why, once.
+#[test]
+fn a_renewal_refused_for_a_missing_permission_is_a_warning_naming_it() -> Result<()> {
+    let server = RedisServer::start();
+    let url = server.acl_user("app", &rule_without("+pexpire"));
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let reason = tracing::subscriber::with_default(subscriber, || -> Result<_> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let client = LockClient::connect(&url).await?;
+            let lease = client
+                .try_acquire(
+                    "job",
+                    &LockOptions::default().ttl(Duration::from_millis(300)),
+                )
+                .await?;
+            tokio::time::timeout(POLL_DEADLINE, lease.lost())
+                .await
+                .context("the lease was never lost")?;
+            Ok(lease.loss_reason())
+        })
+    })?;
+    ensure!(reason == Some(LossReason::DeadlinePassed), "{reason:?}");
+    let text = log.text();
+    ensure!(
+        text.matches("renewal refused").count() == 1
+            && text.contains("PEXPIRE")
+            && text.contains("+pexpire"),
+        "{text}"
+    );
+    Ok(())
+}
