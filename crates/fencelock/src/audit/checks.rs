@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::probe::{Need, ProbeReport};
 use super::{Check, Reading};
-use crate::backend::{info_field, memory_policy};
+use crate::backend::{Topology, info_field, memory_policy};
 use crate::error::Error;
 use crate::options::FenceMode;
 
@@ -55,21 +55,23 @@ pub(super) fn refused(name: &str, e: &Error) -> Check {
 }
 
 /// What kind of server the URL reached.
-pub(super) fn topology(info: &str) -> Check {
+pub(super) fn topology(info: &str, topology: Topology, masters: usize) -> Check {
     const NAME: &str = "topology";
-    match info_field(info, "redis_mode") {
-        Some("cluster") => Check::fail(
+    match (topology, info_field(info, "redis_mode")) {
+        (Topology::Cluster, _) => Check::ok(NAME, format!("a Redis Cluster of {masters} masters")),
+        (Topology::Sentinel, _) => Check::ok(NAME, "the master the sentinels name"),
+        (_, Some("cluster")) => Check::fail(
             NAME,
-            "a Redis Cluster node behind a plain URL: keys of other shards are refused with MOVED",
+            "a Redis Cluster node used as one server",
             "use a redis+cluster://HOST:PORT[,HOST:PORT…] URL",
         ),
-        Some("sentinel") => Check::fail(
+        (_, Some("sentinel")) => Check::fail(
             NAME,
             "a Sentinel, not a data server",
             "use a redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER_NAME URL",
         ),
-        Some(mode) => Check::ok(NAME, format!("one {mode} server")),
-        None => Check::warn(
+        (_, Some(mode)) => Check::ok(NAME, format!("one {mode} server")),
+        (_, None) => Check::warn(
             NAME,
             "unknown: INFO shows no redis_mode",
             "check that the URL names a Redis server",
@@ -507,11 +509,17 @@ mod tests {
     }
 
     #[test]
-    fn cluster_nodes_and_sentinels_behind_a_plain_url_fail() {
-        let t = |mode: &str| topology(&info(&[&format!("redis_mode:{mode}")])).status();
-        assert_eq!(t("standalone"), Status::Ok);
-        assert_eq!(t("cluster"), Status::Fail);
-        assert_eq!(t("sentinel"), Status::Fail);
+    fn sentinels_behind_a_plain_url_fail_and_topologies_are_named() {
+        let t = |mode: &str, topology_: Topology| {
+            topology(&info(&[&format!("redis_mode:{mode}")]), topology_, 3)
+        };
+        assert_eq!(t("standalone", Topology::Standalone).status(), Status::Ok);
+        assert_eq!(t("sentinel", Topology::Standalone).status(), Status::Fail);
+        // A Cluster node given by a plain URL is connected to as a Cluster.
+        let cluster = t("cluster", Topology::Cluster);
+        assert_eq!(cluster.status(), Status::Ok);
+        assert!(cluster.found().contains("3 masters"), "{cluster:?}");
+        assert_eq!(t("standalone", Topology::Sentinel).status(), Status::Ok);
     }
 
     #[test]

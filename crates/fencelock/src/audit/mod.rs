@@ -47,7 +47,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use crate::backend::{Backend, RedisConn};
+use crate::backend::{Backend, Node, RedisConn};
 use crate::error::{Error, Result};
 use crate::options::{FenceMode, LockOptions};
 use checks::{ClockReading, FenceScan};
@@ -117,6 +117,12 @@ impl Check {
             status: Status::Fail,
             ..Check::warn(name, found, fix)
         }
+    }
+
+    /// The same check, named for one node of a multi-node deployment.
+    fn at(mut self, node: &str) -> Self {
+        self.name = format!("{}@{node}", self.name);
+        self
     }
 
     /// The check's name (`version`, `role`, … see the module docs); a check
@@ -214,11 +220,32 @@ fn reading<T>(result: Result<T>) -> Result<Reading<T>> {
 pub(crate) async fn run(backend: &Backend, prefix: &str, opts: &LockOptions) -> Result<Audit> {
     let conn = backend.redis();
     let rtt = round_trips(conn).await?;
-    // One data server today. Sentinel and Cluster run `server_rows` on each
-    // master (naming its rows `CHECK@HOST:PORT`) and add their own
-    // deployment rows (a quorum) next to them.
-    let (mut rows, info) = server_rows(conn, prefix, opts).await?;
-    let replica = matches!(&info, Reading::Got(info) if checks::is_replica(info));
+    // The rows of every master: one server, the master behind Sentinel, or
+    // each master of a Cluster (its rows named `CHECK@HOST:PORT`).
+    let masters = conn.masters().await?;
+    let mut rows = Vec::new();
+    let mut replica = false;
+    let mut info_refused = None;
+    for (i, node) in masters.iter().enumerate() {
+        let (node_rows, info) = server_rows(conn, node, prefix, opts).await?;
+        if i == 0 {
+            rows.push(match &info {
+                Reading::Got(info) => checks::topology(info, conn.topology(), masters.len()),
+                Reading::Refused(_) => checks::unreadable("topology", "INFO", "+info"),
+            });
+        }
+        replica |= matches!(&info, Reading::Got(info) if checks::is_replica(info));
+        if masters.len() > 1 {
+            rows.extend(node_rows.into_iter().map(|row| row.at(&node.addr)));
+        } else {
+            rows.extend(node_rows);
+        }
+        if i == 0
+            && let Reading::Refused(e) = info
+        {
+            info_refused = Some(e);
+        }
+    }
     if replica {
         // Every probe write would be refused (READONLY), telling nothing
         // about the user.
@@ -229,7 +256,7 @@ pub(crate) async fn run(backend: &Backend, prefix: &str, opts: &LockOptions) -> 
         ));
     } else {
         let mut probe = probe::run(backend, prefix, opts).await?;
-        if let Reading::Refused(e) = &info {
+        if let Some(e) = &info_refused {
             probe.refused(e, probe::Need::Feature(probe::INFO));
         }
         rows.push(checks::permissions(&probe));
@@ -241,19 +268,19 @@ pub(crate) async fn run(backend: &Backend, prefix: &str, opts: &LockOptions) -> 
     })
 }
 
-/// The rows of one data server: what its `INFO` shows (topology, version,
-/// role, replication, eviction, persistence), its clock, and its clock
-/// fences under `prefix`; and its `INFO` reply.
+/// The rows of one master: what its `INFO` shows (version, role,
+/// replication, eviction, persistence), its clock, and its clock fences
+/// under `prefix`; and its `INFO` reply.
 async fn server_rows(
     conn: &RedisConn,
+    node: &Node,
     prefix: &str,
     opts: &LockOptions,
 ) -> Result<(Vec<Check>, Reading<String>)> {
-    let info = reading(conn.cmd::<String>("", &redis::cmd("INFO")).await)?;
+    let info = reading(conn.on_node::<String>(node, &redis::cmd("INFO")).await)?;
     let mut rows = Vec::new();
     match &info {
         Reading::Got(info) => {
-            rows.push(checks::topology(info));
             rows.push(checks::version(info));
             rows.push(checks::role(info));
             rows.extend(checks::replication(info));
@@ -262,7 +289,10 @@ async fn server_rows(
             // matters, so the README's rule (without it) audits clean.
             let fsync = if opts.fence_mode == FenceMode::Counter && checks::aof_enabled(info) {
                 let reply = conn
-                    .cmd::<Vec<String>>("", redis::cmd("CONFIG").arg("GET").arg("appendfsync"))
+                    .on_node::<Vec<String>>(
+                        node,
+                        redis::cmd("CONFIG").arg("GET").arg("appendfsync"),
+                    )
                     .await;
                 Some(reading(reply)?)
             } else {
@@ -271,16 +301,16 @@ async fn server_rows(
             rows.push(checks::persistence(info, opts.fence_mode, fsync.as_ref()));
         }
         Reading::Refused(_) => {
-            for name in ["topology", "version", "role", "eviction", "persistence"] {
+            for name in ["version", "role", "eviction", "persistence"] {
                 rows.push(checks::unreadable(name, "INFO", "+info"));
             }
         }
     }
-    rows.push(match reading(clock(conn).await)? {
+    rows.push(match reading(clock(conn, node).await)? {
         Reading::Got(clock) => checks::clock(&clock),
         Reading::Refused(_) => checks::unreadable("clock", "TIME", "+time"),
     });
-    rows.push(match reading(scan_fences(conn, prefix).await)? {
+    rows.push(match reading(scan_fences(conn, node, prefix).await)? {
         Reading::Got((scan, now_us)) => checks::fences(&scan, now_us, prefix),
         Reading::Refused(e) => checks::refused("fences", &e),
     });
@@ -301,9 +331,9 @@ async fn round_trips(conn: &RedisConn) -> Result<Vec<Duration>> {
 }
 
 /// The server's clock (`TIME`) against this host's, read around it.
-async fn clock(conn: &RedisConn) -> Result<ClockReading> {
+async fn clock(conn: &RedisConn, node: &Node) -> Result<ClockReading> {
     let before = unix_micros(SystemTime::now());
-    let (secs, micros): (u64, u64) = conn.cmd("", &redis::cmd("TIME")).await?;
+    let (secs, micros): (u64, u64) = conn.on_node(node, &redis::cmd("TIME")).await?;
     let after = unix_micros(SystemTime::now());
     Ok(ClockReading {
         server_us: secs.saturating_mul(1_000_000).saturating_add(micros),
@@ -318,40 +348,26 @@ fn unix_micros(t: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
-/// Every fence key under `prefix` (`SCAN … MATCH PREFIX*:fence`, both
-/// layouts) and the highest clock fence among them; then the server's
+/// Every fence key under `prefix` on `node` (`SCAN … MATCH PREFIX*:fence`,
+/// both layouts) and the highest clock fence among them; then the node's
 /// clock, read *after* the scan, so that no fence granted during the scan
 /// can be ahead of it on a sound server.
-async fn scan_fences(conn: &RedisConn, prefix: &str) -> Result<(FenceScan, u64)> {
+async fn scan_fences(conn: &RedisConn, node: &Node, prefix: &str) -> Result<(FenceScan, u64)> {
     let pattern = format!("{}*:fence", checks::glob_escape(prefix));
     let mut scan = FenceScan::default();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = conn
-            .cmd(
-                "",
-                redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .arg("TYPE")
-                    .arg("string"),
-            )
-            .await?;
-        if let Some(first) = keys.first() {
-            let values: Vec<Option<String>> =
-                conn.cmd(first, redis::cmd("MGET").arg(&keys)).await?;
-            for (key, value) in keys.iter().zip(values) {
-                scan.add(key, value.as_deref());
-            }
+    let keys = conn.scan_node(node, &pattern, "string").await?;
+    // GETs in a pipeline, not one MGET: on a Cluster the keys of one node
+    // span many slots.
+    for batch in keys.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for key in batch {
+            pipe.cmd("GET").arg(key);
         }
-        if next == 0 {
-            break;
+        let values: Vec<Option<String>> = conn.pipeline_on_node(node, &pipe).await?;
+        for (key, value) in batch.iter().zip(values) {
+            scan.add(key, value.as_deref());
         }
-        cursor = next;
     }
-    let (secs, micros): (u64, u64) = conn.cmd("", &redis::cmd("TIME")).await?;
+    let (secs, micros): (u64, u64) = conn.on_node(node, &redis::cmd("TIME")).await?;
     Ok((scan, secs.saturating_mul(1_000_000).saturating_add(micros)))
 }

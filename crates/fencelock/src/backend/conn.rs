@@ -52,6 +52,15 @@ impl Default for ConnSettings {
     }
 }
 
+/// A master of the deployment, for work done per node (scans, audits).
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    /// `host:port`, for messages and row names.
+    pub(crate) addr: String,
+    /// How a Cluster routes to it (`None`: the one master).
+    route: Option<SingleNodeRoutingInfo>,
+}
+
 /// How a [`RedisConn`] reaches its Redis: one variant per kind of
 /// deployment.
 #[derive(Clone)]
@@ -288,54 +297,111 @@ impl RedisConn {
         }
     }
 
-    /// Every key matching `pattern` whose type is `kind`, found with `SCAN`
-    /// (never `KEYS`, which blocks the server) on every master.
+    /// The masters of the deployment: the one server, the master behind
+    /// Sentinel, or every master of a Cluster (from `CLUSTER NODES`,
+    /// failing ones left out).
+    pub(crate) async fn masters(&self) -> Result<Vec<Node>> {
+        let Link::Cluster { conn, .. } = &self.link else {
+            let addr = match &self.link {
+                Link::Standalone { client, .. } => client.get_connection_info().addr().to_string(),
+                Link::Sentinel(link) => link
+                    .current()
+                    .client
+                    .get_connection_info()
+                    .addr()
+                    .to_string(),
+                Link::Cluster { .. } => String::new(),
+            };
+            return Ok(vec![Node { addr, route: None }]);
+        };
+        let text: String = conn
+            .clone()
+            .route_command(
+                redis::cmd("CLUSTER").arg("NODES").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await
+            .and_then(|v| String::from_redis_value(v).map_err(RedisError::from))
+            .map_err(|e| self.map_error(e, &[]))?;
+        Ok(cluster_masters(&text)
+            .into_iter()
+            .map(|(host, port)| Node {
+                addr: format!("{host}:{port}"),
+                route: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
+            })
+            .collect())
+    }
+
+    /// Runs a plain command on `node` (one of [`RedisConn::masters`]).
+    pub(crate) async fn on_node<T: FromRedisValue>(
+        &self,
+        node: &Node,
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        match (&self.link, &node.route) {
+            (Link::Cluster { conn, .. }, Some(route)) => conn
+                .clone()
+                .route_command(cmd.clone(), RoutingInfo::SingleNode(route.clone()))
+                .await
+                .and_then(|v| T::from_redis_value(v).map_err(RedisError::from)),
+            _ => self.plain(cmd, None).await,
+        }
+        .map_err(|e| self.map_error(e, &[]))
+    }
+
+    /// Runs a pipeline on `node` (keys of several slots are fine, command
+    /// by command, as long as `node` serves them).
+    pub(crate) async fn pipeline_on_node<T: FromRedisValue>(
+        &self,
+        node: &Node,
+        pipe: &redis::Pipeline,
+    ) -> Result<T> {
+        match (&self.link, &node.route) {
+            (Link::Cluster { conn, .. }, Some(route)) => conn
+                .clone()
+                .route_pipeline(pipe.clone(), 0, pipe.len(), route.clone())
+                .await
+                .and_then(|values| {
+                    T::from_redis_value(redis::Value::Array(values)).map_err(RedisError::from)
+                }),
+            _ => self.pipeline(pipe, None).await,
+        }
+        .map_err(|e| self.map_error(e, &[]))
+    }
+
+    /// Every key matching `pattern` whose type is `kind` on `node`, found
+    /// with `SCAN` (never `KEYS`, which blocks the server).
+    pub(crate) async fn scan_node(
+        &self,
+        node: &Node,
+        pattern: &str,
+        kind: &str,
+    ) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("TYPE")
+                .arg(kind);
+            let (next, keys): (u64, Vec<String>) = self.on_node(node, &scan).await?;
+            found.extend(keys);
+            if next == 0 {
+                return Ok(found);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Every key matching `pattern` whose type is `kind`, on every master.
     pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>> {
         let mut found = Vec::new();
-        let mut nodes: Vec<Option<SingleNodeRoutingInfo>> = vec![None];
-        if let Link::Cluster { conn, .. } = &self.link {
-            let text: String = conn
-                .clone()
-                .route_command(
-                    redis::cmd("CLUSTER").arg("NODES").clone(),
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-                )
-                .await
-                .and_then(|v| String::from_redis_value(v).map_err(RedisError::from))
-                .map_err(|e| self.map_error(e, &[]))?;
-            nodes = cluster_masters(&text)
-                .into_iter()
-                .map(|(host, port)| Some(SingleNodeRoutingInfo::ByAddress { host, port }))
-                .collect();
-        }
-        for node in nodes {
-            let mut cursor: u64 = 0;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .arg("TYPE")
-                    .arg(kind);
-                let (next, keys): (u64, Vec<String>) = match (&self.link, &node) {
-                    (Link::Cluster { conn, .. }, Some(route)) => conn
-                        .clone()
-                        .route_command(scan, RoutingInfo::SingleNode(route.clone()))
-                        .await
-                        .and_then(|v| {
-                            FromRedisValue::from_redis_value(v).map_err(RedisError::from)
-                        }),
-                    _ => self.plain(&scan, None).await,
-                }
-                .map_err(|e| self.map_error(e, &[]))?;
-                found.extend(keys);
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
+        for node in self.masters().await? {
+            found.extend(self.scan_node(&node, pattern, kind).await?);
         }
         found.sort();
         found.dedup();

@@ -36,7 +36,7 @@ pub(crate) mod wire;
 pub(crate) use audit::{info_field, memory_policy};
 #[cfg(feature = "testing")]
 pub(crate) use conn::invocation;
-pub(crate) use conn::{ConnSettings, RedisConn};
+pub(crate) use conn::{ConnSettings, Node, RedisConn, Topology};
 pub(crate) use errors::without_script_internals;
 pub(crate) use pubsub::{Event, PubSub};
 pub use url::{redact, redact_url_in};

@@ -52,6 +52,22 @@ async fn cluster_locks_spread_over_every_shard_and_wake_ups_are_sharded() -> Res
             lease.name()
         );
     }
+    // The audit has a row per master for what each node reports.
+    let audit = client.audit().await?;
+    let topology = audit.check("topology").context("a topology row")?;
+    ensure!(topology.found().contains("3 masters"), "{topology:?}");
+    for check in ["version", "role", "eviction", "clock", "fences"] {
+        let rows = audit
+            .checks()
+            .iter()
+            .filter(|c| c.name().starts_with(&format!("{check}@")))
+            .count();
+        ensure!(rows == 3, "{check}: {rows} rows in {audit:?}");
+    }
+    ensure!(
+        audit.check("permissions").map(|c| c.status()) == Some(fencelock::audit::Status::Ok),
+        "{audit:?}"
+    );
     for lease in leases {
         ensure!(lease.release().await?.is_released());
     }

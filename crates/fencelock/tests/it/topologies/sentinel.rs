@@ -207,6 +207,13 @@ async fn heavy_sentinel_holder_in_the_failover_window_loses_before_the_waiter_ge
     let old = sentinel.primary();
     let holder = LockClient::connect(&sentinel.url()).await?;
     let waiter = LockClient::connect(&sentinel.url()).await?;
+    let audit = holder.audit().await?;
+    for check in ["topology", "role", "replication", "permissions"] {
+        ensure!(
+            audit.check(check).map(|c| c.status()) == Some(fencelock::audit::Status::Ok),
+            "{check}: {audit:?}"
+        );
+    }
     let lease = holder
         .acquire("job", &holder.options().ttl(Duration::from_millis(1200)))
         .await?;
