@@ -225,6 +225,18 @@ impl LockClient {
         LockKeys::new(&self.inner.prefix, layout, name)
     }
 
+    /// The keys of lock `name` for a call on this client's deployment: the
+    /// guide layout is refused on a Cluster, where its keys would land in
+    /// different slots.
+    fn lock_keys(&self, name: &str, layout: KeyLayout) -> Result<LockKeys> {
+        if layout == KeyLayout::Guide && self.inner.engine.backend.is_cluster() {
+            return Err(Error::InvalidOption(
+                "the guide layout (lock:NAME) cannot be used on Redis Cluster: a lock's keys would land in different slots; use the default layout (lock:{NAME})".into(),
+            ));
+        }
+        self.keys(name, layout)
+    }
+
     /// A fenced Redis hash resource at `key` on this client's Redis (the key
     /// is used as given, without the lock prefix).
     ///
@@ -268,7 +280,7 @@ impl LockClient {
     /// granted with nobody holding the guard; it then expires after its ttl.
     pub async fn try_acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
-        let keys = self.keys(name, opts.layout)?;
+        let keys = self.lock_keys(name, opts.layout)?;
         self.inner.engine.try_acquire(name, keys, opts).await
     }
 
@@ -286,7 +298,7 @@ impl LockClient {
     /// As [`LockClient::try_acquire`].
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
-        let keys = self.keys(name, opts.layout)?;
+        let keys = self.lock_keys(name, opts.layout)?;
         self.inner.engine.acquire(name, keys, opts).await
     }
 
@@ -366,7 +378,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::InvalidName`], [`Error::WrongType`] and connection errors.
     pub async fn waiters(&self, name: &str, layout: KeyLayout) -> Result<u64> {
-        let keys = self.keys(name, layout)?;
+        let keys = self.lock_keys(name, layout)?;
         self.inner
             .engine
             .backend
@@ -405,7 +417,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::InvalidName`], [`Error::WrongType`] and connection errors.
     pub async fn inspect(&self, name: &str, layout: KeyLayout) -> Result<LockState> {
-        let keys = self.keys(name, layout)?;
+        let keys = self.lock_keys(name, layout)?;
         let reply = self
             .inner
             .engine

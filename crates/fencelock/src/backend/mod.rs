@@ -102,6 +102,13 @@ impl Backend {
         }
     }
 
+    /// Whether the store is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            Backend::Redis(conn) => conn.topology() == Topology::Cluster,
+        }
+    }
+
     /// The Redis connection, for resources kept in Redis.
     pub(crate) fn redis(&self) -> &RedisConn {
         match self {
