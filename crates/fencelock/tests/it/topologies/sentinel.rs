@@ -283,10 +283,17 @@ async fn heavy_sentinel_split_brain_duplicates_counter_fences_only_without_min_r
         // new primary has.
         let new = sentinel.primary();
         ensure!(new != old);
-        sentinel
-            .data_node(new)
-            .cmd(&["SET", "lock:{marker}", "x:1", "PX", "60000"]);
+        // With min-replicas-to-write the new primary refuses writes until a
+        // replica has linked to it.
         let give_up = Instant::now() + Duration::from_secs(10);
+        while sentinel
+            .data_node(new)
+            .try_cmd(&["SET", "lock:{marker}", "x:1", "PX", "60000"])
+            .is_err()
+        {
+            ensure!(Instant::now() < give_up, "the new primary never accepted a write");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         while !matches!(
             via_sentinel.inspect("marker", KeyLayout::HashTagged).await,
             Ok(LockState::Held { .. })
