@@ -425,11 +425,10 @@ pub(crate) struct ReadArgs {
     pub(crate) json: bool,
 }
 
-/// Options of `update`.
+/// Who writes a fenced resource: inside `fencelock run`, the lock's own
+/// fence and token by default.
 #[derive(Debug, Args)]
-pub(crate) struct UpdateArgs {
-    /// The resource's Redis key.
-    pub(crate) resource: String,
+pub(crate) struct Writer {
     /// The writer's fence (inside `fencelock run`: the lock's own).
     #[arg(
         long,
@@ -446,6 +445,16 @@ pub(crate) struct UpdateArgs {
         value_name = "TOKEN"
     )]
     pub(crate) holder: String,
+}
+
+/// Options of `update`.
+#[derive(Debug, Args)]
+pub(crate) struct UpdateArgs {
+    /// The resource's Redis key.
+    pub(crate) resource: String,
+    /// The writer's fence and holder token.
+    #[command(flatten)]
+    pub(crate) writer: Writer,
     /// Print one JSON object on stdout instead of a line of text.
     #[arg(long)]
     pub(crate) json: bool,
@@ -462,22 +471,9 @@ pub(crate) struct WriteArgs {
     pub(crate) resource: String,
     /// The value to store.
     pub(crate) value: String,
-    /// The writer's fence (inside `fencelock run`: the lock's own).
-    #[arg(
-        long,
-        env = "FENCELOCK_FENCE",
-        hide_env_values = true,
-        value_name = "N"
-    )]
-    pub(crate) fence: fencelock::Fence,
-    /// The writer's holder token (inside `fencelock run`: the lock's own).
-    #[arg(
-        long,
-        env = "FENCELOCK_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
-    pub(crate) holder: String,
+    /// The writer's fence and holder token.
+    #[command(flatten)]
+    pub(crate) writer: Writer,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
