@@ -28,9 +28,10 @@ pub enum NemesisKind {
     /// `CLIENT KILL` of one worker's (or every worker's) connections, found
     /// by their addresses at the proxy.
     ClientKill,
-    /// SIGSTOP a worker (preferably one holding a lease) for 1.2–3 ttl.
+    /// SIGSTOP a worker for 1.2–3 ttl: preferably one between its read and
+    /// its write, else one holding a lease.
     PauseWorker,
-    /// The proxy delays one worker's replies by 1.2–2 ttl for 2–4 ttl.
+    /// The proxy delays one worker's replies by 1.2–2 ttl for 3–6 ttl.
     ProxyDelay,
     /// The proxy stalls one worker's traffic both ways for 1–3 ttl (bytes
     /// are kept, as TCP would retransmit them).
@@ -166,10 +167,34 @@ impl Variant {
     /// enough to be caught.
     pub fn nemeses(self) -> &'static [NemesisKind] {
         match self {
-            Variant::TwoCommandAcquire => &[NemesisKind::ProxyDelay, NemesisKind::PauseWorker],
+            // A holder whose SET reply is late mints its fence after the
+            // next holder's.
+            Variant::TwoCommandAcquire => &[NemesisKind::ProxyDelay],
             Variant::GeCheck => &[NemesisKind::KillWipe],
             Variant::WriteOnlyCheck | Variant::UncheckedRelease => &[NemesisKind::PauseWorker],
             Variant::RecreatingRenewal => &[NemesisKind::PauseWorker, NemesisKind::ProxyDelay],
+        }
+    }
+
+    /// How many nemeses the control's own schedule injects (`None`: as many
+    /// as fit). `ge-check` needs exactly one restart without persistence:
+    /// after it the counter re-issues every fence already written, and
+    /// another restart before it gets there would start it over.
+    pub fn nemesis_limit(self) -> Option<usize> {
+        match self {
+            Variant::GeCheck => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The least work between read and write the control runs with.
+    /// `write-only-check` works up to two ttls (a slow read-modify-write),
+    /// so that a holder paused past its lease resumes while the next holder
+    /// is between its read and its write.
+    pub fn min_hold(self, ttl: Duration) -> Duration {
+        match self {
+            Variant::WriteOnlyCheck => ttl * 2,
+            _ => Duration::ZERO,
         }
     }
 
@@ -286,6 +311,13 @@ impl Config {
             prefix: "torture:".to_string(),
             history: None,
         }
+    }
+
+    /// The longest work between read and write in effect (a control may
+    /// need more).
+    pub fn effective_hold(&self) -> Duration {
+        self.variant
+            .map_or(self.hold, |v| self.hold.max(v.min_hold(self.ttl)))
     }
 
     /// The renewal interval of the workers' leases (a third of the ttl).

@@ -65,8 +65,9 @@ pub struct Status {
 struct Live {
     events: Vec<Event>,
     file: Option<HistoryFile>,
-    /// Workers holding a lease now.
-    holding: HashMap<String, bool>,
+    /// Where each worker is in its cycle: 1 holding a lease, 2 between its
+    /// read and its write, 0 otherwise.
+    holding: HashMap<String, u8>,
     status: Status,
 }
 
@@ -74,11 +75,14 @@ impl Live {
     fn push(&mut self, ev: Event) {
         match &ev.e {
             Entry::Acquire { .. } => self.status.ops += 1,
-            Entry::Granted { .. } => {
-                self.holding.insert(ev.p.clone(), true);
+            Entry::Granted { .. } | Entry::Write { .. } => {
+                self.holding.insert(ev.p.clone(), 1);
+            }
+            Entry::Read { .. } => {
+                self.holding.insert(ev.p.clone(), 2);
             }
             Entry::Release { .. } => {
-                self.holding.insert(ev.p.clone(), false);
+                self.holding.insert(ev.p.clone(), 0);
             }
             Entry::Written {
                 outcome: crate::history::Outcome::Accepted,
@@ -269,7 +273,7 @@ pub async fn run<T: Topology>(
             names: names.clone(),
             ttl_ms: config.ttl.as_millis() as u64,
             wait_ms: (config.ttl * 10).as_millis() as u64,
-            hold_ms: config.hold.as_millis() as u64,
+            hold_ms: config.effective_hold().as_millis() as u64,
             mode: mode_name(config.mode).into(),
             fence_mode: fence_mode_name(fence_mode).into(),
             variant: config.variant.map(|v| v.name().to_string()),
@@ -277,13 +281,18 @@ pub async fn run<T: Topology>(
         };
         workers.push(spawn_worker(launcher, &spec, tx.clone()).await?);
     }
-    let plan = schedule::plan(
+    let mut plan = schedule::plan(
         config.seed,
         &kinds,
         config.ttl,
         config.nemesis_interval,
         config.duration,
     );
+    if config.nemeses.is_none()
+        && let Some(limit) = config.variant.and_then(|v| v.nemesis_limit())
+    {
+        plan.truncate(limit);
+    }
     let pids: Vec<Pid> = workers.iter().map(|w| w.pid).collect();
     let mut admin = Admin::new(topology.admin_url());
     let ended = {
@@ -376,7 +385,7 @@ async fn spawn_worker(
 /// Asks every worker to stop after its cycle; kills those that do not
 /// within the longest cycle (its wait plus two seconds).
 async fn stop_workers(workers: Vec<WorkerProc>, config: &Config) {
-    let bound = config.ttl * 10 + config.hold + Duration::from_secs(2);
+    let bound = config.ttl * 10 + config.effective_hold() + Duration::from_secs(2);
     let mut all = Vec::new();
     for mut w in workers {
         let _ = kill(w.pid, Signal::SIGCONT);
@@ -610,16 +619,19 @@ impl<T: Topology> Injector<'_, T> {
         });
     }
 
-    /// A worker for `pick`: among those holding a lease now, if any.
+    /// A worker for `pick`: among those between their read and their write
+    /// now, else among those holding a lease, if any (`prefer_holders`).
     fn pick_worker(&self, pick: u32, prefer_holders: bool) -> usize {
         let n = self.pids.len();
         if prefer_holders {
             let live = self.live.borrow();
-            let holders: Vec<usize> = (0..n)
-                .filter(|i| live.holding.get(&format!("w{i}")).copied().unwrap_or(false))
-                .collect();
-            if !holders.is_empty() {
-                return holders[pick as usize % holders.len()];
+            for phase in [2, 1] {
+                let found: Vec<usize> = (0..n)
+                    .filter(|i| live.holding.get(&format!("w{i}")).copied().unwrap_or(0) >= phase)
+                    .collect();
+                if !found.is_empty() {
+                    return found[pick as usize % found.len()];
+                }
             }
         }
         pick as usize % n

@@ -69,7 +69,7 @@ pub fn plan(
                 NemesisKind::ClientKill => (Duration::ZERO, Duration::ZERO),
                 NemesisKind::PauseWorker => (ttls(&mut rng, ttl, 1.2, 3.0), Duration::ZERO),
                 NemesisKind::ProxyDelay => {
-                    (ttls(&mut rng, ttl, 2.0, 4.0), ttls(&mut rng, ttl, 1.2, 2.0))
+                    (ttls(&mut rng, ttl, 3.0, 6.0), ttls(&mut rng, ttl, 1.2, 2.0))
                 }
                 NemesisKind::ProxyBlackhole => (ttls(&mut rng, ttl, 1.0, 3.0), Duration::ZERO),
                 NemesisKind::ProxySwallow => (ttl * 2, Duration::ZERO),

@@ -244,7 +244,7 @@ pub(super) fn c6(index: &Index<'_>) -> CheckResult {
             if b.fence > a.fence {
                 continue;
             }
-            if index.counter_mode && index.data_lost_between(a.granted, b.invoked) {
+            if index.counter_mode && index.data_lost_between(a.granted, b.granted) {
                 r.excused += 1;
                 continue;
             }
