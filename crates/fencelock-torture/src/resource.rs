@@ -485,3 +485,55 @@ fn audit_event(t: i64, name: &str, seq: u64, a: AuditJson) -> Event {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fencelock::{Fence, fence_accepts, holder_id};
+    use fencelock_testkit::RedisServer;
+
+    use super::*;
+
+    /// The torture resource's script applies fencelock's rule exactly, and
+    /// audits exactly what it accepted.
+    #[tokio::test]
+    async fn the_audited_write_applies_fencelocks_rule() -> Result<()> {
+        let server = RedisServer::start();
+        let mut conn = redis_manager(&server.url()).await?;
+        let (hash, audit) = ("r", "r:audit");
+        let mut stored: Option<(Fence, String)> = None;
+        let mut accepted = 0;
+        for (fence, token) in [(5, "a"), (6, "b"), (5, "a"), (6, "b"), (6, "c"), (7, "c")] {
+            let fence = Fence::new(fence);
+            let expected = fence_accepts(
+                stored.as_ref().map(|s| s.0),
+                stored.as_ref().map(|s| s.1.as_str()),
+                fence,
+                &holder_id(token),
+            );
+            let (ok, _): (i64, redis::Value) = AUDITED_WRITE
+                .key(hash)
+                .key(audit)
+                .arg(fence.get().to_string())
+                .arg(token)
+                .arg("op")
+                .arg("w0")
+                .arg(0)
+                .arg(1)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| Error::failed(e.to_string()))?;
+            assert_eq!(ok == 1, expected, "fence {fence} from {token}");
+            if expected {
+                stored = Some((fence, holder_id(token)));
+                accepted += 1;
+            }
+        }
+        let logged: i64 = redis::cmd("LLEN")
+            .arg(audit)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| Error::failed(e.to_string()))?;
+        assert_eq!(logged, accepted);
+        Ok(())
+    }
+}

@@ -139,7 +139,9 @@ fn nemeses<T: Topology>(config: &Config, topology: &T) -> Result<Vec<NemesisKind
 /// `redis://[auth@]host:port[/db]` → (the same URL on 127.0.0.1:`port`, the
 /// upstream address), or `None` for URLs the proxy cannot stand in for
 /// (TLS, Unix sockets).
-fn proxied(url: &str) -> Option<(Box<dyn Fn(u16) -> String>, SocketAddr)> {
+type Rewrite = Box<dyn Fn(u16) -> String>;
+
+fn proxied(url: &str) -> Option<(Rewrite, SocketAddr)> {
     let rest = url.strip_prefix("redis://")?;
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
@@ -705,7 +707,7 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
         }
         NemesisKind::ScriptFlush => {
             c.start(kind, None, "SCRIPT FLUSH".into());
-            let _ = c.admin.cmd(&redis::cmd("SCRIPT").arg("FLUSH")).await;
+            let _ = c.admin.cmd(redis::cmd("SCRIPT").arg("FLUSH")).await;
             c.end(kind, None);
         }
         NemesisKind::ClientKill => {

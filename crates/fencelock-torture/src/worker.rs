@@ -77,8 +77,12 @@ impl Emitter {
         let _ = out.flush();
     }
 
-    fn valid_until(&self, remaining: Duration) -> i64 {
-        self.clock.after(remaining)
+    /// Until when `held` is valid, on the run's axis: read the clock
+    /// first, then the time left, so a pause in between can only make the
+    /// result earlier (a lower bound of the lease's deadline).
+    fn valid_until(&self, held: &Held) -> i64 {
+        let now = self.clock.now();
+        now.saturating_add(i64::try_from(held.remaining().as_micros()).unwrap_or(i64::MAX))
     }
 }
 
@@ -256,7 +260,7 @@ async fn run(spec: WorkerSpec, stop: CancellationToken) -> Result<()> {
         let name = spec.names[rng.random_range(0..spec.names.len())].clone();
         let hold = Duration::from_millis(rng.random_range(0..=spec.hold_ms));
         cycle(&emitter, &locker, &resource, variant, &op, &name, hold).await;
-        if n % 64 == 0 {
+        if n.is_multiple_of(64) {
             tokio::task::yield_now().await;
         }
     }
@@ -296,7 +300,7 @@ async fn cycle(
         name: name.into(),
         fence: fence.get(),
         holder: held.holder(),
-        valid_until: em.valid_until(held.remaining()),
+        valid_until: em.valid_until(&held),
     });
     let watcher = {
         let (em, op, lost) = (em.clone(), op.to_string(), held.watch());
@@ -308,7 +312,7 @@ async fn cycle(
     work(em, resource, variant, op, name, &held, hold).await;
     em.emit(Entry::Release {
         op: op.into(),
-        valid_until: em.valid_until(held.remaining()),
+        valid_until: em.valid_until(&held),
     });
     let outcome = held.release().await;
     // A loss signal that fired before the release reply is recorded; none
@@ -335,7 +339,7 @@ async fn work(
         em.emit(Entry::Register {
             op: op.into(),
             fence: fence.get(),
-            valid_until: em.valid_until(held.remaining()),
+            valid_until: em.valid_until(held),
         });
         let outcome = if variant == Some(Variant::GeCheck) {
             controls::ge_register(resource, name, fence, token).await
@@ -356,7 +360,7 @@ async fn work(
     em.emit(Entry::Read {
         op: op.into(),
         value: read,
-        valid_until: em.valid_until(held.remaining()),
+        valid_until: em.valid_until(held),
     });
     tokio::time::sleep(hold).await;
     let w = Write {
@@ -373,7 +377,7 @@ async fn work(
         fence: fence.get(),
         read,
         value: read + 1,
-        valid_until: em.valid_until(held.remaining()),
+        valid_until: em.valid_until(held),
     });
     let outcome = if variant == Some(Variant::GeCheck) {
         controls::ge_write(resource, w).await

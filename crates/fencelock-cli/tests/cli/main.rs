@@ -13,6 +13,7 @@ mod diagnostics;
 mod run;
 mod secrets;
 mod support;
+mod torture;
 mod tree;
 mod update;
 mod usage;

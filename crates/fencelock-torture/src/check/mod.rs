@@ -396,3 +396,6 @@ pub fn check(history: &History) -> Vec<CheckResult> {
 pub(crate) fn loss_latencies(history: &History) -> Vec<i64> {
     lock::c5(&Index::new(history)).1
 }
+
+#[cfg(test)]
+mod tests;
