@@ -150,9 +150,7 @@ pub(crate) enum TopologyArg {
 
 /// `fencelock torture-worker`: a worker process.
 pub(crate) async fn worker() -> anyhow::Result<u8> {
-    fencelock_torture::worker::main()
-        .await
-        .map_err(|e| exit::fail(exit::SOFTWARE, e.to_string()))?;
+    fencelock_torture::worker::main().await.map_err(failure)?;
     Ok(exit::OK)
 }
 
