@@ -181,6 +181,15 @@ pub(crate) enum Command {
         after_help = "Examples:\n  fencelock demo\n  fencelock demo --fence-mode clock\n  fencelock --redis redis://127.0.0.1:7000 demo"
     )]
     Demo(DemoArgs),
+
+    /// Safety harness: worker processes, faults (pauses, kills, restarts,
+    /// a faulty network) and history checkers C1-C7; exit 1 on a violation.
+    #[command(after_help = crate::torture::HELP)]
+    Torture(crate::torture::TortureArgs),
+
+    /// A worker process of `fencelock torture` (internal).
+    #[command(name = "torture-worker", hide = true)]
+    TortureWorker,
 }
 
 const RUN_HELP: &str = "\

@@ -16,6 +16,7 @@ mod run;
 mod secrets;
 mod support;
 mod topologies;
+mod torture;
 mod tree;
 mod update;
 mod usage;
