@@ -336,9 +336,24 @@ impl RedisServer {
         let replica = RedisServer::start_with(config);
         let give_up = Instant::now() + Duration::from_secs(10);
         loop {
+            // The replica says its link is up once it loaded the snapshot,
+            // but the primary holds back the command stream until the
+            // replica's first acknowledgement, which can take up to a second:
+            // a write's `WAIT` in between counts nothing. Linked means a
+            // propagated message (`PUBLISH` reaches replicas and touches no
+            // key) was acknowledged by every replica.
             let info: String = replica.query(&["INFO", "replication"]);
             if info.contains("master_link_status:up") {
-                return replica;
+                let primary_info: String = self.query(&["INFO", "replication"]);
+                let online = format!("port={},state=online,", replica.port);
+                let replicas = primary_info.matches(",state=online,").count();
+                let _: i64 = self.query(&["PUBLISH", "fencelock-testkit:link", "probe"]);
+                let acked: i64 = self.query(&["WAIT", &replicas.to_string(), "100"]);
+                if primary_info.contains(&online)
+                    && acked >= i64::try_from(replicas).unwrap_or(i64::MAX)
+                {
+                    return replica;
+                }
             }
             assert!(
                 Instant::now() < give_up,

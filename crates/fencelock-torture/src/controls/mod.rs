@@ -11,7 +11,7 @@
 //!
 //! | variant | broken part |
 //! |---|---|
-//! | `two-command-acquire` | `SET lock token NX PX ttl`, then `INCR` of the fence key (guide layout) |
+//! | `two-command-acquire` | `SET lock token NX PX ttl`, then `INCR` of the fence key (guide layout); one grant in four pauses between the two, past the ttl |
 //! | `unchecked-release` | release is a plain `DEL` (`unchecked_release.lua`) |
 //! | `recreating-renewal` | renewal re-creates an absent key (`recreating_extend.lua`), and the release does not stop the renewal task first |
 //! | `ge-check` | the resource accepts `fence >= stored` without the holder (`ge_write.lua`, or the same in SQL) |
@@ -175,7 +175,8 @@ impl ControlLock {
 
     /// NEGATIVE CONTROL `two-command-acquire`: the guide's `SET NX PX`, then
     /// a separate `INCR`. A holder delayed between the two mints a fence
-    /// higher than a later legitimate holder's.
+    /// higher than a later legitimate holder's; one grant in four is delayed
+    /// there past the ttl.
     async fn two_commands(
         &self,
         keys: &LockKeys,
@@ -193,6 +194,13 @@ impl ControlLock {
             .map_err(|e| e.to_string())?;
         if set.is_none() {
             return Ok(None);
+        }
+        // The flaw needs a pause between the two commands that outlasts the
+        // lease (a GC pause, a descheduled thread); waiting for a nemesis to
+        // land in that window of a few microseconds took minutes on a quiet
+        // machine, so one grant in four pauses there itself, past the ttl.
+        if rand::rng().random_ratio(1, 4) {
+            tokio::time::sleep(self.opts.ttl_value().saturating_mul(3) / 2).await;
         }
         let fence: u64 = redis::cmd("INCR")
             .arg(&keys.fence)
