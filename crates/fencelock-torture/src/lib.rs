@@ -61,4 +61,4 @@ pub use history::{Entry, Event, History};
 pub use render::Format;
 pub use report::{Figures, Report};
 pub use run::{Launcher, Progress, Status, run};
-pub use topology::{Remote, Topology};
+pub use topology::{Remote, Topology, refusal};

@@ -82,29 +82,17 @@ pub trait Topology {
     /// send it administrative commands.
     fn controls_server(&self) -> bool;
 
-    /// Why `kind` cannot be injected here, or `None` if it can.
+    /// Why `kind` cannot be injected here, or `None` if it can
+    /// ([`refusal`] of this topology's name, server control, replicas and
+    /// proxy).
     fn refusal(&self, kind: NemesisKind) -> Option<String> {
-        if kind.needs_server_control() && !self.controls_server() {
-            return Some(format!(
-                "{}: needs control of the Redis server, which a deployment given with --redis never gives",
-                kind.name()
-            ));
-        }
-        if kind == NemesisKind::Failover && self.replicas() == 0 {
-            return Some(format!(
-                "{}: needs replicas to promote (--topology sentinel or cluster); the {} topology has none",
-                kind.name(),
-                self.name()
-            ));
-        }
-        if kind.needs_proxy() && !self.proxyable() {
-            return Some(format!(
-                "{}: the fault proxy cannot stand between the workers and a {} topology (its clients are handed the nodes' own addresses, which bypass the proxy)",
-                kind.name(),
-                self.name()
-            ));
-        }
-        None
+        refusal(
+            kind,
+            self.name(),
+            self.controls_server(),
+            self.replicas(),
+            self.proxyable(),
+        )
     }
 
     /// Whether `kind` can be injected here.
@@ -134,17 +122,62 @@ pub trait Topology {
     }
 }
 
+/// Why `kind` cannot be injected on a topology called `name` that gives
+/// control of its servers (`controls_server`) or not, has `replicas`
+/// replicas per shard, and can (`proxyable`) or cannot have the fault proxy
+/// in front; `None` if it can. What [`Topology::refusal`] says by default,
+/// for deciding before any server is started.
+pub fn refusal(
+    kind: NemesisKind,
+    name: &str,
+    controls_server: bool,
+    replicas: u32,
+    proxyable: bool,
+) -> Option<String> {
+    if kind.needs_server_control() && !controls_server {
+        return Some(format!(
+            "{}: needs control of the Redis server, which a deployment given with --redis never gives",
+            kind.name()
+        ));
+    }
+    if kind == NemesisKind::Failover && replicas == 0 {
+        return Some(format!(
+            "{}: needs replicas to promote (--topology sentinel or cluster); the {name} topology has none",
+            kind.name()
+        ));
+    }
+    if kind.needs_proxy() && !proxyable {
+        return Some(format!(
+            "{}: the fault proxy cannot stand between the workers and a {name} topology (its clients are handed the nodes' own addresses, which bypass the proxy)",
+            kind.name()
+        ));
+    }
+    None
+}
+
 /// A deployment the user gave (`--redis URL`): client-side nemeses only.
 #[derive(Debug, Clone)]
 pub struct Remote {
     url: String,
+    replicas: u32,
 }
 
 impl Remote {
     /// The deployment at `url` (locks and the Redis resource both live there,
     /// under the run's prefix).
     pub fn new(url: impl Into<String>) -> Self {
-        Remote { url: url.into() }
+        Remote {
+            url: url.into(),
+            replicas: 0,
+        }
+    }
+
+    /// Says that each shard of the deployment has `replicas` replicas: the
+    /// workers then wait for them on every grant (unless
+    /// [`crate::Config::replicas`] says fewer).
+    pub fn with_replicas(mut self, replicas: u32) -> Self {
+        self.replicas = replicas;
+        self
     }
 }
 
@@ -163,6 +196,10 @@ impl Topology for Remote {
 
     fn controls_server(&self) -> bool {
         false
+    }
+
+    fn replicas(&self) -> u32 {
+        self.replicas
     }
 
     async fn pause(&mut self) -> Result<()> {
