@@ -17,7 +17,11 @@ pub enum NemesisKind {
     KillRestart,
     /// kill -9 the lock server and restart it empty: a Redis without
     /// persistence. Mutual exclusion is not promised across it (DESIGN.md
-    /// §9); fences stay monotonic in clock mode.
+    /// §9); fences stay monotonic in clock mode. On a replicated topology
+    /// (Sentinel, Cluster) it is a crash of the primary instead: the
+    /// primary stays down until a replica has taken over (a failover,
+    /// which loses no grant waited for by every replica), then comes back
+    /// empty as a replica of the new primary.
     KillWipe,
     /// `DEBUG SLEEP` for 0.5–2 ttl.
     DebugSleep,

@@ -67,7 +67,7 @@ pub struct Header {
     pub version: String,
     /// The seed of the nemesis schedule and of the workers' choices.
     pub seed: u64,
-    /// The topology (`single`, `remote`).
+    /// The topology (`single`, `sentinel`, `cluster`, `remote`).
     pub topology: String,
     /// Worker processes.
     pub workers: usize,

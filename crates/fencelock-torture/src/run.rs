@@ -219,7 +219,7 @@ pub async fn run<T: Topology>(
     };
     if needs_proxy && proxy_url.is_none() {
         return Err(Error::usage(
-            "the proxy nemeses (client-kill, proxy-*) need a redis:// URL (not TLS, not a Unix socket): choose others with --nemesis",
+            "the proxy nemeses (proxy-*) need a redis:// URL (not TLS, not a Unix socket): choose others with --nemesis",
         ));
     }
     let clock = RunClock::start();

@@ -35,7 +35,8 @@ use crate::error::{Error, Result};
 /// [`Topology::controls_server`] is true.
 #[allow(async_fn_in_trait)]
 pub trait Topology {
-    /// A short name for reports and the history (`single`, `remote`).
+    /// A short name for reports and the history (`single`, `sentinel`,
+    /// `cluster`, `remote`).
     fn name(&self) -> &str;
 
     /// The URL of the lock server, password included (workers connect to it
