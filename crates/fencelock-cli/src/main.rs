@@ -17,7 +17,7 @@
 //! | `bench` | `fencelock bench`: speed and fairness next to Redis's own round trip |
 //! | `demo` | `fencelock demo`: the guide's scenario with a printed timeline |
 //! | `torture` | `fencelock torture`: the safety harness (engine: `fencelock-torture`) and its hidden `torture-worker` |
-//! | `torture_topology` | the private single redis-server topology of `torture` |
+//! | `torture_topology` | the topologies `torture` starts itself: a single redis-server, a Sentinel, a Cluster |
 
 // A command-line tool prints its results on stdout.
 #![allow(clippy::print_stdout)]

@@ -4,7 +4,12 @@
 //!
 //! `fencelock torture` also pauses, kills and restarts it (same port, same
 //! directory, with or without its data), so it can be started with an
-//! append-only file and with `DEBUG` enabled ([`Options`]).
+//! append-only file and with `DEBUG` enabled ([`Options`]). Its replicated
+//! topologies (`torture_topology`) start several: data nodes with a
+//! `redis.conf` of their own (so Sentinel's `CONFIG REWRITE` keeps a node's
+//! role across a restart), Cluster nodes (on a port whose cluster bus port,
+//! +10000, is free too) and sentinels (`redis-server sentinel.conf
+//! --sentinel`).
 
 use std::net::TcpListener;
 use std::process::Stdio;
@@ -18,13 +23,25 @@ use tokio::process::{Child, Command};
 use crate::exit;
 
 /// How a private server is configured.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Options {
     /// Persist every write before replying (`appendonly yes`,
     /// `appendfsync always`), so a kill -9 and restart loses nothing.
     pub(crate) aof: bool,
     /// `enable-debug-command local` (for `DEBUG SLEEP`).
     pub(crate) debug: bool,
+    /// Further arguments on every start (`--cluster-enabled yes`, …).
+    pub(crate) args: Vec<String>,
+    /// Lines of a `redis.conf` written once, at the first start, and read
+    /// at every start: what the server itself may rewrite later (a role,
+    /// `replicaof`, which Sentinel rewrites on a failover). `None`: no
+    /// config file.
+    pub(crate) conf: Option<Vec<String>>,
+    /// A sentinel instead of a data node: the lines of its `sentinel.conf`
+    /// (`sentinel monitor …`), which it rewrites itself.
+    pub(crate) sentinel: Option<Vec<String>>,
+    /// Pick a port whose cluster bus port (port + 10000) is free too.
+    pub(crate) cluster_bus: bool,
 }
 
 /// A running private redis-server.
@@ -37,6 +54,10 @@ pub(crate) struct PrivateRedis {
     bin: String,
     dir: tempfile::TempDir,
 }
+
+/// The files a restart without data keeps: the log, and the
+/// configuration (roles, cluster membership), which is no data.
+const KEPT: [&str; 4] = ["redis.log", "redis.conf", "sentinel.conf", "nodes.conf"];
 
 impl PrivateRedis {
     /// Starts redis-server and waits until it answers.
@@ -61,8 +82,21 @@ impl PrivateRedis {
             tempfile::tempdir()
         }
         .context("cannot create a temporary directory for redis-server")?;
-        let port = free_port()?;
-        let child = spawn(&bin, port, options, &dir)?;
+        let port = free_port(options.cluster_bus)?;
+        if let Some(lines) = &options.conf {
+            write_lines(&dir.path().join("redis.conf"), lines)?;
+        }
+        if let Some(lines) = &options.sentinel {
+            let mut all = vec![
+                format!("port {port}"),
+                "bind 127.0.0.1".to_string(),
+                format!("dir {}", dir.path().display()),
+                format!("logfile {}", dir.path().join("redis.log").display()),
+            ];
+            all.extend(lines.iter().cloned());
+            write_lines(&dir.path().join("sentinel.conf"), &all)?;
+        }
+        let child = spawn(&bin, port, &options, &dir, &[])?;
         let url = format!("redis://127.0.0.1:{port}/");
         let mut server = PrivateRedis {
             child,
@@ -95,6 +129,16 @@ impl PrivateRedis {
         &self.url
     }
 
+    /// The server's port (on 127.0.0.1).
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub(crate) fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
     fn pid(&self) -> Option<Pid> {
         self.child
             .id()
@@ -122,12 +166,31 @@ impl PrivateRedis {
     /// with the data it had persisted (`keep_data`), or with none (its files
     /// removed first), as a server without persistence comes back.
     pub(crate) async fn restart(&mut self, keep_data: bool, down: Duration) -> anyhow::Result<()> {
-        let _ = self.child.kill().await;
+        self.kill().await;
         tokio::time::sleep(down).await;
+        self.start_again(keep_data, &[]).await
+    }
+
+    /// kill -9, and wait for the process (it stays down until
+    /// [`PrivateRedis::start_again`]).
+    pub(crate) async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// Starts the server again on its port and directory after a
+    /// [`PrivateRedis::kill`], with its persisted data (`keep_data`) or
+    /// without (its data files removed; its configuration and cluster
+    /// membership kept), with `extra` arguments for this start only
+    /// (`--replicaof HOST PORT`); returns once it answers.
+    pub(crate) async fn start_again(
+        &mut self,
+        keep_data: bool,
+        extra: &[String],
+    ) -> anyhow::Result<()> {
         if !keep_data {
             for entry in std::fs::read_dir(self.dir.path())?.flatten() {
                 let name = entry.file_name();
-                if name == "redis.log" {
+                if KEPT.iter().any(|k| name == *k) {
                     continue;
                 }
                 let path = entry.path();
@@ -142,7 +205,7 @@ impl PrivateRedis {
         // retry briefly in case the kernel is slow to release it.
         let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
-            self.child = spawn(&self.bin, self.port, self.options, &self.dir)?;
+            self.child = spawn(&self.bin, self.port, &self.options, &self.dir, extra)?;
             match self.wait_ready().await {
                 Ok(()) => return Ok(()),
                 Err(e) if tokio::time::Instant::now() > give_up => return Err(e),
@@ -151,16 +214,24 @@ impl PrivateRedis {
         }
     }
 
+    /// The last line of the server's log (for error messages).
+    pub(crate) fn last_log_line(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log"))
+            .unwrap_or_default()
+            .lines()
+            .last()
+            .unwrap_or("")
+            .to_string()
+    }
+
     async fn wait_ready(&mut self) -> anyhow::Result<()> {
         let addr = format!("127.0.0.1:{}", self.port);
         let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.try_wait()? {
-                let log =
-                    std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
                 anyhow::bail!(
                     "redis-server exited at start ({status}): {}",
-                    log.lines().last().unwrap_or("")
+                    self.last_log_line()
                 );
             }
             if tokio::net::TcpStream::connect(&addr).await.is_ok() {
@@ -180,30 +251,53 @@ impl PrivateRedis {
     }
 }
 
-/// Starts redis-server on `port` in `dir`; it dies with this process.
-fn spawn(bin: &str, port: u16, options: Options, dir: &tempfile::TempDir) -> anyhow::Result<Child> {
+fn write_lines(path: &std::path::Path, lines: &[String]) -> anyhow::Result<()> {
+    let mut text = lines.join("\n");
+    text.push('\n');
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Starts redis-server on `port` in `dir` (with `extra` arguments); it dies
+/// with this process.
+fn spawn(
+    bin: &str,
+    port: u16,
+    options: &Options,
+    dir: &tempfile::TempDir,
+    extra: &[String],
+) -> anyhow::Result<Child> {
     let mut cmd = Command::new(bin);
-    cmd.args([
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-    ]);
-    if options.aof {
-        cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+    if options.sentinel.is_some() {
+        // Everything is in its sentinel.conf, which it rewrites.
+        cmd.arg(dir.path().join("sentinel.conf")).arg("--sentinel");
     } else {
-        cmd.args(["--appendonly", "no"]);
+        if options.conf.is_some() {
+            cmd.arg(dir.path().join("redis.conf"));
+        }
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ]);
+        if options.aof {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        if options.debug {
+            cmd.args(["--enable-debug-command", "local"]);
+        }
+        cmd.args(&options.args)
+            .args(extra)
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--logfile")
+            .arg(dir.path().join("redis.log"));
     }
-    if options.debug {
-        cmd.args(["--enable-debug-command", "local"]);
-    }
-    cmd.arg("--dir")
-        .arg(dir.path())
-        .arg("--logfile")
-        .arg(dir.path().join("redis.log"))
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         // Not in our process group: a terminal's Ctrl-C is ours to handle,
@@ -223,15 +317,24 @@ fn spawn(bin: &str, port: u16, options: Options, dir: &tempfile::TempDir) -> any
     })
 }
 
-/// A free loopback port (never Redis's standard 6379).
-fn free_port() -> anyhow::Result<u16> {
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .context("cannot find a free loopback port")?
-            .local_addr()?
-            .port();
-        if port != 6379 {
+/// A free loopback port (never Redis's standard 6379); with `cluster_bus`,
+/// one whose port + 10000 is free too.
+fn free_port(cluster_bus: bool) -> anyhow::Result<u16> {
+    for _ in 0..1000 {
+        let listener =
+            TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
+        let port = listener.local_addr()?.port();
+        if port == 6379 {
+            continue;
+        }
+        if !cluster_bus {
+            return Ok(port);
+        }
+        if let Some(bus) = port.checked_add(10000)
+            && TcpListener::bind(("127.0.0.1", bus)).is_ok()
+        {
             return Ok(port);
         }
     }
+    anyhow::bail!("cannot find a free loopback port whose cluster bus port (+10000) is free too")
 }

@@ -1,7 +1,8 @@
 //! `fencelock torture`: the command line of the safety harness
-//! (`fencelock-torture`). Flags become a [`Config`]; the topology is a
-//! private single redis-server ([`crate::torture_topology::Single`]) or the
-//! deployment given with `--redis`; workers are this binary again
+//! (`fencelock-torture`). Flags become a [`Config`]; the topology is one
+//! the tool starts itself (`--topology single|sentinel|cluster`, see
+//! [`crate::torture_topology`]) or the deployment given with `--redis`;
+//! workers are this binary again
 //! (`torture-worker`), tied to this process by the parent-death signal;
 //! the report goes to stdout (a progress line to stderr on a terminal);
 //! violations exit 1.
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Global, WaitModeArg, parse_duration};
 use crate::exit;
-use crate::torture_topology::Single;
+use crate::torture_topology::{Cluster, Sentinel, Single};
 
 pub(crate) const HELP: &str = "\
 Workers are separate processes (this binary again), each running lease
@@ -37,15 +38,29 @@ schedule fixed by --seed. At the end the checkers read the whole history:
   C6 fences strictly increase in grant order (clock mode: across restarts)
   C7 no lock key re-created after it ended (no zombie renewals)
 
+Topologies (--topology, started by the tool; not with --redis):
+  single    one redis-server for the locks (default)
+  sentinel  a primary, 2 replicas and 3 sentinels (redis+sentinel:// URL)
+  cluster   3 masters with a replica each (redis+cluster:// URL)
+The Redis resource lives on another private server no nemesis touches. On
+sentinel and cluster every grant waits for every replica of its shard
+(--replicas), so mutual exclusion (C4) is expected to hold across
+failovers; renewals and releases are not waited for, and what a failover
+rolls back of them is excused and counted (the report says so).
+
 Nemeses (--nemesis, comma-separated; default: every one available):
-  server side, on the private redis-server only: pause-server (SIGSTOP past
-  the ttl), kill-restart (kill -9, restart with its data), kill-wipe (kill
-  -9, restart empty: no persistence), debug-sleep, client-pause,
-  script-flush
+  server side, on the private servers only, each on the current primary of
+  a lock name's shard: pause-server (SIGSTOP past the ttl), kill-restart
+  (kill -9, restart with its data), kill-wipe (kill -9, restart empty: no
+  persistence; on sentinel and cluster a crash of the primary: a replica
+  takes over, the old primary comes back empty as its replica),
+  debug-sleep, client-pause, script-flush, failover (sentinel and cluster:
+  SENTINEL FAILOVER, or CLUSTER FAILOVER on the master's replica)
   client side, also with --redis: pause-worker (SIGSTOP a holder past the
-  ttl), client-kill (CLIENT KILL of workers' connections), proxy-delay,
-  proxy-blackhole, proxy-swallow (reply dropped after the command ran),
-  proxy-reset
+  ttl), client-kill (CLIENT KILL of workers' connections), and through a
+  fault proxy (single and --redis only: a Sentinel or a Cluster hands out
+  node addresses that bypass it): proxy-delay, proxy-blackhole,
+  proxy-swallow (reply dropped after the command ran), proxy-reset
 
 With --redis URL only client-side nemeses run, every key is under a random
 prefix (below --prefix) and deleted at the end.
@@ -58,12 +73,17 @@ BROKEN variants instead of fencelock, each with the nemeses that expose it
   write-only-check     read-modify-write without registering the fence first
   unchecked-release    release by plain DEL
   recreating-renewal   renewal re-creates an expired key, even after release
+On sentinel and cluster, `all` runs the controls that can be caught there
+(two-command-acquire needs the proxy; ge-check needs a restart that loses
+the counter, which a replica prevents).
 
 Examples:
   fencelock torture
   fencelock torture --duration 30m --seed 42 --history torture.jsonl
   fencelock torture --check torture.jsonl
   fencelock torture --unsafe all
+  fencelock torture --topology sentinel --duration 5m
+  fencelock torture --topology cluster --nemesis failover,kill-wipe,pause-worker
   fencelock --redis redis://10.0.0.5:6379 torture --nemesis pause-worker,proxy-delay
 
 Exit codes: 0 no violation, 1 a violation (also for a caught --unsafe
@@ -117,10 +137,15 @@ pub(crate) struct TortureArgs {
     /// comma-separated names, or `all`.
     #[arg(long = "unsafe", value_delimiter = ',', value_name = "VARIANT")]
     pub(crate) unsafe_variants: Option<Vec<String>>,
-    /// The topology started for the run (`--redis URL` uses that deployment
-    /// instead).
-    #[arg(long, value_enum, default_value_t = TopologyArg::Single)]
-    pub(crate) topology: TopologyArg,
+    /// The topology started for the run [default: single] (not with
+    /// `--redis URL`, which uses that deployment instead).
+    #[arg(long, value_enum, value_name = "TOPOLOGY")]
+    pub(crate) topology: Option<TopologyArg>,
+    /// How many replicas must acknowledge each grant before a worker uses
+    /// it [default: every replica of the shard on sentinel and cluster];
+    /// with `--redis`, the replicas each shard of that deployment has.
+    #[arg(long, value_name = "N")]
+    pub(crate) replicas: Option<u32>,
     /// Write the history (JSON lines) to FILE as it is recorded.
     #[arg(long, value_name = "FILE")]
     pub(crate) history: Option<PathBuf>,
@@ -146,6 +171,29 @@ pub(crate) enum ResourceArg {
 pub(crate) enum TopologyArg {
     /// One private redis-server.
     Single,
+    /// A private primary with 2 replicas and 3 sentinels.
+    Sentinel,
+    /// A private Cluster: 3 masters with a replica each.
+    Cluster,
+}
+
+impl TopologyArg {
+    fn name(self) -> &'static str {
+        match self {
+            TopologyArg::Single => "single",
+            TopologyArg::Sentinel => "sentinel",
+            TopologyArg::Cluster => "cluster",
+        }
+    }
+
+    /// Replicas per shard, and whether the fault proxy can stand in front.
+    fn shape(self) -> (u32, bool) {
+        match self {
+            TopologyArg::Single => (0, true),
+            TopologyArg::Sentinel => (2, false),
+            TopologyArg::Cluster => (1, false),
+        }
+    }
 }
 
 /// `fencelock torture-worker`: a worker process.
@@ -234,6 +282,47 @@ fn variants(list: &Option<Vec<String>>) -> anyhow::Result<Vec<Option<Variant>>> 
         .collect()
 }
 
+/// What the topology the tool would start cannot do, refused before any
+/// server starts (the engine checks the same on the running topology).
+fn refuse_before_start(
+    topology: TopologyArg,
+    kinds: Option<&[NemesisKind]>,
+    runs: &[Option<Variant>],
+) -> anyhow::Result<()> {
+    let (replicas, proxyable) = topology.shape();
+    let name = topology.name();
+    if let Some(kinds) = kinds {
+        let refused: Vec<String> = kinds
+            .iter()
+            .filter_map(|k| fencelock_torture::refusal(*k, name, true, replicas, proxyable))
+            .collect();
+        if !refused.is_empty() {
+            let possible: Vec<&str> = NemesisKind::ALL
+                .into_iter()
+                .filter(|k| {
+                    fencelock_torture::refusal(*k, name, true, replicas, proxyable).is_none()
+                })
+                .map(NemesisKind::name)
+                .collect();
+            return Err(usage(format!(
+                "--nemesis {} (possible on the {name} topology: {})",
+                refused.join("; "),
+                possible.join(", ")
+            )));
+        }
+    } else if let Some((v, why)) = runs
+        .iter()
+        .flatten()
+        .find_map(|v| v.refusal(replicas, proxyable).map(|why| (v, why)))
+    {
+        return Err(usage(format!(
+            "--unsafe {}: cannot be caught on the {name} topology: {why}",
+            v.name()
+        )));
+    }
+    Ok(())
+}
+
 fn failure(e: fencelock_torture::Error) -> anyhow::Error {
     let code = match e.kind() {
         ErrorKind::Usage => exit::USAGE,
@@ -249,13 +338,46 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
     if let Some(path) = &args.check {
         let history = History::read(path).map_err(failure)?;
         let report = Report::from_history(&history);
-        return Ok(show(&[report], args.json));
+        return Ok(show(&[report], &[], args.json));
     }
     if args.workers == 0 || args.names == 0 {
         return Err(usage("--workers and --names must be at least 1"));
     }
+    if let (Some(t), Some(_)) = (args.topology, &global.redis) {
+        return Err(usage(format!(
+            "--topology {} conflicts with --redis: --topology starts private servers for the run, --redis URL runs against the deployment given (client-side nemeses only); choose one",
+            t.name()
+        )));
+    }
+    let topology = args.topology.unwrap_or(TopologyArg::Single);
     let kinds = nemeses(&args.nemesis)?;
-    let runs = variants(&args.unsafe_variants)?;
+    let mut runs = variants(&args.unsafe_variants)?;
+    let mut skipped = Vec::new();
+    let all = args
+        .unsafe_variants
+        .as_ref()
+        .is_some_and(|l| l.iter().any(|n| n == "all"));
+    if all && kinds.is_none() && global.redis.is_none() {
+        let (replicas, proxyable) = topology.shape();
+        runs.retain(
+            |v| match v.and_then(|v| v.refusal(replicas, proxyable).map(|w| (v, w))) {
+                Some((v, why)) => {
+                    skipped.push((v.name(), why));
+                    false
+                }
+                None => true,
+            },
+        );
+        for (name, why) in &skipped {
+            eprintln!(
+                "fencelock torture: --unsafe all: {name} is left out on the {} topology: {why}",
+                topology.name()
+            );
+        }
+    }
+    if global.redis.is_none() {
+        refuse_before_start(topology, kinds.as_deref(), &runs)?;
+    }
     let resource = match (args.resource, &args.pg_url) {
         (ResourceArg::Redis, _) => ResourceKind::Redis,
         (ResourceArg::Postgres, Some(url)) => ResourceKind::Postgres { url: url.clone() },
@@ -312,6 +434,7 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
         config.variant = *variant;
         config.stop_on_violation = variant.is_some();
         config.prefix = format!("{}torture:", global.prefix);
+        config.replicas = args.replicas;
         config.history = args.history.as_ref().map(|p| match (variant, runs.len()) {
             (Some(v), n) if n > 1 => {
                 let mut name = p.clone().into_os_string();
@@ -325,30 +448,51 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
         } else {
             Box::new(())
         };
-        let report = match &global.redis {
-            Some(url) => {
-                let mut remote = Remote::new(url.clone());
-                fencelock_torture::run(
-                    &config,
-                    &mut remote,
-                    &SelfLauncher,
-                    progress.as_mut(),
-                    interrupt.clone(),
-                )
-                .await
+        let progress = progress.as_mut();
+        let interrupt = interrupt.clone();
+        let report = match (&global.redis, topology) {
+            (Some(url), _) => {
+                let mut remote = Remote::new(url.clone()).with_replicas(args.replicas.unwrap_or(0));
+                fencelock_torture::run(&config, &mut remote, &SelfLauncher, progress, interrupt)
+                    .await
             }
-            None => {
-                let TopologyArg::Single = args.topology;
+            (None, TopologyArg::Single) => {
                 let mut single = Single::start().await?;
                 let report = fencelock_torture::run(
                     &config,
                     &mut single,
                     &SelfLauncher,
-                    progress.as_mut(),
-                    interrupt.clone(),
+                    progress,
+                    interrupt,
                 )
                 .await;
                 single.stop().await;
+                report
+            }
+            (None, TopologyArg::Sentinel) => {
+                let mut sentinel = Sentinel::start(config.ttl).await?;
+                let report = fencelock_torture::run(
+                    &config,
+                    &mut sentinel,
+                    &SelfLauncher,
+                    progress,
+                    interrupt,
+                )
+                .await;
+                sentinel.stop().await;
+                report
+            }
+            (None, TopologyArg::Cluster) => {
+                let mut cluster = Cluster::start(config.ttl).await?;
+                let report = fencelock_torture::run(
+                    &config,
+                    &mut cluster,
+                    &SelfLauncher,
+                    progress,
+                    interrupt,
+                )
+                .await;
+                cluster.stop().await;
                 report
             }
         };
@@ -357,18 +501,20 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
         }
         reports.push(report.map_err(failure)?);
     }
-    Ok(show(&reports, args.json))
+    Ok(show(&reports, &skipped, args.json))
 }
 
-/// Prints the reports; the exit code: 1 if any found a violation.
-fn show(reports: &[Report], json: bool) -> u8 {
-    let controls = reports.len() > 1;
+/// Prints the reports (and the controls left out, with why); the exit code:
+/// 1 if any found a violation.
+fn show(reports: &[Report], skipped: &[(&str, &str)], json: bool) -> u8 {
+    let controls = reports.len() > 1 || !skipped.is_empty();
     if json {
         let value = if controls {
             serde_json::json!({
                 "controls": reports.iter().map(Report::to_json).collect::<Vec<_>>(),
                 "caught": reports.iter().filter(|r| r.violations() > 0).count(),
                 "of": reports.len(),
+                "left_out": skipped.iter().map(|(name, why)| serde_json::json!({"unsafe": name, "why": why})).collect::<Vec<_>>(),
             })
         } else {
             reports.first().map(Report::to_json).unwrap_or_default()
@@ -396,6 +542,9 @@ fn show(reports: &[Report], json: bool) -> u8 {
                     ),
                     None => println!("  {name:<20} NOT CAUGHT"),
                 }
+            }
+            for (name, why) in skipped {
+                println!("  {name:<20} left out: {why}");
             }
         }
     }

@@ -17,7 +17,11 @@ pub enum NemesisKind {
     KillRestart,
     /// kill -9 the lock server and restart it empty: a Redis without
     /// persistence. Mutual exclusion is not promised across it (DESIGN.md
-    /// §9); fences stay monotonic in clock mode.
+    /// §9); fences stay monotonic in clock mode. On a replicated topology
+    /// (Sentinel, Cluster) it is a crash of the primary instead: the
+    /// primary stays down until a replica has taken over (a failover,
+    /// which loses no grant waited for by every replica), then comes back
+    /// empty as a replica of the new primary.
     KillWipe,
     /// `DEBUG SLEEP` for 0.5–2 ttl.
     DebugSleep,
@@ -25,8 +29,9 @@ pub enum NemesisKind {
     ClientPause,
     /// `SCRIPT FLUSH`.
     ScriptFlush,
-    /// `CLIENT KILL` of one worker's (or every worker's) connections, found
-    /// by their addresses at the proxy.
+    /// `CLIENT KILL` of one worker's (or every worker's) connections: their
+    /// addresses at the proxy when it runs, else the worker processes' own
+    /// sockets (from `/proc`) connected to the aimed node.
     ClientKill,
     /// SIGSTOP a worker for 1.2–3 ttl: preferably one between its read and
     /// its write, else one holding a lease.
@@ -41,11 +46,19 @@ pub enum NemesisKind {
     ProxySwallow,
     /// The proxy resets every connection of one worker.
     ProxyReset,
+    /// Makes a replica the primary of the lock's shard: `SENTINEL FAILOVER`
+    /// (Sentinel; the old primary is then turned into a replica of the new
+    /// one at once, which Sentinel itself would do about 10 s later), or
+    /// `CLUSTER FAILOVER` on a replica of the master of the lock key's slot
+    /// (Cluster: coordinated, the old master becomes a replica). Done once
+    /// the new primary takes writes and its replicas are linked. Only on a
+    /// topology with replicas.
+    Failover,
 }
 
 impl NemesisKind {
     /// Every nemesis, in the order they are documented.
-    pub const ALL: [NemesisKind; 12] = [
+    pub const ALL: [NemesisKind; 13] = [
         NemesisKind::PauseServer,
         NemesisKind::KillRestart,
         NemesisKind::KillWipe,
@@ -58,6 +71,7 @@ impl NemesisKind {
         NemesisKind::ProxyBlackhole,
         NemesisKind::ProxySwallow,
         NemesisKind::ProxyReset,
+        NemesisKind::Failover,
     ];
 
     /// The name on the command line and in the history.
@@ -75,6 +89,7 @@ impl NemesisKind {
             NemesisKind::ProxyBlackhole => "proxy-blackhole",
             NemesisKind::ProxySwallow => "proxy-swallow",
             NemesisKind::ProxyReset => "proxy-reset",
+            NemesisKind::Failover => "failover",
         }
     }
 
@@ -95,6 +110,7 @@ impl NemesisKind {
                 | NemesisKind::DebugSleep
                 | NemesisKind::ClientPause
                 | NemesisKind::ScriptFlush
+                | NemesisKind::Failover
         )
     }
 
@@ -103,8 +119,7 @@ impl NemesisKind {
     pub fn needs_proxy(self) -> bool {
         matches!(
             self,
-            NemesisKind::ClientKill
-                | NemesisKind::ProxyDelay
+            NemesisKind::ProxyDelay
                 | NemesisKind::ProxyBlackhole
                 | NemesisKind::ProxySwallow
                 | NemesisKind::ProxyReset
@@ -217,6 +232,22 @@ impl Variant {
         }
     }
 
+    /// Why this control cannot be caught on a topology with `replicas`
+    /// replicas per shard whose clients the fault proxy can (`proxyable`)
+    /// or cannot stand between; `None` if it can. Only decides when the
+    /// control runs with its own nemeses ([`Variant::nemeses`]).
+    pub fn refusal(self, replicas: u32, proxyable: bool) -> Option<&'static str> {
+        match self {
+            Variant::TwoCommandAcquire if !proxyable => Some(
+                "two-command-acquire is exposed by proxy-delay (a holder's SET reply held back past its lease), and the fault proxy cannot stand between the workers and this topology",
+            ),
+            Variant::GeCheck if replicas > 0 => Some(
+                "ge-check is exposed by a restart that loses the lock server's counter; on a replicated topology kill-wipe promotes a replica that holds every acknowledged grant, so fences never repeat",
+            ),
+            _ => None,
+        }
+    }
+
     /// Whether the lock itself is broken (the worker uses the control's own
     /// lock instead of fencelock's).
     pub fn breaks_the_lock(self) -> bool {
@@ -285,6 +316,12 @@ pub struct Config {
     pub stop_on_violation: bool,
     /// The key prefix: every key the run writes starts with it.
     pub prefix: String,
+    /// How many replicas must acknowledge each grant
+    /// (`LockOptions::wait_for_replicas`; `None`: every replica of the
+    /// shard, as the topology reports it; `Some(0)`: no wait). Fewer than
+    /// all of them leaves mutual exclusion across a failover unpromised,
+    /// and the report says so.
+    pub replicas: Option<u32>,
     /// Where to write the history as it is recorded.
     pub history: Option<PathBuf>,
 }
@@ -309,6 +346,7 @@ impl Config {
             variant: None,
             stop_on_violation: false,
             prefix: "torture:".to_string(),
+            replicas: None,
             history: None,
         }
     }
@@ -323,6 +361,13 @@ impl Config {
     /// The renewal interval of the workers' leases (a third of the ttl).
     pub fn renewal(&self) -> Duration {
         self.ttl / 3
+    }
+
+    /// How long a grant waits for its replicas' acknowledgements (a quarter
+    /// of the ttl: a failover that took a replica away fails the grant
+    /// quickly, and it is retried).
+    pub fn replica_timeout(&self) -> Duration {
+        self.ttl / 4
     }
 
     /// The fence mode in effect (a control may impose its own).

@@ -67,7 +67,7 @@ pub struct Header {
     pub version: String,
     /// The seed of the nemesis schedule and of the workers' choices.
     pub seed: u64,
-    /// The topology (`single`, `remote`).
+    /// The topology (`single`, `sentinel`, `cluster`, `remote`).
     pub topology: String,
     /// Worker processes.
     pub workers: usize,
@@ -91,6 +91,13 @@ pub struct Header {
     pub nemeses: Vec<String>,
     /// The planned duration in ms.
     pub duration_ms: u64,
+    /// Replicas per shard of the lock server (0: none).
+    #[serde(default)]
+    pub replicas: u32,
+    /// How many replicas acknowledged each grant before the workers used
+    /// it (0: no wait).
+    #[serde(default)]
+    pub wait_replicas: u32,
 }
 
 /// What an event says. Times (`valid_until`, `sent`) are on the run's axis,
@@ -207,6 +214,12 @@ pub enum Entry {
         detail: String,
         /// Whether it makes the lock server lose its data.
         data_loss: bool,
+        /// Whether it moves the primary to a replica (a failover), which
+        /// loses the writes the replica had not received: those no grant
+        /// waited for (renewals, releases), and grants too when the workers
+        /// wait for fewer than every replica.
+        #[serde(default)]
+        rollback: bool,
     },
     /// A nemesis ends (the fault is healed).
     NemesisEnd {
@@ -214,6 +227,13 @@ pub enum Entry {
         kind: String,
         /// The worker it targeted, if any.
         target: Option<String>,
+        /// What it did, where that is only known at the end (a failover:
+        /// the old and the new primary).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outcome: Option<String>,
+        /// Why it could not be carried out (fully), if it could not.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
     /// The observer saw the lock key of `name` change (`t` = reply time).
     Observed {

@@ -25,7 +25,9 @@
 //! | `worker` | the worker process: lease cycles, history lines on stdout |
 //! | `resource` | the audited resource (Redis hash + list, Postgres row + audit table) |
 //! | `controls` | the negative controls' lock and resource scripts (never on the safe path) |
+//! | `conn` | the controls' own connection, on a single server, a Cluster or behind Sentinel |
 //! | `proxy` | the fault-injecting TCP proxy (delay, blackhole, swallowed reply, reset) |
+//! | `sockets` | a worker's connections to a node, from `/proc` (`client-kill` without the proxy) |
 //! | `observer` | polls the lock keys: Redis's own view of the holders |
 //! | `history` | [`Event`], [`Entry`], [`History`]: the JSON-lines history |
 //! | `check` | C1–C7 ([`check::check`], [`CheckResult`]) |
@@ -37,6 +39,7 @@
 pub mod check;
 pub mod clock;
 mod config;
+mod conn;
 mod controls;
 mod error;
 pub mod history;
@@ -47,6 +50,7 @@ mod report;
 mod resource;
 mod run;
 pub mod schedule;
+mod sockets;
 mod topology;
 pub mod worker;
 
@@ -57,4 +61,4 @@ pub use history::{Entry, Event, History};
 pub use render::Format;
 pub use report::{Figures, Report};
 pub use run::{Launcher, Progress, Status, run};
-pub use topology::{Remote, Topology};
+pub use topology::{Remote, Topology, refusal};

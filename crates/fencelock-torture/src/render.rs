@@ -26,6 +26,7 @@ fn check_json(c: &CheckResult) -> Value {
         "checked": c.checked,
         "violations": c.violations,
         "excused": c.excused,
+        "excused_because": c.notes,
         "passed": c.passed(),
         "first_violation": c.first.as_ref().map(|v| json!({
             "at_s": v.at as f64 / 1e6,
@@ -54,6 +55,9 @@ impl Report {
             "fence_mode": h.map(|h| h.fence_mode.clone()),
             "resource": h.map(|h| h.resource.clone()),
             "nemeses": h.map(|h| h.nemeses.clone()),
+            "replicas": h.map(|h| h.replicas),
+            "wait_replicas": h.map(|h| h.wait_replicas),
+            "expectations": self.expectations(),
             "duration_s": (f.duration_s * 10.0).round() / 10.0,
             "ended": self.ended,
             "ops_attempted": f.ops_attempted,
@@ -63,6 +67,7 @@ impl Report {
             "grants": f.grants,
             "losses": f.losses,
             "nemesis_events": f.nemesis_events,
+            "failovers": f.failovers,
             "loss_signal_latency_ms_p50": f.loss_signal_latency_ms_p50,
             "loss_signal_latency_ms_p99": f.loss_signal_latency_ms_p99,
             "unavailability_ms_max": f.unavailability_ms_max.round(),
@@ -89,6 +94,12 @@ impl Report {
                 h.resource,
                 h.seed
             );
+            if h.replicas > 0 {
+                out += &format!(
+                    "replication: {} replica(s) per shard; every grant waits for {}\n",
+                    h.replicas, h.wait_replicas
+                );
+            }
             if let Some(v) = &h.unsafe_variant {
                 out += &format!(
                     "NEGATIVE CONTROL {v}: a deliberately broken variant, not fencelock\n"
@@ -114,19 +125,31 @@ impl Report {
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
         out += &format!(
-            "nemeses: {}\n\n",
+            "nemeses: {}\n",
             if nemeses.is_empty() {
                 "none".to_string()
             } else {
                 nemeses.join(", ")
             }
         );
+        if self.header.as_ref().is_some_and(|h| h.replicas > 0) {
+            out += &format!("failovers carried out: {}\n", f.failovers);
+        }
+        for e in self.expectations() {
+            out += &format!("expected: {e}\n");
+        }
+        out += "\n";
         out += "check  checked  violations  excused  rule\n";
         for c in &self.checks {
             out += &format!(
                 "{:<5}  {:>7}  {:>10}  {:>7}  {}\n",
                 c.id, c.checked, c.violations, c.excused, c.rule
             );
+        }
+        for c in &self.checks {
+            for note in &c.notes {
+                out += &format!("{} excused: {note}\n", c.id);
+            }
         }
         for c in self.checks.iter().filter(|c| !c.passed()) {
             if let Some(v) = &c.first {

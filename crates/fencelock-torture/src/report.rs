@@ -39,6 +39,9 @@ pub struct Figures {
     pub losses: u64,
     /// Nemeses injected, by kind.
     pub nemesis_events: BTreeMap<String, u64>,
+    /// Failovers carried out: a replica became the primary (`failover`, and
+    /// `kill-wipe` on a replicated topology), without an error.
+    pub failovers: u64,
     /// Loss signal − moment the loss was observable, median, in ms
     /// (negative: the holder knew before Redis showed it).
     pub loss_signal_latency_ms_p50: Option<f64>,
@@ -70,6 +73,7 @@ impl Report {
         // Per name: (grant time, when that holder stopped being usable).
         let mut held: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
         let mut lease_end: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
+        let replicated = history.header().is_some_and(|h| h.replicas > 0);
         for e in &history.events {
             match &e.e {
                 Entry::Acquire { op, .. } => {
@@ -103,6 +107,11 @@ impl Report {
                 }
                 Entry::NemesisStart { kind, .. } => {
                     *f.nemesis_events.entry(kind.clone()).or_default() += 1;
+                }
+                Entry::NemesisEnd {
+                    kind, error: None, ..
+                } if kind == "failover" || (replicated && kind == "kill-wipe") => {
+                    f.failovers += 1;
                 }
                 Entry::End { reason } => ended = reason.clone(),
                 _ => {}
@@ -156,6 +165,38 @@ impl Report {
             checks,
             ended,
         }
+    }
+
+    /// What the checkers may expect of this run's deployment, in
+    /// sentences: on a replicated topology, what a failover may roll back
+    /// (see [`crate::check`]).
+    pub fn expectations(&self) -> Vec<String> {
+        let Some(h) = &self.header else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if h.replicas > 0 {
+            if h.wait_replicas >= h.replicas {
+                out.push(format!(
+                    "every grant was acknowledged by all {} replica(s) of its shard before use, so a failover cannot lose it: C4 (mutual exclusion) is expected to hold across failovers, for each lease as far as its grant's validity (renewals and releases are not waited for; what a failover rolls back of them is excused and counted)",
+                    h.replicas
+                ));
+            } else {
+                out.push(format!(
+                    "grants were acknowledged by {} of {} replica(s): a failover may lose an acknowledged grant, so C4 (mutual exclusion) is NOT promised across failovers; overlaps a failover explains are excused and counted, not passed",
+                    h.wait_replicas, h.replicas
+                ));
+            }
+            out.push(format!(
+                "fences stay monotonic regardless (C1, C2, C6){}; the resource (C1–C3) lives on a server no nemesis touches",
+                if h.fence_mode == "counter" && h.wait_replicas < h.replicas {
+                    ", except counter fences after a lost grant (excused)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        out
     }
 
     /// Violations over all checkers.

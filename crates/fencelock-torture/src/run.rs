@@ -108,6 +108,16 @@ struct WorkerProc {
 /// The nemeses a run injects: as configured, else the control's own, else
 /// every one the topology supports.
 fn nemeses<T: Topology>(config: &Config, topology: &T) -> Result<Vec<NemesisKind>> {
+    if config.nemeses.is_none()
+        && let Some(v) = config.variant
+        && let Some(why) = v.refusal(topology.replicas(), topology.proxyable())
+    {
+        return Err(Error::usage(format!(
+            "--unsafe {}: cannot be caught on the {} topology: {why}",
+            v.name(),
+            topology.name()
+        )));
+    }
     let kinds = match (&config.nemeses, config.variant) {
         (Some(list), _) => list.clone(),
         (None, Some(v)) => v.nemeses().to_vec(),
@@ -116,24 +126,35 @@ fn nemeses<T: Topology>(config: &Config, topology: &T) -> Result<Vec<NemesisKind
             .filter(|k| topology.supports(*k))
             .collect(),
     };
-    let refused: Vec<&str> = kinds
-        .iter()
-        .filter(|k| !topology.supports(**k))
-        .map(|k| k.name())
-        .collect();
+    let refused: Vec<String> = kinds.iter().filter_map(|k| topology.refusal(*k)).collect();
     if !refused.is_empty() {
-        let client_side: Vec<&str> = NemesisKind::ALL
+        let possible: Vec<&str> = NemesisKind::ALL
             .into_iter()
-            .filter(|k| !k.needs_server_control())
+            .filter(|k| topology.supports(*k))
             .map(NemesisKind::name)
             .collect();
         return Err(Error::usage(format!(
-            "--nemesis {}: needs control of the Redis server, which a deployment given with --redis never gives (client-side nemeses: {})",
-            refused.join(","),
-            client_side.join(", ")
+            "--nemesis {} (possible on the {} topology: {})",
+            refused.join("; "),
+            topology.name(),
+            possible.join(", ")
         )));
     }
     Ok(kinds)
+}
+
+/// How many replicas each grant waits for: as configured, else every
+/// replica of the shard.
+fn wait_replicas<T: Topology>(config: &Config, topology: &T) -> Result<u32> {
+    let shard = topology.replicas();
+    match config.replicas {
+        None => Ok(shard),
+        Some(n) if n <= shard => Ok(n),
+        Some(n) => Err(Error::usage(format!(
+            "--replicas {n}: the {} topology has {shard} replica(s) per shard",
+            topology.name()
+        ))),
+    }
 }
 
 /// `redis://[auth@]host:port[/db]` → (the same URL on 127.0.0.1:`port`, the
@@ -189,11 +210,16 @@ pub async fn run<T: Topology>(
         )));
     }
     let kinds = nemeses(config, topology)?;
+    let wait_replicas = wait_replicas(config, topology)?;
     let needs_proxy = kinds.iter().any(|k| k.needs_proxy());
-    let proxy_url = proxied(topology.lock_url());
+    let proxy_url = if topology.proxyable() {
+        proxied(topology.lock_url())
+    } else {
+        None
+    };
     if needs_proxy && proxy_url.is_none() {
         return Err(Error::usage(
-            "the proxy nemeses (client-kill, proxy-*) need a redis:// URL (not TLS, not a Unix socket): choose others with --nemesis",
+            "the proxy nemeses (proxy-*) need a redis:// URL (not TLS, not a Unix socket): choose others with --nemesis",
         ));
     }
     let clock = RunClock::start();
@@ -217,6 +243,8 @@ pub async fn run<T: Topology>(
         unsafe_variant: config.variant.map(|v| v.name().to_string()),
         nemeses: kinds.iter().map(|k| k.name().to_string()).collect(),
         duration_ms: config.duration.as_millis() as u64,
+        replicas: topology.replicas(),
+        wait_replicas,
     };
     let resource = match &config.resource {
         ResourceKind::Redis => ResourceSpec::Redis {
@@ -260,6 +288,11 @@ pub async fn run<T: Topology>(
         clock,
         tx.clone(),
     )?;
+    let lock_keys: Vec<String> = names
+        .iter()
+        .map(|n| fencelock::LockKeys::new(&prefix, layout, n).map(|k| k.lock))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| Error::usage(e.to_string()))?;
     let mut workers = Vec::new();
     for index in 0..config.workers {
         let lock_url = match (&proxy, &proxy_url) {
@@ -280,6 +313,8 @@ pub async fn run<T: Topology>(
             fence_mode: fence_mode_name(fence_mode).into(),
             variant: config.variant.map(|v| v.name().to_string()),
             seed: config.seed,
+            replicas: wait_replicas,
+            replica_timeout_ms: config.replica_timeout().as_millis() as u64,
         };
         workers.push(spawn_worker(launcher, &spec, tx.clone()).await?);
     }
@@ -310,6 +345,7 @@ pub async fn run<T: Topology>(
             proxy: proxy.as_ref(),
             admin: &mut admin,
             pids: &pids,
+            keys: &lock_keys,
             live: &live,
             clock,
             tx: tx.clone(),
@@ -467,6 +503,14 @@ impl Admin {
         }
     }
 
+    /// Sends the next commands to `url` (the node a topology aimed at).
+    fn point(&mut self, url: &str) {
+        if self.url != url {
+            self.url = url.to_string();
+            self.conn = None;
+        }
+    }
+
     async fn cmd(&mut self, cmd: &redis::Cmd) -> std::result::Result<redis::Value, String> {
         if self.conn.is_none() {
             let client = redis::Client::open(self.url.as_str()).map_err(|e| e.to_string())?;
@@ -498,6 +542,7 @@ struct DriveCtx<'a, T: Topology> {
     proxy: Option<&'a Proxy>,
     admin: &'a mut Admin,
     pids: &'a [Pid],
+    keys: &'a [String],
     live: &'a RefCell<Live>,
     clock: RunClock,
     tx: UnboundedSender<Event>,
@@ -517,6 +562,7 @@ async fn drive<T: Topology>(c: DriveCtx<'_, T>) -> String {
         proxy,
         admin,
         pids,
+        keys,
         live,
         clock,
         tx,
@@ -529,6 +575,7 @@ async fn drive<T: Topology>(c: DriveCtx<'_, T>) -> String {
         proxy,
         admin,
         pids,
+        keys,
         live,
         clock,
         tx,
@@ -579,6 +626,9 @@ struct Injector<'a, T: Topology> {
     proxy: Option<&'a Proxy>,
     admin: &'a mut Admin,
     pids: &'a [Pid],
+    /// The lock keys of the names: a node-level nemesis acts on the primary
+    /// of one of them (picked by the schedule).
+    keys: &'a [String],
     live: &'a RefCell<Live>,
     clock: RunClock,
     tx: UnboundedSender<Event>,
@@ -606,19 +656,52 @@ impl<T: Topology> Injector<'_, T> {
 
     fn start(&self, kind: NemesisKind, target: Option<String>, detail: String) {
         self.live.borrow_mut().status.last_nemesis = Some(kind.name());
+        // On a replicated topology kill-wipe is a crash of the primary that
+        // a replica replaces: a failover, not a loss of every grant.
+        let replicated = self.topology.replicas() > 0;
         self.emit(Entry::NemesisStart {
             kind: kind.name().into(),
             target,
             detail,
-            data_loss: kind == NemesisKind::KillWipe,
+            data_loss: kind == NemesisKind::KillWipe && !replicated,
+            rollback: replicated && matches!(kind, NemesisKind::KillWipe | NemesisKind::Failover),
         });
     }
 
     fn end(&self, kind: NemesisKind, target: Option<String>) {
+        self.end_with(kind, target, None, None);
+    }
+
+    /// The end of a nemesis, with what it did or why it failed.
+    fn end_with(
+        &self,
+        kind: NemesisKind,
+        target: Option<String>,
+        outcome: Option<String>,
+        error: Option<String>,
+    ) {
+        if let Some(e) = &error {
+            tracing::warn!("{}: {e}", kind.name());
+        }
         self.emit(Entry::NemesisEnd {
             kind: kind.name().into(),
             target,
+            outcome,
+            error,
         });
+    }
+
+    /// Points the topology and the administrative connection at the
+    /// primary of the lock key `pick` selects; the node in words, or why
+    /// it could not be found.
+    async fn aim(&mut self, pick: u32) -> std::result::Result<(), String> {
+        if self.keys.is_empty() {
+            return Ok(());
+        }
+        let key = &self.keys[pick as usize % self.keys.len()];
+        let aimed = self.topology.aim(key).await.map_err(|e| e.to_string());
+        self.admin.point(self.topology.admin_url());
+        aimed
     }
 
     /// A worker for `pick`: among those between their read and their write
@@ -646,6 +729,18 @@ fn ms(d: Duration) -> u128 {
 
 async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
     let kind = p.kind;
+    // Node-level nemeses act on the current primary of a lock key's shard.
+    let aimed =
+        if kind.needs_server_control() || (kind == NemesisKind::ClientKill && c.proxy.is_none()) {
+            c.aim(p.pick).await
+        } else {
+            Ok(())
+        };
+    if let Err(e) = aimed {
+        c.start(kind, None, "no primary found to act on".into());
+        c.end_with(kind, None, None, Some(e));
+        return;
+    }
     match kind {
         NemesisKind::PauseServer => {
             c.start(
@@ -655,17 +750,16 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
             );
             let paused = c.topology.pause().await;
             tokio::time::sleep(p.length).await;
-            let _ = c.topology.resume().await;
-            if let Err(e) = paused {
-                tracing::warn!("pause-server: {e}");
-            }
-            c.end(kind, None);
+            let resumed = c.topology.resume().await;
+            let error = paused.and(resumed).err().map(|e| e.to_string());
+            c.end_with(kind, None, None, error);
         }
         NemesisKind::KillRestart | NemesisKind::KillWipe => {
             let keep = kind == NemesisKind::KillRestart;
-            c.start(
-                kind,
-                None,
+            let detail = if !keep && c.topology.replicas() > 0 {
+                "kill -9 the primary, let a replica replace it, restart it empty as a replica"
+                    .to_string()
+            } else {
                 format!(
                     "kill -9, {} ms down, restart {}",
                     ms(p.param),
@@ -674,26 +768,27 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
                     } else {
                         "empty (no persistence)"
                     }
-                ),
-            );
-            if let Err(e) = c.topology.restart(keep, p.param).await {
-                tracing::warn!("{}: {e}", kind.name());
-            }
-            c.end(kind, None);
+                )
+            };
+            c.start(kind, None, detail);
+            let error = c.topology.restart(keep, p.param).await.err();
+            c.admin.point(c.topology.admin_url());
+            c.end_with(kind, None, None, error.map(|e| e.to_string()));
         }
         NemesisKind::DebugSleep => {
             let secs = p.length.as_secs_f64();
             c.start(kind, None, format!("DEBUG SLEEP {secs:.3}"));
-            let _ = c
+            let error = c
                 .admin
                 .cmd(redis::cmd("DEBUG").arg("SLEEP").arg(format!("{secs:.3}")))
-                .await;
-            c.end(kind, None);
+                .await
+                .err();
+            c.end_with(kind, None, None, error);
         }
         NemesisKind::ClientPause => {
             let mode = if p.param.is_zero() { "WRITE" } else { "ALL" };
             c.start(kind, None, format!("CLIENT PAUSE {} {mode}", ms(p.length)));
-            let _ = c
+            let error = c
                 .admin
                 .cmd(
                     redis::cmd("CLIENT")
@@ -701,17 +796,17 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
                         .arg(ms(p.length) as u64)
                         .arg(mode),
                 )
-                .await;
+                .await
+                .err();
             tokio::time::sleep(p.length).await;
-            c.end(kind, None);
+            c.end_with(kind, None, None, error);
         }
         NemesisKind::ScriptFlush => {
             c.start(kind, None, "SCRIPT FLUSH".into());
-            let _ = c.admin.cmd(redis::cmd("SCRIPT").arg("FLUSH")).await;
-            c.end(kind, None);
+            let error = c.admin.cmd(redis::cmd("SCRIPT").arg("FLUSH")).await.err();
+            c.end_with(kind, None, None, error);
         }
         NemesisKind::ClientKill => {
-            let Some(proxy) = c.proxy else { return };
             let n = c.pids.len();
             let all = p.pick as usize % (n + 1) == n;
             let targets: Vec<usize> = if all {
@@ -720,10 +815,19 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
                 vec![p.pick as usize % n]
             };
             let target = (!all).then(|| format!("w{}", targets[0]));
-            let addrs: Vec<SocketAddr> = targets
-                .iter()
-                .flat_map(|w| proxy.upstream_addrs(*w))
-                .collect();
+            let addrs: Vec<SocketAddr> = match c.proxy {
+                Some(proxy) => targets
+                    .iter()
+                    .flat_map(|w| proxy.upstream_addrs(*w))
+                    .collect(),
+                None => {
+                    let node = crate::sockets::node_addr(c.topology.admin_url());
+                    targets
+                        .iter()
+                        .flat_map(|w| crate::sockets::connections_to(c.pids[*w], node))
+                        .collect()
+                }
+            };
             c.start(
                 kind,
                 target.clone(),
@@ -800,6 +904,15 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
             c.start(kind, target.clone(), "reset every connection".into());
             proxy.reset(w);
             c.end(kind, target);
+        }
+        NemesisKind::Failover => {
+            c.start(kind, None, "make a replica the primary".into());
+            match c.topology.failover().await {
+                Ok(outcome) => c.end_with(kind, None, Some(outcome), None),
+                Err(e) => c.end_with(kind, None, None, Some(e.to_string())),
+            }
+            // Administrative commands follow the new primary.
+            c.admin.point(c.topology.admin_url());
         }
     }
 }

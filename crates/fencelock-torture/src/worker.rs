@@ -53,6 +53,12 @@ pub struct WorkerSpec {
     pub(crate) fence_mode: String,
     pub(crate) variant: Option<String>,
     pub(crate) seed: u64,
+    /// Replicas that must acknowledge each grant (0: no wait).
+    #[serde(default)]
+    pub(crate) replicas: u32,
+    /// How long a grant waits for them, in ms.
+    #[serde(default)]
+    pub(crate) replica_timeout_ms: u64,
 }
 
 /// Writes history lines to stdout.
@@ -241,12 +247,20 @@ async fn run(spec: WorkerSpec, stop: CancellationToken) -> Result<()> {
                 .connect()
                 .await
                 .map_err(|e| Error::new(crate::ErrorKind::Unreachable, e.to_string()))?;
-            let opts = client
+            let mut opts = client
                 .options()
                 .ttl(ttl)
                 .wait(wait)
                 .fence_mode(fence_mode)
                 .wait_mode(WaitMode::parse(&spec.mode).unwrap_or_default());
+            if spec.replicas > 0 {
+                // A grant not yet on every replica can be lost by a
+                // failover (asynchronous replication): wait for them.
+                opts = opts.wait_for_replicas(
+                    spec.replicas,
+                    Duration::from_millis(spec.replica_timeout_ms.max(1)),
+                );
+            }
             Locker::Fencelock(client, opts)
         }
     };

@@ -1,13 +1,16 @@
 //! `fencelock torture`: the CI tier of the safety harness on a private
 //! single redis-server (every server-side nemesis, no violation), every
 //! negative control caught, saved histories re-checked, a given Redis left
-//! clean, and no process left behind when the tool is killed.
+//! clean, and no process left behind when the tool is killed; on a private
+//! Sentinel and Cluster (failovers and every node-level nemesis, no
+//! violation, a negative control caught on each); on a Postgres resource
+//! (no violation, a negative control caught).
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fencelock_testkit::RedisServer;
+use fencelock_testkit::{PgServer, RedisServer};
 use serde_json::Value;
 
 use crate::support::{fencelock, poll, wait_for};
@@ -200,6 +203,213 @@ fn torture_refuses_what_it_cannot_do() {
     );
     refused(&["torture", "--resource", "postgres"], "--pg-url");
     refused(&["torture-worker"], "internal");
+    // A topology is started by the tool; --redis is a deployment given.
+    refused(
+        &[
+            "--redis",
+            "redis://127.0.0.1:1",
+            "torture",
+            "--topology",
+            "sentinel",
+        ],
+        "--topology sentinel conflicts with --redis",
+    );
+    // What a topology cannot do is refused before any server starts.
+    refused(
+        &["torture", "--nemesis", "failover"],
+        "failover: needs replicas to promote",
+    );
+    refused(
+        &[
+            "torture",
+            "--topology",
+            "cluster",
+            "--nemesis",
+            "proxy-delay",
+        ],
+        "the fault proxy cannot stand between the workers and a cluster topology",
+    );
+    refused(
+        &["torture", "--topology", "sentinel", "--unsafe", "ge-check"],
+        "ge-check: cannot be caught on the sentinel topology",
+    );
+}
+
+/// Every node-level nemesis the topology supports, failovers included.
+const REPLICATED_NEMESES: [&str; 9] = [
+    "pause-server",
+    "kill-restart",
+    "kill-wipe",
+    "debug-sleep",
+    "client-pause",
+    "script-flush",
+    "client-kill",
+    "pause-worker",
+    "failover",
+];
+
+/// A short run on a private replicated topology with every nemesis it
+/// supports (one round of each: failovers, crashes of the primary, the
+/// node-level faults, worker pauses): no violation, failovers carried
+/// out, every grant waited for every replica.
+fn replicated_run_finds_no_violation(topology: &str, replicas: u64) {
+    let out = fencelock(&[
+        "torture",
+        "--topology",
+        topology,
+        "--duration",
+        "20s",
+        "--seed",
+        "1",
+        "--json",
+    ])
+    .output()
+    .expect("runs");
+    let report = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["topology"], topology, "{report:#}");
+    assert_eq!(report["violations"], 0, "{report:#}");
+    assert_eq!(report["replicas"], replicas, "{report:#}");
+    assert_eq!(report["wait_replicas"], replicas, "{report:#}");
+    let events = report["nemesis_events"]
+        .as_object()
+        .expect("nemesis events");
+    for kind in REPLICATED_NEMESES {
+        assert!(
+            events.get(kind).and_then(Value::as_u64).unwrap_or(0) >= 1,
+            "{kind} was never injected: {events:?}"
+        );
+    }
+    // kill-wipe is a failover here too.
+    assert!(report["failovers"].as_u64().unwrap_or(0) >= 2, "{report:#}");
+    assert!(
+        report["ops_acknowledged"].as_u64().unwrap_or(0) > 50,
+        "{report:#}"
+    );
+    for (id, checked, violations) in checkers(&report) {
+        assert_eq!(violations, 0, "{id}: {report:#}");
+        if ["C1", "C2", "C3", "C4", "C6", "C7"].contains(&id.as_str()) {
+            assert!(checked > 0, "{id} checked nothing: {report:#}");
+        }
+    }
+    let expected = report["expectations"].to_string();
+    assert!(
+        expected.contains("C4 (mutual exclusion) is expected to hold across failovers"),
+        "{report:#}"
+    );
+}
+
+/// A negative control on a private replicated topology is caught: a
+/// release without the owner check lets a third holder in beside a
+/// valid one.
+fn replicated_control_is_caught(topology: &str) {
+    let out = fencelock(&[
+        "torture",
+        "--topology",
+        topology,
+        "--unsafe",
+        "unchecked-release",
+        "--seed",
+        "3",
+        "--json",
+    ])
+    .output()
+    .expect("runs");
+    let report = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    assert_eq!(report["topology"], topology, "{report:#}");
+    assert_eq!(report["unsafe"], "unchecked-release", "{report:#}");
+    let caught: Vec<&str> = report["caught_by"]
+        .as_array()
+        .expect("caught_by")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(caught.contains(&"C4"), "{report:#}");
+    assert!(
+        report["first_violation_s"].as_f64().unwrap_or(f64::MAX) < 30.0,
+        "{report:#}"
+    );
+}
+
+#[test]
+fn torture_on_sentinel_with_failovers_finds_no_violation() {
+    replicated_run_finds_no_violation("sentinel", 2);
+}
+
+#[test]
+fn torture_on_cluster_with_failovers_finds_no_violation() {
+    replicated_run_finds_no_violation("cluster", 1);
+}
+
+#[test]
+fn torture_catches_a_negative_control_on_sentinel() {
+    replicated_control_is_caught("sentinel");
+}
+
+#[test]
+fn torture_catches_a_negative_control_on_cluster() {
+    replicated_control_is_caught("cluster");
+}
+
+/// The Postgres resource (a fenced row and an audit table written in one
+/// transaction): no violation with every nemesis, and a read-modify-write
+/// that does not register its fence before reading is caught there.
+#[test]
+fn heavy_torture_on_a_postgres_resource() {
+    let pg = PgServer::start();
+    let url = pg.create_database("torture");
+    let out = fencelock(&[
+        "torture",
+        "--resource",
+        "postgres",
+        "--pg-url",
+        &url,
+        "--duration",
+        "10s",
+        "--seed",
+        "5",
+        "--json",
+    ])
+    .output()
+    .expect("runs");
+    let report = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["resource"], "postgres", "{report:#}");
+    assert_eq!(report["violations"], 0, "{report:#}");
+    let found = checkers(&report);
+    for (id, checked, _) in &found {
+        if ["C1", "C2", "C3"].contains(&id.as_str()) {
+            assert!(*checked > 20, "{id} checked too little: {report:#}");
+        }
+    }
+
+    let out = fencelock(&[
+        "torture",
+        "--resource",
+        "postgres",
+        "--pg-url",
+        &url,
+        "--unsafe",
+        "write-only-check",
+        "--seed",
+        "3",
+        "--json",
+    ])
+    .output()
+    .expect("runs");
+    let report = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    let caught = report["caught_by"].to_string();
+    assert!(caught.contains("C3"), "{report:#}");
+    // Both runs dropped their tables.
+    assert_eq!(
+        pg.psql(
+            "torture",
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+        ),
+        "0"
+    );
 }
 
 /// The processes a run started: its direct children (workers and
@@ -285,6 +495,62 @@ fn heavy_torture_killed_or_interrupted_leaves_no_process_behind() {
             started.iter().all(|p| !alive(*p))
         });
         assert!(waited.elapsed() < Duration::from_secs(25));
+    }
+}
+
+/// The same for the replicated topologies: every data node, sentinel and
+/// worker dies with the tool.
+#[test]
+fn torture_on_sentinel_and_cluster_killed_or_interrupted_leaves_no_process_behind() {
+    for (topology, signal, processes) in [
+        ("sentinel", libc_sigkill(), 3 + 3 + 1 + 4),
+        ("sentinel", libc_sigint(), 3 + 3 + 1 + 4),
+        ("cluster", libc_sigkill(), 6 + 1 + 4),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let history = dir.path().join("h.jsonl");
+        let mut tool = fencelock(&[
+            "torture",
+            "--topology",
+            topology,
+            "--duration",
+            "60s",
+            "--workers",
+            "4",
+            "--nemesis",
+            "pause-worker,pause-server",
+            "--nemesis-interval",
+            "200ms",
+            "--history",
+            history.to_str().expect("path"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+        let pid = tool.id();
+        wait_for("workers and nemeses", Duration::from_secs(40), || {
+            std::fs::read_to_string(&history)
+                .is_ok_and(|h| h.contains("\"granted\"") && h.contains("nemesis_start"))
+        });
+        let started = children(pid);
+        assert!(
+            started.len() >= processes,
+            "{topology}: {processes} processes expected: {started:?}"
+        );
+        Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .expect("kill");
+        let status = poll("the tool to exit", Duration::from_secs(20), || {
+            tool.try_wait().expect("wait")
+        });
+        if signal == libc_sigint() {
+            assert!(matches!(status.code(), Some(0 | 1)), "{status:?}");
+        }
+        wait_for("every child to be gone", Duration::from_secs(10), || {
+            started.iter().all(|p| !alive(*p))
+        });
     }
 }
 

@@ -16,6 +16,71 @@ fn validity(lease: &Lease, void: Option<i64>) -> Vec<(i64, i64)> {
         .collect()
 }
 
+/// Why C4 excuses an overlap across a restart that lost the data.
+const C4_DATA_LOSS: &str = "a restart without persistence lost the lock server's data: mutual exclusion is not promised across it (DESIGN.md §9)";
+/// Why C4 excuses an overlap that only a rolled-back renewal explains.
+const C4_RENEWAL_ROLLBACK: &str = "renewals are not waited for by the replicas (only grants are), so a failover may roll a lease back to its grant: across a failover a lease is promised only as far as its grant's own validity";
+/// Why C6 excuses repeated counter fences across a restart.
+const C6_DATA_LOSS: &str = "counter fences repeat after a restart that lost the counter (clock fences do not; DESIGN.md §9)";
+/// Why C6 excuses a lower fence observed after a failover.
+const C6_ROLLBACK: &str = "a failover rolled the key back past a grant that never reached every replica (refused for lack of replica acknowledgements and released, or not waited for): the next grant's fence is still higher than every fence a holder was told";
+/// Why C6 excuses repeated counter fences across a failover.
+const C6_COUNTER_ROLLBACK: &str = "counter fences repeat when a failover loses a grant that was not waited for by every replica (clock fences do not)";
+/// Why C7 excuses a key back after a failover.
+const C7_ROLLBACK: &str = "a failover rolled back a release or an expiry the promoted replica had not received yet (releases are not waited for): the key is back as it was, not re-created by a renewal";
+
+/// Why C4 excuses an overlap across a failover that may have lost a grant.
+fn c4_grant_rollback(index: &Index<'_>) -> String {
+    let (wait, replicas) = index
+        .history
+        .header()
+        .map_or((0, 0), |h| (h.wait_replicas, h.replicas));
+    format!(
+        "grants waited for {wait} of {replicas} replica(s): a failover may lose a granted lock, so mutual exclusion is not promised across one (LockOptions::wait_for_replicas with every replica promises it)"
+    )
+}
+
+/// The intervals in which `lease` is promised valid when failovers may
+/// roll back what no grant waited for: from a failover on, nothing if the
+/// grants were not waited for by every replica; else every renewal sent
+/// before a failover ended counts only as far as the grant's own validity.
+fn promised(index: &Index<'_>, lease: &Lease, void: Option<i64>) -> Vec<(i64, i64)> {
+    let windows: Vec<(i64, i64)> = index
+        .rollbacks
+        .iter()
+        .copied()
+        .filter(|&(s, e)| e >= lease.invoked && s <= lease.cs_end())
+        .collect();
+    if windows.is_empty() {
+        return validity(lease, void);
+    }
+    if !index.grants_replicated {
+        let first = windows.iter().map(|w| w.0).min();
+        let cut = match (void, first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        return validity(lease, cut);
+    }
+    let granted = lease.samples.first().map_or(i64::MIN, |s| s.1);
+    lease
+        .samples
+        .iter()
+        .map(|&(t, v)| {
+            // A validity beyond the grant's comes from a renewal sent about
+            // a ttl before it ends.
+            let renewed = v.saturating_sub(index.ttl_us);
+            let v = if v > granted && windows.iter().any(|&(_, e)| renewed <= e) {
+                granted
+            } else {
+                v
+            };
+            (t, void.map_or(v, |w| v.min(w)))
+        })
+        .filter(|&(s, v)| s < v)
+        .collect()
+}
+
 /// The first data loss after `from`, if any.
 fn first_loss_after(index: &Index<'_>, from: i64) -> Option<i64> {
     index.data_loss.iter().copied().filter(|&w| w >= from).min()
@@ -66,7 +131,21 @@ pub(super) fn c4(index: &Index<'_>) -> CheckResult {
                 let void_a = first_loss_after(index, a.granted);
                 let void_b = first_loss_after(index, b.granted);
                 if both_valid(&validity(a, void_a), &validity(b, void_b), window).is_none() {
-                    r.excused += 1;
+                    r.excuse(C4_DATA_LOSS);
+                    continue;
+                }
+                if both_valid(
+                    &promised(index, a, void_a),
+                    &promised(index, b, void_b),
+                    window,
+                )
+                .is_none()
+                {
+                    if index.grants_replicated {
+                        r.excuse(C4_RENEWAL_ROLLBACK);
+                    } else {
+                        r.excuse(&c4_grant_rollback(index));
+                    }
                     continue;
                 }
                 let message = format!(
@@ -208,8 +287,13 @@ pub(super) fn c6(index: &Index<'_>) -> CheckResult {
                 }
                 r.checked += 1;
                 if f <= pf {
+                    let told = p.holder.as_deref().is_some_and(|h| grants.contains_key(h));
                     if index.counter_mode && index.data_lost_between(p.sent, o.t) {
-                        r.excused += 1;
+                        r.excuse(C6_DATA_LOSS);
+                    } else if index.rollback_between(p.sent, o.t)
+                        && (!told || !index.grants_replicated)
+                    {
+                        r.excuse(C6_ROLLBACK);
                     } else {
                         let ops: Vec<&str> = [p.holder.as_deref(), o.holder.as_deref()]
                             .into_iter()
@@ -252,7 +336,14 @@ pub(super) fn c6(index: &Index<'_>) -> CheckResult {
                 continue;
             }
             if index.counter_mode && index.data_lost_between(a.granted, b.granted) {
-                r.excused += 1;
+                r.excuse(C6_DATA_LOSS);
+                continue;
+            }
+            if index.counter_mode
+                && !index.grants_replicated
+                && index.rollback_between(a.granted, b.granted)
+            {
+                r.excuse(C6_COUNTER_ROLLBACK);
                 continue;
             }
             let message = format!(
@@ -305,7 +396,12 @@ pub(super) fn c7(index: &Index<'_>) -> CheckResult {
             };
             r.checked += 1;
             let op = op_of.get(holder).copied().unwrap_or("?");
-            if let Some(&gone) = ended.get(&value) {
+            if let Some(&gone) = ended.get(&value)
+                && index.rollback_between(gone, o.t)
+            {
+                r.excuse(C7_ROLLBACK);
+                ended.remove(&value);
+            } else if let Some(&gone) = ended.get(&value) {
                 let message = format!(
                     "{name}: the lock of {op} was gone from Redis at {:.3} s and was back at {:.3} s (re-created)",
                     gone as f64 / 1e6,
@@ -313,6 +409,11 @@ pub(super) fn c7(index: &Index<'_>) -> CheckResult {
                 );
                 r.violation(index, o.t, message, &[op], name);
                 ended.remove(&value);
+            } else if let Some(&(t, _)) = released.get(&(name.as_str(), holder))
+                && o.sent > t
+                && index.rollback_between(t, o.t)
+            {
+                r.excuse(C7_ROLLBACK);
             } else if let Some(&(t, rop)) = released.get(&(name.as_str(), holder))
                 && o.sent > t
             {

@@ -5,6 +5,12 @@ use super::check;
 use crate::history::{Entry, Event, Header, History, Outcome, Released};
 
 fn header(fence_mode: &str) -> Event {
+    replicated_header(fence_mode, 0, 0)
+}
+
+/// A header of a topology with `replicas` replicas per shard whose grants
+/// waited for `wait` of them.
+fn replicated_header(fence_mode: &str, replicas: u32, wait: u32) -> Event {
     ev(
         0,
         "run",
@@ -23,6 +29,8 @@ fn header(fence_mode: &str) -> Event {
             unsafe_variant: None,
             nemeses: vec![],
             duration_ms: 1000,
+            replicas,
+            wait_replicas: wait,
         }),
     )
 }
@@ -236,6 +244,7 @@ fn c4_excuses_a_restart_that_lost_the_data() {
             target: None,
             detail: String::new(),
             data_loss: true,
+            rollback: false,
         },
     ));
     e.extend(cycle("w1", 1, 12, 200, 1, 2));
@@ -319,6 +328,7 @@ fn c5_with_a_pause_that_never_ended_does_not_overflow() {
             target: Some("w0".into()),
             detail: "interrupted".into(),
             data_loss: false,
+            rollback: false,
         },
     ));
     e.push(ev(
@@ -334,4 +344,177 @@ fn c5_with_a_pause_that_never_ended_does_not_overflow() {
     let results = check(&History::new(e));
     let c5 = results.iter().find(|c| c.id == "C5").expect("C5");
     assert_eq!(c5.violations, 0, "{c5:?}");
+}
+
+/// A failover window from `from` to `to` (ms).
+fn failover(from: i64, to: i64) -> Vec<Event> {
+    vec![
+        ev(
+            from * 1000,
+            "nemesis",
+            Entry::NemesisStart {
+                kind: "failover".into(),
+                target: None,
+                detail: String::new(),
+                data_loss: false,
+                rollback: true,
+            },
+        ),
+        ev(
+            to * 1000,
+            "nemesis",
+            Entry::NemesisEnd {
+                kind: "failover".into(),
+                target: None,
+                outcome: Some("a -> b".into()),
+                error: None,
+            },
+        ),
+    ]
+}
+
+/// A lease of worker `w` granted at `granted` ms (valid 300 ms from its
+/// acquire), with validity `samples` (ms, valid until ms) and released at
+/// `release` ms; no write.
+fn lease(w: &str, granted: i64, fence: u64, samples: &[(i64, i64)], release: i64) -> Vec<Event> {
+    let op = format!("{w}.1");
+    let mut out = vec![
+        ev(
+            granted * 1000 - 500,
+            w,
+            Entry::Acquire {
+                op: op.clone(),
+                name: "t0".into(),
+            },
+        ),
+        ev(
+            granted * 1000,
+            w,
+            Entry::Granted {
+                op: op.clone(),
+                name: "t0".into(),
+                fence,
+                holder: format!("h{w}"),
+                valid_until: (granted + 300) * 1000 - 500,
+            },
+        ),
+    ];
+    for &(t, valid) in samples {
+        out.push(ev(
+            t * 1000,
+            w,
+            Entry::Read {
+                op: op.clone(),
+                value: 0,
+                valid_until: valid * 1000,
+            },
+        ));
+    }
+    out.push(ev(
+        release * 1000,
+        w,
+        Entry::Release {
+            op: op.clone(),
+            valid_until: samples.last().map_or(0, |s| s.1 * 1000),
+        },
+    ));
+    out
+}
+
+fn c4_of(events: Vec<Event>) -> crate::CheckResult {
+    check(&History::new(events))
+        .into_iter()
+        .find(|c| c.id == "C4")
+        .expect("C4")
+}
+
+/// w0 renews at 110 ms (valid until 410 ms) and works until 350 ms; w1 is
+/// granted at 320 ms, after w0's grant alone would have expired.
+fn renewed_then_overlapped(header: Event) -> Vec<Event> {
+    let mut e = vec![header];
+    e.extend(lease("w0", 10, 100, &[(200, 410), (340, 410)], 350));
+    e.extend(lease("w1", 320, 200, &[(330, 620)], 360));
+    e
+}
+
+#[test]
+fn c4_excuses_a_renewal_a_failover_rolled_back_but_not_a_grant() {
+    // Without a failover the overlap is a violation.
+    let c4 = c4_of(renewed_then_overlapped(replicated_header("clock", 2, 2)));
+    assert_eq!((c4.violations, c4.excused), (1, 0), "{c4:?}");
+    // A failover after the renewal may have rolled it back: excused, and
+    // said why.
+    let mut e = renewed_then_overlapped(replicated_header("clock", 2, 2));
+    e.extend(failover(120, 200));
+    let c4 = c4_of(e);
+    assert_eq!((c4.violations, c4.excused), (0, 1), "{c4:?}");
+    assert!(c4.notes[0].contains("renewals"), "{c4:?}");
+    // A grant every replica acknowledged is not excused by a failover.
+    let mut e = vec![replicated_header("clock", 2, 2)];
+    e.extend(lease("w0", 10, 100, &[(200, 300)], 250));
+    e.extend(failover(50, 100));
+    e.extend(lease("w1", 150, 200, &[(160, 450)], 260));
+    let c4 = c4_of(e);
+    assert_eq!((c4.violations, c4.excused), (1, 0), "{c4:?}");
+}
+
+#[test]
+fn c4_is_not_promised_across_a_failover_when_grants_wait_for_fewer_replicas() {
+    let mut e = vec![replicated_header("clock", 2, 1)];
+    e.extend(lease("w0", 10, 100, &[(200, 300)], 250));
+    e.extend(failover(50, 100));
+    e.extend(lease("w1", 150, 200, &[(160, 450)], 260));
+    let c4 = c4_of(e);
+    assert_eq!((c4.violations, c4.excused), (0, 1), "{c4:?}");
+    assert!(c4.notes[0].contains("1 of 2"), "{c4:?}");
+}
+
+#[test]
+fn c7_and_c6_excuse_what_a_failover_rolled_back() {
+    // w0's release is rolled back by a failover: its key is back.
+    let mut e = clean();
+    e.extend(failover(25, 29));
+    e.push(ev(
+        30_000,
+        "observer",
+        Entry::Observed {
+            name: "t0".into(),
+            holder: Some("hw01".into()),
+            fence: Some(100),
+            sent: 29_900,
+        },
+    ));
+    let results = check(&History::new(e));
+    let c7 = results.iter().find(|c| c.id == "C7").expect("C7");
+    assert_eq!((c7.violations, c7.excused), (0, 1), "{c7:?}");
+    // A grant refused for lack of replicas (nobody was told of it) is seen
+    // with fence 300, then the failover rolls the key back to w1's 200.
+    let mut e = vec![replicated_header("clock", 2, 2)];
+    e.extend(cycle("w0", 1, 10, 100, 0, 1));
+    e.extend(cycle("w1", 1, 20, 200, 1, 2));
+    e.push(final_value(2));
+    e.push(ev(
+        23_000,
+        "observer",
+        Entry::Observed {
+            name: "t0".into(),
+            holder: Some("refused".into()),
+            fence: Some(300),
+            sent: 22_900,
+        },
+    ));
+    e.extend(failover(23, 24));
+    e.push(ev(
+        24_500,
+        "observer",
+        Entry::Observed {
+            name: "t0".into(),
+            holder: Some("hw11".into()),
+            fence: Some(200),
+            sent: 24_400,
+        },
+    ));
+    let results = check(&History::new(e));
+    let c6 = results.iter().find(|c| c.id == "C6").expect("C6");
+    assert_eq!((c6.violations, c6.excused), (0, 1), "{c6:?}");
 }

@@ -22,11 +22,11 @@ use std::time::Duration;
 
 use fencelock::{Fence, FenceMode, LockKeys, LockOptions, WaitMode, holder_id};
 use rand::Rng;
-use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Variant;
+use crate::conn::AnyConn;
 use crate::history::{Outcome, Released};
 use crate::resource::{Resource, ResourceSpec, Write};
 
@@ -49,7 +49,7 @@ fn drift(ttl: Duration) -> Duration {
 /// A guide-style lock with one part broken.
 #[derive(Debug)]
 pub(crate) struct ControlLock {
-    conn: ConnectionManager,
+    conn: AnyConn,
     variant: Variant,
     prefix: String,
     opts: LockOptions,
@@ -58,7 +58,7 @@ pub(crate) struct ControlLock {
 /// A lease of the controls' lock.
 #[derive(Debug)]
 pub(crate) struct ControlLease {
-    conn: ConnectionManager,
+    conn: AnyConn,
     variant: Variant,
     keys: LockKeys,
     value: String,
@@ -107,7 +107,7 @@ impl ControlLock {
         wait: Duration,
         fence_mode: FenceMode,
     ) -> crate::Result<Self> {
-        let conn = crate::resource::redis_manager(url).await?;
+        let conn = AnyConn::open(url).await?;
         Ok(ControlLock {
             conn,
             variant,
@@ -250,7 +250,7 @@ impl ControlLock {
 
 /// The renewal task: every third of the ttl, and the deadline watchdog.
 async fn renew(
-    conn: ConnectionManager,
+    conn: AnyConn,
     variant: Variant,
     key: String,
     value: String,

@@ -273,7 +273,11 @@ impl RedisConn {
                     .clone()
                     .route_pipeline(pipe.clone(), 0, pipe.len(), route)
                     .await?;
-                T::from_redis_value(redis::Value::Array(values)).map_err(RedisError::from)
+                // A command's error comes back as a value here, where a
+                // plain pipeline fails with it: fail the same way, so that
+                // callers see the error (a NOSCRIPT loads the script).
+                let values = redis::Value::Array(values).extract_error()?;
+                T::from_redis_value(values).map_err(RedisError::from)
             }
             Link::Sentinel(link) => {
                 link.on_master(move |mut conn| async move { pipe.query_async(&mut conn).await })

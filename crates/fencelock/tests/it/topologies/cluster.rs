@@ -3,7 +3,8 @@
 //! which is detected).
 //!
 //! - Locks on many names spread over every shard; each lock's keys share a
-//!   slot; notify and fair waiters are woken over sharded pub/sub.
+//!   slot; notify and fair waiters are woken over sharded pub/sub; a grant
+//!   waits for its replica (`WAIT`) on a node without the script loaded.
 //! - Failover of the shard that holds a lock, under load: workers carry on,
 //!   fences after the failover are above every fence before it, and no
 //!   acknowledged increment is lost at a resource outside the cluster.
@@ -27,6 +28,13 @@ async fn cluster_locks_spread_over_every_shard_and_wake_ups_are_sharded() -> Res
     // A plain redis:// URL of one node is detected as a Cluster seed.
     let client = LockClient::connect(&cluster.seed_urls()[0]).await?;
     let opts = client.options();
+    // A grant that waits for its replica, on a node that has not loaded the
+    // grant script yet: the NOSCRIPT inside the pipeline loads it.
+    let replicated = opts
+        .clone()
+        .wait_for_replicas(1, Duration::from_millis(500));
+    let lease = client.try_acquire("replicated", &replicated).await?;
+    ensure!(lease.release().await?.is_released());
     let mut leases = Vec::new();
     let mut owners = BTreeSet::new();
     for i in 0..60 {
