@@ -41,27 +41,40 @@ local function last_fence()
   return last
 end
 
--- Mints the next fence (DESIGN.md §2.1, §2.3).
-local function mint(last, now)
+-- The next fence after LAST at server time NOW (µs), not yet stored
+-- (DESIGN.md §2.1, §2.3).
+local function next_fence(last, now)
   if FENCE_MODE == 'counter' then
-    -- INCR keeps the key compatible with the guide's Python workers; a
-    -- counter must never expire (a name once used in clock mode has a ttl).
-    local f = call('INCR', FENCE)
-    call('PERSIST', FENCE)
-    return f
+    -- As INCR counts: 1 after none.
+    return (tonumber(last) or 0) + 1
   end
   -- Floor the fence at the server clock in µs: if the fence key is lost
   -- (restart without persistence, failover, eviction, expiry) the next fence
   -- is still above every fence issued before, as long as the server clock
   -- does not step back. Values stay below 2^53, exact in Lua doubles.
-  local f = math.max((tonumber(last) or 0) + 1, now)
+  return math.max((tonumber(last) or 0) + 1, now)
+end
+
+-- Stores FENCE, minted by next_fence, as the last fence issued.
+local function store_fence(f)
   -- string.format('%d') because tostring() rounds 16-digit numbers (%.14g).
-  if RETENTION ~= '0' then
+  if FENCE_MODE == 'counter' then
+    -- INCR keeps the key compatible with the guide's Python workers (and
+    -- gives F: LAST was read in this same script); a counter must never
+    -- expire (a name once used in clock mode has a ttl).
+    call('INCR', FENCE)
+    call('PERSIST', FENCE)
+  elseif RETENTION ~= '0' then
     call('SET', FENCE, string.format('%d', f), 'PX', RETENTION)
   else
     call('SET', FENCE, string.format('%d', f))
   end
   return f
+end
+
+-- Mints and stores the next fence.
+local function mint(last, now)
+  return store_fence(next_fence(last, now))
 end
 
 local function lock_value(token, fence)
