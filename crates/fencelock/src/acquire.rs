@@ -12,6 +12,7 @@
 //! taking. The decisions are pure functions, tested without Redis.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -27,6 +28,7 @@ use crate::lease::Lease;
 use crate::metrics::{LeaseMetrics, StatsHandle};
 use crate::notify::{Waiter, Wakeups};
 use crate::options::{LockOptions, WaitMode};
+use crate::renew::Keeper;
 use crate::state::{Granted, LeaseState, drift};
 use crate::wait::Backoff;
 
@@ -103,6 +105,8 @@ pub(crate) struct Engine {
     wakeups: tokio::sync::OnceCell<Wakeups>,
     /// Per-family counters since connect, shared with leases and resources.
     pub(crate) stats: StatsHandle,
+    /// Renews every lease of the client (one task, batched renewals).
+    keeper: Arc<Keeper>,
 }
 
 impl Engine {
@@ -112,6 +116,7 @@ impl Engine {
             client_id: uuid::Uuid::new_v4().simple().to_string(),
             wakeups: tokio::sync::OnceCell::new(),
             stats: StatsHandle::new(),
+            keeper: Keeper::new(),
         }
     }
 
@@ -337,7 +342,12 @@ impl Engine {
             });
         }
         tracing::debug!(lock = %name, %fence, "acquired");
-        Ok(Lease::start(state, opts.renewal_interval(), false))
+        Ok(Lease::start(
+            state,
+            &self.keeper,
+            opts.renewal_interval(),
+            false,
+        ))
     }
 
     fn contended(&self, name: &str, remaining: Option<Duration>) -> Error {
@@ -365,6 +375,7 @@ impl Engine {
         tracing::debug!(lock = %name, %fence, "acquired by hand-over");
         Some(Lease::start(
             state,
+            &self.keeper,
             opts.renewal_interval(),
             provisional < opts.ttl,
         ))

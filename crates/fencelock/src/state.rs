@@ -1,7 +1,7 @@
 //! The shared state of one held lease: what was granted, the local monotonic
 //! deadline, the loss signal, and the two calls that act on the lock in
 //! Redis for it (renew and release). Owned together by the [`Lease`] guard,
-//! its handles and the keeper task (`crate::renew`).
+//! its handles and the client's keeper (`crate::renew`).
 //!
 //! [`Lease`]: crate::Lease
 
@@ -69,10 +69,6 @@ pub(crate) struct LeaseState {
     deadline: Mutex<Instant>,
     pub(crate) lost: CancellationToken,
     pub(crate) loss: OnceLock<LossReason>,
-    /// Held by the keeper while it sends a renewal. The release takes it
-    /// once after stopping the keeper, so no renewal can be sent after the
-    /// release, without waiting for the keeper task to end.
-    pub(crate) renewing: tokio::sync::Mutex<()>,
     /// Metrics and stats of this lease (family, hold time, once-only flags).
     pub(crate) metrics: LeaseMetrics,
 }
@@ -90,7 +86,6 @@ impl LeaseState {
             deadline: Mutex::new(deadline),
             lost: CancellationToken::new(),
             loss: OnceLock::new(),
-            renewing: tokio::sync::Mutex::new(()),
             metrics,
         }
     }
@@ -139,10 +134,17 @@ impl LeaseState {
         self.metrics.renewal(matches!(reply, Ok(Checked::Done)));
         let reply = reply?;
         if reply == Checked::Done {
-            self.push_deadline(sent + g.ttl - drift(g.ttl));
-            tracing::debug!(lock = %g.name, fence = %g.fence, "lease renewed");
+            self.renewed(sent);
         }
         Ok(reply)
+    }
+
+    /// A renewal sent at `sent` extended the lease: the deadline moves to
+    /// `sent` + ttl (less the drift margin).
+    pub(crate) fn renewed(&self, sent: Instant) {
+        let g = &self.grant;
+        self.push_deadline(sent + g.ttl - drift(g.ttl));
+        tracing::debug!(lock = %g.name, fence = %g.fence, "lease renewed");
     }
 
     /// One compare-and-delete (which passes the lock on to a waiter).

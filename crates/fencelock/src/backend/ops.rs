@@ -223,6 +223,41 @@ impl ScriptCall for Extend<'_> {
     }
 }
 
+/// Compare-and-pexpire of many leases of one ttl in one call
+/// (`extend_many.lua`): the keeper's batched renewal. On a Cluster all keys
+/// must share a slot.
+#[derive(Debug)]
+pub(crate) struct ExtendMany<'a> {
+    /// `(lock key, exact lock value)` of each lease.
+    pub(crate) leases: &'a [(&'a str, &'a str)],
+    pub(crate) ttl: Duration,
+}
+
+impl ToRedisArgs for ExtendMany<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(self.ttl.as_millis());
+        for (_, value) in self.leases {
+            out.write_arg(value.as_bytes());
+        }
+    }
+
+    fn num_of_args(&self) -> usize {
+        1 + self.leases.len()
+    }
+}
+
+impl ScriptCall for ExtendMany<'_> {
+    type Reply = Vec<Checked>;
+
+    fn script(&self) -> &'static Lua {
+        &scripts::EXTEND_MANY
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.leases.iter().map(|(key, _)| *key).collect()
+    }
+}
+
 /// The reply of an ownership-checked call (release, extend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Checked {

@@ -63,6 +63,14 @@ pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 
+/// Compare-and-pexpire of many leases at once (the keeper's batched tick).
+pub(crate) static EXTEND_MANY: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/extend_many.lua")
+    ))
+});
+
 /// Fenced write / fence registration on a Redis hash resource.
 pub(crate) static FENCED_WRITE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
