@@ -107,11 +107,14 @@ pub(crate) struct Engine {
     pub(crate) stats: StatsHandle,
     /// Renews every lease of the client (one task, batched renewals).
     keeper: Arc<Keeper>,
+    /// `backend`, shared by the client's leases (one copy, not one each).
+    lease_backend: Arc<Backend>,
 }
 
 impl Engine {
     pub(crate) fn new(backend: Backend) -> Self {
         Engine {
+            lease_backend: Arc::new(backend.clone()),
             backend,
             client_id: uuid::Uuid::new_v4().simple().to_string(),
             wakeups: tokio::sync::OnceCell::new(),
@@ -391,8 +394,8 @@ impl Engine {
         deadline: Instant,
     ) -> LeaseState {
         LeaseState::new(
-            self.backend.clone(),
-            Granted::new(name, keys.clone(), token, fence, opts),
+            self.lease_backend.clone(),
+            Granted::new(name, keys, token, fence, opts),
             deadline,
             LeaseMetrics::new(opts.family_of(name).to_owned(), self.stats.clone()),
         )

@@ -71,18 +71,18 @@ impl LeaseHandle {
     /// holder. Pass it to fenced writes; show [`LeaseHandle::holder_id`]
     /// instead.
     pub fn token(&self) -> &str {
-        &self.state.grant.token
+        self.state.grant.token()
     }
 
     /// The public id of this holder ([`holder_id`](crate::holder_id) of the
     /// token), as `status`, `top` and the fenced resources show it.
     pub fn holder_id(&self) -> String {
-        crate::holder::holder_id(&self.state.grant.token)
+        crate::holder::holder_id(self.state.grant.token())
     }
 
     /// The Redis key holding the lease.
     pub fn key(&self) -> &str {
-        &self.state.grant.keys.lock
+        &self.state.grant.lock
     }
 
     /// The lease ttl that every renewal restores.

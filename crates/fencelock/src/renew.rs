@@ -317,7 +317,7 @@ impl Keeper {
                 state.grant.ttl,
             );
             let group = (
-                state.backend.batch_group(&state.grant.keys.lock),
+                state.backend.batch_group(&state.grant.lock),
                 state.grant.ttl,
             );
             batches.entry(group).or_default().push((id, state));
@@ -436,7 +436,7 @@ async fn renew_batch(keeper: Arc<Keeper>, ttl: Duration, batch: Batch) {
     let backend = first.backend.clone();
     let leases: Vec<(&str, &str)> = batch
         .iter()
-        .map(|(_, s)| (s.grant.keys.lock.as_str(), s.grant.value.as_str()))
+        .map(|(_, s)| (s.grant.lock.as_str(), s.grant.value.as_str()))
         .collect();
     let sent = Instant::now();
     let reply = backend

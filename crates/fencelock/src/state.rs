@@ -5,7 +5,7 @@
 //!
 //! [`Lease`]: crate::Lease
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -26,14 +26,18 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
-/// What one grant gave: fixed for the life of the lease.
+/// What one grant gave: fixed for the life of the lease. Kept small (a
+/// client may hold 100,000 leases): the lock key alone (the other keys are
+/// derived from it for a release), and the token as the start of the value.
 #[derive(Debug)]
 pub(crate) struct Granted {
     pub(crate) name: String,
-    pub(crate) keys: LockKeys,
-    pub(crate) token: String,
-    /// The exact value stored in the lock key (`TOKEN:FENCE` or `TOKEN`).
+    /// The lock key (`LockKeys::lock`).
+    pub(crate) lock: String,
+    /// The exact value stored in the lock key (`TOKEN:FENCE` or `TOKEN`):
+    /// the token is its first `token_len` bytes.
     pub(crate) value: String,
+    token_len: usize,
     pub(crate) fence: Fence,
     pub(crate) ttl: Duration,
     /// How fences are minted for the name: a release may hand the lock over.
@@ -43,7 +47,7 @@ pub(crate) struct Granted {
 impl Granted {
     pub(crate) fn new(
         name: &str,
-        keys: LockKeys,
+        keys: &LockKeys,
         token: &str,
         fence: Fence,
         opts: &LockOptions,
@@ -51,19 +55,30 @@ impl Granted {
         Granted {
             name: name.to_owned(),
             value: wire::lock_value(token, fence, opts.layout),
-            keys,
-            token: token.to_owned(),
+            token_len: token.len(),
+            lock: keys.lock.clone(),
             fence,
             ttl: opts.ttl,
             mint: Mint::new(opts),
         }
+    }
+
+    /// The holder token.
+    pub(crate) fn token(&self) -> &str {
+        &self.value[..self.token_len]
+    }
+
+    /// Every key of the lock, for a release.
+    pub(crate) fn keys(&self) -> LockKeys {
+        LockKeys::of_lock_key(&self.lock)
     }
 }
 
 /// Shared state of one lease.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
-    pub(crate) backend: Backend,
+    /// The client's backend, shared by all its leases.
+    pub(crate) backend: Arc<Backend>,
     pub(crate) grant: Granted,
     /// Local monotonic deadline: when the lease must be assumed gone.
     deadline: Mutex<Instant>,
@@ -75,7 +90,7 @@ pub(crate) struct LeaseState {
 
 impl LeaseState {
     pub(crate) fn new(
-        backend: Backend,
+        backend: Arc<Backend>,
         grant: Granted,
         deadline: Instant,
         metrics: LeaseMetrics,
@@ -126,7 +141,7 @@ impl LeaseState {
         let reply = self
             .backend
             .run(&Extend {
-                key: &g.keys.lock,
+                key: &g.lock,
                 value: &g.value,
                 ttl: g.ttl,
             })
@@ -151,13 +166,14 @@ impl LeaseState {
     #[tracing::instrument(name = "release", level = "debug", skip_all, fields(lock = %self.grant.name, fence = %self.grant.fence, outcome))]
     pub(crate) async fn release_once(&self) -> Result<Checked> {
         let g = &self.grant;
+        let keys = g.keys();
         let reply = self
             .backend
             .run(&Release {
-                keys: &g.keys,
+                keys: &keys,
                 mint: g.mint,
                 pass_on: PassOn {
-                    wake_prefix: &g.keys.wake_prefix,
+                    wake_prefix: &keys.wake_prefix,
                     publish: self.backend.publish(),
                 },
                 value: &g.value,
