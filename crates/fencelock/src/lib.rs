@@ -213,6 +213,26 @@ pub mod testing {
             queued: false,
         })
     }
+
+    /// The script call one keeper tick makes to renew a batch of leases
+    /// (`(lock key, exact lock value)` each) to `ttl`, to run on any
+    /// connection.
+    pub fn renewal_batch_invocation(
+        leases: &[(&str, &str)],
+        ttl: std::time::Duration,
+    ) -> redis::ScriptInvocation<'static> {
+        crate::backend::invocation(&crate::backend::ops::ExtendMany { leases, ttl })
+    }
+
+    /// The script call a lease's own `extend` makes, to run on any
+    /// connection.
+    pub fn extend_invocation(
+        key: &str,
+        value: &str,
+        ttl: std::time::Duration,
+    ) -> redis::ScriptInvocation<'static> {
+        crate::backend::invocation(&crate::backend::ops::Extend { key, value, ttl })
+    }
 }
 
 /// The README's examples, compiled as doc-tests so they cannot rot.
