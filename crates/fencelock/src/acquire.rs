@@ -465,7 +465,6 @@ impl Drop for QueuedGuard {
                     keys: &keys,
                     mint,
                     pass_on: PassOn {
-                        wake_prefix: &keys.wake_prefix,
                         publish: backend.publish(),
                     },
                     member: &member,

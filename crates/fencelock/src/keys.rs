@@ -78,11 +78,6 @@ impl LockKeys {
             lock: lock.to_owned(),
         }
     }
-
-    /// The four keys of the lock script, in its KEYS order.
-    pub(crate) fn all(&self) -> [&str; 4] {
-        [&self.lock, &self.fence, &self.queue, &self.waiters]
-    }
 }
 
 /// The SCAN pattern of the lock keys of names matching `names` (a Redis

@@ -173,7 +173,6 @@ impl LeaseState {
                 keys: &keys,
                 mint: g.mint,
                 pass_on: PassOn {
-                    wake_prefix: &keys.wake_prefix,
                     publish: self.backend.publish(),
                 },
                 value: &g.value,

@@ -761,7 +761,6 @@ mod tests {
                 keys: &keys,
                 mint,
                 pass_on: PassOn {
-                    wake_prefix: &keys.wake_prefix,
                     publish: Publish::SPublish,
                 },
                 value: &value,

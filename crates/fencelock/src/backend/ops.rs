@@ -77,16 +77,15 @@ pub(crate) enum Publish {
 }
 
 /// What a release or a leave needs to pass a free lock on to the head
-/// waiter: ARGV 4-6 of those scripts.
+/// waiter: ARGV 4-5 of those scripts (the wake channels are the lock key's
+/// `:wake:` channels, derived in the script).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PassOn<'a> {
-    pub(crate) wake_prefix: &'a str,
+pub(crate) struct PassOn {
     pub(crate) publish: Publish,
 }
 
-impl PassOn<'_> {
+impl PassOn {
     fn write<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        out.write_arg(self.wake_prefix.as_bytes());
         out.write_arg(match self.publish {
             Publish::Publish => b"PUBLISH",
             Publish::SPublish => b"SPUBLISH",
@@ -133,7 +132,7 @@ impl ScriptCall for Grant<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
-        self.keys.all().to_vec()
+        vec![&self.keys.lock]
     }
 }
 
@@ -170,7 +169,7 @@ impl FromRedisValue for GrantReply {
 pub(crate) struct Release<'a> {
     pub(crate) keys: &'a LockKeys,
     pub(crate) mint: Mint,
-    pub(crate) pass_on: PassOn<'a>,
+    pub(crate) pass_on: PassOn,
     /// The exact lock value of the grant.
     pub(crate) value: &'a str,
 }
@@ -191,7 +190,7 @@ impl ScriptCall for Release<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
-        self.keys.all().to_vec()
+        vec![&self.keys.lock]
     }
 }
 
@@ -283,7 +282,7 @@ impl FromRedisValue for Checked {
 pub(crate) struct Leave<'a> {
     pub(crate) keys: &'a LockKeys,
     pub(crate) mint: Mint,
-    pub(crate) pass_on: PassOn<'a>,
+    pub(crate) pass_on: PassOn,
     pub(crate) member: &'a QueueMember,
 }
 
@@ -304,7 +303,7 @@ impl ScriptCall for Leave<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
-        self.keys.all().to_vec()
+        vec![&self.keys.lock]
     }
 }
 

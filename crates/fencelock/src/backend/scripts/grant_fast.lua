@@ -12,7 +12,8 @@
 do
   local member = ARGV[7]
   if ARGV[1] == 'clock' and ARGV[6] ~= 'fair' and not (member ~= '' and ARGV[9] == '1') then
-    local last = redis.pcall('GET', KEYS[2])
+    local fence_key = KEYS[1] .. ':fence'
+    local last = redis.pcall('GET', fence_key)
     local n = 0
     if last then
       if type(last) ~= 'string' or #last > 16 or not string.match(last, '^[1-9]%d*$') then
@@ -32,9 +33,9 @@ do
         -- Taken (SET replied nil: the key was absent). The fence key held a
         -- string or nothing, so this SET cannot meet a wrong type.
         if ARGV[3] ~= '0' then
-          redis.call('SET', KEYS[2], fs, 'PX', ARGV[3])
+          redis.call('SET', fence_key, fs, 'PX', ARGV[3])
         else
-          redis.call('SET', KEYS[2], fs)
+          redis.call('SET', fence_key, fs)
         end
         return {1, f}
       end

@@ -2,11 +2,11 @@
 -- handed to it meanwhile, it is released; if the lock is free, it is passed
 -- on, so nobody waits for a waiter that is gone. After common.lua and
 -- prelude.lua (KEYS and ARGV 1-3 are documented there).
-local wake_prefix = ARGV[4]    -- wake channel = wake_prefix .. CLIENT
-local publish = ARGV[5]        -- "PUBLISH", or "SPUBLISH" on Cluster
-local starving_us = tonumber(ARGV[6])  -- a notify head that waited this long is handed the lock
-local member = ARGV[7]         -- the leaving waiter's queue member
-local token = ARGV[8]          -- its holder token
+local wake_prefix = LOCK .. ':wake:'  -- wake channel = wake_prefix .. CLIENT
+local publish = ARGV[4]        -- "PUBLISH", or "SPUBLISH" on Cluster
+local starving_us = tonumber(ARGV[5])  -- a notify head that waited this long is handed the lock
+local member = ARGV[6]         -- the leaving waiter's queue member
+local token = ARGV[7]          -- its holder token
 --
 -- Returns 2 if a lock handed to this waiter was released, 1 if it was
 -- queued, 0 otherwise.

@@ -2,11 +2,14 @@
 -- three scripts that change who holds a lock share fence minting and the
 -- wait queue.
 --
--- KEYS (all four share one hash slot in the default layout):
---   1 lock key (value TOKEN:FENCE, or TOKEN in the guide layout, PX ttl)
---   2 fence key (last fence issued)
---   3 wait queue: zset member -> arrival time in µs
---   4 waiter leases: zset member -> lease end in ms
+-- KEYS[1] is the lock key (value TOKEN:FENCE, or TOKEN in the guide layout,
+-- PX ttl); the lock's other keys are it and a suffix (LockKeys), so they
+-- share its hash slot in the default layout and are not passed (every
+-- argument costs Redis time):
+--   LOCK:fence    the last fence issued
+--   LOCK:queue    wait queue: zset member -> arrival time in µs
+--   LOCK:waiters  waiter leases: zset member -> lease end in ms
+-- A release wakes a waiter on the channel LOCK:wake:CLIENT.
 -- Queue members are "CLIENT:WAITER:MODE:TTL_MS:HANDOVER_MS:TOKEN" (MODE
 -- "fair" or "notify"): what a release needs to wake the waiter or hand it the
 -- lock (for HANDOVER_MS, until the waiter renews it).
@@ -15,7 +18,8 @@
 -- name: the fence mode ("clock"/"counter"), the lock value format
 -- ("tagged"/"bare") and the fence key retention in ms ("0" = forever).
 
-local LOCK, FENCE, QUEUE, WAITERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local LOCK = KEYS[1]
+local FENCE, QUEUE, WAITERS = LOCK .. ':fence', LOCK .. ':queue', LOCK .. ':waiters'
 local FENCE_MODE, FORMAT, RETENTION = ARGV[1], ARGV[2], ARGV[3]
 
 local MEMBER = '^([^:]+):([^:]+):(%a+):(%d+):(%d+):(.+)$'

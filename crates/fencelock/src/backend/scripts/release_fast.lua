@@ -4,8 +4,8 @@
 -- helpers are created (see grant_fast.lua). Anything else (not ours, a
 -- queue, an error) falls through to the full script, which reads again.
 do
-  if redis.pcall('GET', KEYS[1]) == ARGV[7] then
-    local queue = redis.pcall('TYPE', KEYS[3])
+  if redis.pcall('GET', KEYS[1]) == ARGV[6] then
+    local queue = redis.pcall('TYPE', KEYS[1] .. ':queue')
     if type(queue) == 'table' and queue['ok'] == 'none'
       and redis.pcall('DEL', KEYS[1]) == 1 then
       return 1
