@@ -58,13 +58,21 @@ impl Mint {
         }
     }
 
+    /// One argument (each costs Redis time): mode, format, retention, as
+    /// `prelude.lua` reads them (`ct86400000`).
     fn write<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        out.write_arg(self.mode.as_arg().as_bytes());
-        out.write_arg(match self.layout {
-            KeyLayout::HashTagged => b"tagged",
-            KeyLayout::Guide => b"bare",
-        });
-        out.write_arg_fmt(self.retention.as_millis());
+        let mode = match self.mode {
+            FenceMode::Clock => 'c',
+            _ => 'n',
+        };
+        let format = match self.layout {
+            KeyLayout::HashTagged => 't',
+            _ => 'b',
+        };
+        out.write_arg_fmt(format_args!(
+            "{mode}{format}{}",
+            self.retention.as_millis()
+        ));
     }
 }
 
@@ -77,8 +85,9 @@ pub(crate) enum Publish {
 }
 
 /// What a release or a leave needs to pass a free lock on to the head
-/// waiter: ARGV 4-5 of those scripts (the wake channels are the lock key's
-/// `:wake:` channels, derived in the script).
+/// waiter: ARGV[2] of those scripts, the publish command and the starvation
+/// threshold in µs (the wake channels are the lock key's `:wake:`
+/// channels, derived in the script).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PassOn {
     pub(crate) publish: Publish,
@@ -86,11 +95,14 @@ pub(crate) struct PassOn {
 
 impl PassOn {
     fn write<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        out.write_arg(match self.publish {
-            Publish::Publish => b"PUBLISH",
-            Publish::SPublish => b"SPUBLISH",
-        });
-        out.write_arg_fmt(STARVATION_THRESHOLD.as_micros());
+        let publish = match self.publish {
+            Publish::Publish => "PUBLISH",
+            Publish::SPublish => "SPUBLISH",
+        };
+        out.write_arg_fmt(format_args!(
+            "{publish} {}",
+            STARVATION_THRESHOLD.as_micros()
+        ));
     }
 }
 
@@ -115,12 +127,12 @@ impl ToRedisArgs for Grant<'_> {
         out.write_arg(self.token.as_bytes());
         out.write_arg_fmt(self.ttl.as_millis());
         out.write_arg(self.wait_mode.as_arg().as_bytes());
-        match self.member {
-            Some(member) => out.write_arg_fmt(member),
-            None => out.write_arg(b""),
+        // The queue arguments only for an attempt that may queue.
+        if let Some(member) = self.member {
+            out.write_arg_fmt(member);
+            out.write_arg_fmt(self.waiter_lease.as_millis());
+            out.write_arg(if self.queued { b"1" } else { b"0" });
         }
-        out.write_arg_fmt(self.waiter_lease.as_millis());
-        out.write_arg(if self.queued { b"1" } else { b"0" });
     }
 }
 

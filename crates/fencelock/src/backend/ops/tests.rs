@@ -38,9 +38,7 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
     assert_eq!(
         args(&grant),
         [
-            "clock",
-            "tagged",
-            "86400000",
+            "ct86400000",
             "t",
             "5000",
             "fair",
@@ -49,6 +47,13 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
             "1"
         ]
     );
+    // An attempt that never queues sends no queue arguments.
+    let unqueued = Grant {
+        member: None,
+        wait_mode: WaitMode::Notify,
+        ..grant
+    };
+    assert_eq!(args(&unqueued), ["ct86400000", "t", "5000", "notify"]);
     // The lock key alone: the scripts derive the others from it.
     assert_eq!(grant.keys(), [keys.lock.as_str()]);
     let pass_on = PassOn {
@@ -62,14 +67,7 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
     };
     assert_eq!(
         args(&release),
-        [
-            "clock",
-            "tagged",
-            "86400000",
-            "PUBLISH",
-            "10000",
-            "t:7"
-        ]
+        ["ct86400000", "PUBLISH 10000", "t:7"]
     );
     let leave = Leave {
         keys: &keys,
@@ -77,8 +75,10 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
         pass_on,
         member: &member,
     };
-    assert_eq!(args(&leave)[..3], ["counter", "tagged", "0"]);
-    assert_eq!(args(&leave)[5..], ["c:1:fair:5000:1000:t", "t"]);
+    assert_eq!(
+        args(&leave),
+        ["nt0", "PUBLISH 10000", "c:1:fair:5000:1000:t", "t"]
+    );
     assert_eq!(release.keys(), [keys.lock.as_str()]);
     assert_eq!(leave.keys(), [keys.lock.as_str()]);
     Ok(())

@@ -1,14 +1,15 @@
 -- Grant: set the lock and mint its fence in one atomic step (DESIGN.md §2.1).
--- After common.lua and prelude.lua (KEYS and ARGV 1-3 are documented there).
-local token = ARGV[4]          -- the caller's holder token
-local ttl_ms = ARGV[5]         -- lease ttl in ms
-local wait_mode = ARGV[6]      -- "poll", "notify" or "fair"
-local member = ARGV[7]         -- the caller's queue member ("" = never queue)
-local waiter_lease = tonumber(ARGV[8])  -- ms a queued waiter keeps its place
+-- After common.lua and prelude.lua (KEYS and ARGV[1] are documented there).
+local token = ARGV[2]          -- the caller's holder token
+local ttl_ms = ARGV[3]         -- lease ttl in ms
+local wait_mode = ARGV[4]      -- "poll", "notify" or "fair"
+-- ARGV 5-7 only when the caller may queue (absent: it never queues):
+local member = ARGV[5] or ''   -- the caller's queue member ("" = never queue)
+local waiter_lease = tonumber(ARGV[6])  -- ms a queued waiter keeps its place
 -- Whether an earlier attempt may have queued the caller. Each redis.call
 -- costs about a microsecond: skip the dequeue when it was never queued (the
 -- common, uncontended case).
-local queued = member ~= '' and ARGV[9] == '1'
+local queued = member ~= '' and ARGV[7] == '1'
 --
 -- Returns {1, fence} when granted (a retry with the same token gets the same
 -- grant back), {0, pttl} when held by another, {2, 0} when free but reserved

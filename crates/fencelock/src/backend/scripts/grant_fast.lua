@@ -10,8 +10,10 @@
 -- is written before the SET that takes the lock, and a fallen-through call
 -- has written nothing.
 do
-  local member = ARGV[7]
-  if ARGV[1] == 'clock' and ARGV[6] ~= 'fair' and not (member ~= '' and ARGV[9] == '1') then
+  local mint = ARGV[1]
+  -- Clock fences ("c"), not fair, not queued (ARGV 5-7, see grant.lua).
+  if string.byte(mint, 1) == 99 and ARGV[4] ~= 'fair'
+    and not ((ARGV[5] or '') ~= '' and ARGV[7] == '1') then
     local fence_key = KEYS[1] .. ':fence'
     local last = redis.pcall('GET', fence_key)
     local n = 0
@@ -27,13 +29,15 @@ do
     if t and not t.err then
       local f = math.max(n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
       local fs = string.format('%d', f)
-      local v = ARGV[4]
-      if ARGV[2] == 'tagged' then v = v .. ':' .. fs end
-      if redis.pcall('SET', KEYS[1], v, 'NX', 'PX', ARGV[5], 'GET') == false then
+      local v = ARGV[2]
+      -- "t": the tagged format, TOKEN:FENCE.
+      if string.byte(mint, 2) == 116 then v = v .. ':' .. fs end
+      if redis.pcall('SET', KEYS[1], v, 'NX', 'PX', ARGV[3], 'GET') == false then
         -- Taken (SET replied nil: the key was absent). The fence key held a
         -- string or nothing, so this SET cannot meet a wrong type.
-        if ARGV[3] ~= '0' then
-          redis.call('SET', fence_key, fs, 'PX', ARGV[3])
+        local retention = string.sub(mint, 3)
+        if retention ~= '0' then
+          redis.call('SET', fence_key, fs, 'PX', retention)
         else
           redis.call('SET', fence_key, fs)
         end

@@ -14,13 +14,17 @@
 -- "fair" or "notify"): what a release needs to wake the waiter or hand it the
 -- lock (for HANDOVER_MS, until the waiter renews it).
 --
--- ARGV 1-3, the same in all three scripts: how fences are minted for this
--- name: the fence mode ("clock"/"counter"), the lock value format
--- ("tagged"/"bare") and the fence key retention in ms ("0" = forever).
+-- ARGV[1], the same in all three scripts: how fences are minted for this
+-- name, in one argument (each argument costs Redis time): the fence mode
+-- ("c" clock, "n" counter), the lock value format ("t" tagged TOKEN:FENCE,
+-- "b" bare TOKEN) and the fence key retention in ms ("0" = forever), e.g.
+-- "ct86400000".
 
 local LOCK = KEYS[1]
 local FENCE, QUEUE, WAITERS = LOCK .. ':fence', LOCK .. ':queue', LOCK .. ':waiters'
-local FENCE_MODE, FORMAT, RETENTION = ARGV[1], ARGV[2], ARGV[3]
+local FENCE_MODE = string.sub(ARGV[1], 1, 1) == 'c' and 'clock' or 'counter'
+local FORMAT = string.sub(ARGV[1], 2, 2) == 't' and 'tagged' or 'bare'
+local RETENTION = string.sub(ARGV[1], 3)
 
 local MEMBER = '^([^:]+):([^:]+):(%a+):(%d+):(%d+):(.+)$'
 

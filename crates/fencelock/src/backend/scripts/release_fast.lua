@@ -4,7 +4,7 @@
 -- helpers are created (see grant_fast.lua). Anything else (not ours, a
 -- queue, an error) falls through to the full script, which reads again.
 do
-  if redis.pcall('GET', KEYS[1]) == ARGV[6] then
+  if redis.pcall('GET', KEYS[1]) == ARGV[3] then
     local queue = redis.pcall('TYPE', KEYS[1] .. ':queue')
     if type(queue) == 'table' and queue['ok'] == 'none'
       and redis.pcall('DEL', KEYS[1]) == 1 then
