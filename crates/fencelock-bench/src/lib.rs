@@ -210,7 +210,8 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                 add(&mut report, observer, step, Measurement::Uncontended(r));
             }
             Scenario::Contended => {
-                let mut per_mode: Vec<Vec<Contended>> = config.modes.iter().map(|_| Vec::new()).collect();
+                let mut per_mode: Vec<Vec<Contended>> =
+                    config.modes.iter().map(|_| Vec::new()).collect();
                 for round in 0..config.rounds {
                     let handoff_floor = measure(
                         observer,

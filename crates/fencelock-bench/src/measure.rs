@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ServerCounters {
     pub(crate) commands: u64,
+    /// Socket reads Redis processed (each client write costs at least one).
+    pub(crate) reads: u64,
     /// CPU seconds of the main threads (user + system).
     pub(crate) cpu_s: f64,
     /// How many `INFO` replies were summed (each adds one command).
@@ -39,6 +41,7 @@ impl ServerCounters {
         };
         Ok(ServerCounters {
             commands: commands.iter().sum::<f64>() as u64,
+            reads: sum("total_reads_processed").iter().sum::<f64>() as u64,
             cpu_s: cpu("used_cpu_user_main_thread", "used_cpu_user")
                 + cpu("used_cpu_sys_main_thread", "used_cpu_sys"),
             nodes: commands.len() as u64,
@@ -51,6 +54,12 @@ impl ServerCounters {
             later.commands.saturating_sub(self.commands + later.nodes),
             later.cpu_s - self.cpu_s,
         )
+    }
+
+    /// Socket reads between `self` and `later`, less those of the INFO
+    /// calls of `later`.
+    pub(crate) fn reads_since(self, earlier: ServerCounters) -> u64 {
+        self.reads.saturating_sub(earlier.reads + self.nodes)
     }
 }
 

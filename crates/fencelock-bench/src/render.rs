@@ -220,13 +220,22 @@ fn cycles_text(out: &mut String, scenario: &str, r: &Cycles) {
     );
     let _ = writeln!(
         out,
-        "  {:<10} {:>10} {:>18} {:>11} {:>11} {:>11} {:>11} {:>9} {:>7}",
-        "", "per s", "ratio to it", "1st p50 µs", "1st p99 µs", "2nd p50 µs", "2nd p99 µs", "cpu µs", "cmds"
+        "  {:<10} {:>10} {:>18} {:>11} {:>11} {:>11} {:>11} {:>9} {:>7} {:>7}",
+        "",
+        "per s",
+        "ratio to it",
+        "1st p50 µs",
+        "1st p99 µs",
+        "2nd p50 µs",
+        "2nd p99 µs",
+        "cpu µs",
+        "cmds",
+        "reads"
     );
     let row = |out: &mut String, name: &str, c: &Contestant, ratio: Option<Spread>| {
         let _ = writeln!(
             out,
-            "  {:<10} {:>10.0} {:>18} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>7.2}",
+            "  {:<10} {:>10.0} {:>18} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>7.2} {:>7.2}",
             name,
             c.per_s.median,
             ratio.map_or("-".to_string(), spread_text),
@@ -235,7 +244,8 @@ fn cycles_text(out: &mut String, scenario: &str, r: &Cycles) {
             c.second_us(0.5),
             c.second_us(0.99),
             c.redis_cpu_us_per_cycle,
-            c.commands_per_cycle
+            c.commands_per_cycle,
+            c.reads_per_cycle
         );
     };
     row(out, "fencelock", &r.fencelock, None);
@@ -265,7 +275,7 @@ fn cycles_text(out: &mut String, scenario: &str, r: &Cycles) {
     }
     let _ = writeln!(
         out,
-        "  (ratio to it = fencelock ÷ that row, per round; 1st = acquire/grant/PING, 2nd = release; cpu = Redis CPU per cycle; cmds = Redis commands per cycle)"
+        "  (ratio to it = fencelock ÷ that row, per round; 1st = acquire/grant/PING, 2nd = release; cpu = Redis CPU per cycle; cmds = Redis commands per cycle; reads = Redis socket reads per cycle)"
     );
 }
 
@@ -314,11 +324,26 @@ fn contended_footer(out: &mut String, runs: &[&Contended]) {
         .iter()
         .map(|r| format!("{} {:.3}", mode_name(r.mode), r.utilization_bound()))
         .collect();
+    let to_bound: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                mode_name(r.mode),
+                spread_text(r.utilization_to_bound)
+            )
+        })
+        .collect();
     let handoff_floor = runs.first().map_or(f64::NAN, |r| r.handoff_floor_ms);
     let _ = writeln!(
         out,
         "  handoff floor (a publishing script after a hold -> another connection receives it) p50 {handoff_floor:.3} ms: utilization bound {}",
         bounds.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "  utilization / bound per round: {}",
+        to_bound.join(", ")
     );
     let _ = writeln!(
         out,
@@ -370,7 +395,10 @@ fn json_line(measurement: &Measurement) -> String {
             ("ttl_ms", round(r.ttl_ms).into()),
             ("acquired_per_s", round(r.acquired_per_s).into()),
             ("window_s", round3(r.window_s).into()),
-            ("client_bytes_per_lease", round(r.client_bytes_per_lease).into()),
+            (
+                "client_bytes_per_lease",
+                round(r.client_bytes_per_lease).into(),
+            ),
             ("client_cpu_share", round3(r.client_cpu_share).into()),
             ("redis_cpu_share", round3(r.redis_cpu_share).into()),
             ("redis_commands_per_s", round(r.redis_commands_per_s).into()),
@@ -409,7 +437,10 @@ fn cycles_json(scenario: &str, r: &Cycles) -> Vec<(String, Value)> {
         ("rounds", r.rounds.into()),
         ("cycles_per_s", round(r.fencelock.per_s.median).into()),
         ("floor_cycles_per_s", round(r.floor.per_s.median).into()),
-        ("unfenced_cycles_per_s", round(r.unfenced.per_s.median).into()),
+        (
+            "unfenced_cycles_per_s",
+            round(r.unfenced.per_s.median).into(),
+        ),
         ("redis_ping_per_s", round(r.ping.per_s.median).into()),
         (
             "redis_benchmark_ping_per_s",
@@ -423,9 +454,18 @@ fn cycles_json(scenario: &str, r: &Cycles) -> Vec<(String, Value)> {
         ("ping_p50_us", round3(r.ping.first_us(0.5)).into()),
         ("ping_p99_us", round3(r.ping.first_us(0.99)).into()),
         ("floor_grant_p50_us", round3(r.floor.first_us(0.5)).into()),
-        ("floor_release_p50_us", round3(r.floor.second_us(0.5)).into()),
-        ("unfenced_acquire_p50_us", round3(r.unfenced.first_us(0.5)).into()),
-        ("unfenced_release_p50_us", round3(r.unfenced.second_us(0.5)).into()),
+        (
+            "floor_release_p50_us",
+            round3(r.floor.second_us(0.5)).into(),
+        ),
+        (
+            "unfenced_acquire_p50_us",
+            round3(r.unfenced.first_us(0.5)).into(),
+        ),
+        (
+            "unfenced_release_p50_us",
+            round3(r.unfenced.second_us(0.5)).into(),
+        ),
         (
             "redis_cpu_us_per_cycle",
             round3(r.fencelock.redis_cpu_us_per_cycle).into(),
@@ -449,6 +489,14 @@ fn cycles_json(scenario: &str, r: &Cycles) -> Vec<(String, Value)> {
         (
             "floor_commands_per_cycle",
             round3(r.floor.commands_per_cycle).into(),
+        ),
+        (
+            "reads_per_cycle",
+            round3(r.fencelock.reads_per_cycle).into(),
+        ),
+        (
+            "floor_reads_per_cycle",
+            round3(r.floor.reads_per_cycle).into(),
         ),
     ]);
     fields.extend(spread_json("ratio_to_floor", r.ratio_to_floor));
@@ -474,3 +522,159 @@ fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
 
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use fencelock::WaitMode;
+
+    use super::*;
+    use crate::conn::Topology;
+    use crate::report::Record;
+
+    fn contestant(per_s: f64, first: f64, second: f64, cpu: f64) -> Contestant {
+        Contestant {
+            per_s: Spread {
+                median: per_s,
+                min: per_s * 0.9,
+                max: per_s * 1.1,
+            },
+            first_us: vec![first, first, first * 2.0],
+            second_us: if second > 0.0 {
+                vec![second, second, second * 2.0]
+            } else {
+                Vec::new()
+            },
+            redis_cpu_us_per_cycle: cpu,
+            commands_per_cycle: 9.0,
+            reads_per_cycle: 2.0,
+        }
+    }
+
+    fn cycles() -> Cycles {
+        let s = |median: f64| Spread {
+            median,
+            min: median - 0.05,
+            max: median + 0.05,
+        };
+        Cycles {
+            topology: Topology::Cluster,
+            mode: WaitMode::Notify,
+            tasks: 1,
+            rounds: 5,
+            fencelock: contestant(9000.0, 60.0, 40.0, 30.0),
+            floor: contestant(10000.0, 50.0, 40.0, 25.0),
+            unfenced: contestant(11000.0, 45.0, 40.0, 20.0),
+            ping: contestant(22000.0, 45.0, 0.0, 10.0),
+            redis_benchmark_ping_per_s: None,
+            ratio_to_floor: s(0.9),
+            ratio_to_unfenced: s(0.8),
+            ratio_to_bound: s(0.8),
+            floor_ratio_to_bound: s(0.9),
+            unfenced_ratio_to_bound: s(1.0),
+            ratio_to_benchmark_bound: None,
+        }
+    }
+
+    fn report() -> Report {
+        let mut report = Report::new(Header {
+            redis: "redis+cluster://:***@127.0.0.1:7000".into(),
+            duration: Duration::from_millis(2000),
+            rounds: 5,
+        });
+        let held = Held {
+            topology: Topology::Standalone,
+            leases: 100_000,
+            ttl_ms: 10_000.0,
+            acquired_per_s: 12_345.6,
+            window_s: 10.0,
+            client_bytes_per_lease: 808.4,
+            client_cpu_share: 0.1164,
+            redis_cpu_share: 0.1312,
+            redis_commands_per_s: 60_152.2,
+            renewal_lag_max_ms: 10.42,
+            leases_lost: 0,
+        };
+        for (step, measurement) in [
+            (0, Measurement::Uncontended(cycles())),
+            (1, Measurement::Held(held)),
+        ] {
+            report.records.push(Record { step, measurement });
+        }
+        report
+    }
+
+    #[test]
+    fn cycles_show_every_reference_and_their_ratios() {
+        let text = report().render(Format::Text);
+        assert!(text.starts_with("fencelock bench on redis+cluster://:***@127.0.0.1:7000: 5 round(s) of 2 s per contestant"), "{text}");
+        assert!(text.contains("uncontended: one task, one name, one connection, acquire + release (notify mode, cluster)"), "{text}");
+        for row in ["fencelock", "floor", "unfenced", "PING"] {
+            assert!(text.contains(&format!("\n  {row} ")), "{row}: {text}");
+        }
+        assert!(text.contains("0.90 [0.85-0.95]"), "{text}");
+        assert!(text.contains("redis-benchmark: not measured"), "{text}");
+        assert!(text.contains("    100000    10.0     12346        808     0.116     0.131      60152      10.4     0"), "{text}");
+    }
+
+    #[test]
+    fn json_carries_units_medians_and_spreads() {
+        let json = report().render(Format::JsonLines);
+        let lines: Vec<serde_json::Value> = json
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+            .collect();
+        assert_eq!(lines.len(), 2);
+        let u = &lines[0];
+        assert_eq!(u["scenario"], "uncontended");
+        assert_eq!(u["topology"], "cluster");
+        assert_eq!(u["rounds"], 5);
+        assert_eq!(u["cycles_per_s"], 9000.0);
+        assert_eq!(u["unfenced_cycles_per_s"], 11000.0);
+        assert_eq!(u["ratio_to_floor"], 0.9);
+        assert_eq!(u["ratio_to_floor_min"], 0.85);
+        assert_eq!(u["ratio_to_floor_max"], 0.95);
+        assert_eq!(u["ratio_to_unfenced"], 0.8);
+        assert_eq!(u["acquire_p50_us"], 60.0);
+        assert_eq!(u["release_p99_us"], 80.0);
+        assert_eq!(u["ping_p50_us"], 45.0);
+        assert_eq!(u["redis_cpu_ratio_to_floor"], 1.2);
+        assert!(u["redis_benchmark_ping_per_s"].is_null());
+        assert!(u["ratio_to_benchmark_bound"].is_null());
+        let h = &lines[1];
+        assert_eq!(h["scenario"], "held");
+        assert_eq!(h["leases"], 100_000);
+        assert_eq!(h["client_bytes_per_lease"], 808.0);
+        assert_eq!(h["client_cpu_share"], 0.116);
+        assert_eq!(h["redis_cpu_share"], 0.131);
+        assert_eq!(h["redis_commands_per_s"], 60152.0);
+        assert_eq!(h["renewal_lag_max_ms"], 10.42);
+        assert_eq!(h["leases_lost"], 0);
+    }
+
+    #[test]
+    fn rendering_record_by_record_gives_the_whole_report() {
+        let whole = report();
+        for format in [Format::Text, Format::JsonLines] {
+            let mut renderer = Renderer::new(format);
+            let mut grown = Report::new(whole.header.clone());
+            let mut shown = renderer.update(&grown);
+            for record in &whole.records {
+                grown.records.push(record.clone());
+                shown += &renderer.update(&grown);
+            }
+            shown += &renderer.finish(&grown);
+            assert_eq!(shown, whole.render(format), "{format:?}");
+        }
+    }
+
+    #[test]
+    fn the_plot_note_is_text_only() {
+        let path = Path::new("/tmp/waits.svg");
+        assert_eq!(
+            Renderer::new(Format::Text).plot_written(path),
+            "\nplot written to /tmp/waits.svg\n"
+        );
+        assert_eq!(Renderer::new(Format::JsonLines).plot_written(path), "");
+    }
+}

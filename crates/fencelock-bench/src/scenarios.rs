@@ -77,6 +77,9 @@ pub struct Contestant {
     pub redis_cpu_us_per_cycle: f64,
     /// Redis commands per cycle (a script's own calls included).
     pub commands_per_cycle: f64,
+    /// Socket reads Redis made per cycle: how well the client batched its
+    /// requests into writes (fewer is cheaper for both sides).
+    pub reads_per_cycle: f64,
 }
 
 impl Contestant {
@@ -146,6 +149,7 @@ struct Tally {
     second_us: Vec<f64>,
     cpu_s: f64,
     commands: u64,
+    reads: u64,
 }
 
 /// Most latency samples kept per contestant.
@@ -161,9 +165,9 @@ impl Tally {
         self.time += other.time;
         self.cpu_s += other.cpu_s;
         self.commands += other.commands;
+        self.reads += other.reads;
         let room = MAX_SAMPLES.saturating_sub(self.first_us.len());
-        self.first_us
-            .extend(other.first_us.into_iter().take(room));
+        self.first_us.extend(other.first_us.into_iter().take(room));
         let room = MAX_SAMPLES.saturating_sub(self.second_us.len());
         self.second_us
             .extend(other.second_us.into_iter().take(room));
@@ -190,11 +194,7 @@ async fn run_until(cycler: &mut Cycler, until: Instant, tally: &mut Tally) -> Re
 /// One slice of a contestant: its cyclers (one per task) run until
 /// `slice` has passed; one cycler runs in the calling task, more run as
 /// one task each.
-async fn slice(
-    cyclers: &mut Vec<Cycler>,
-    length: Duration,
-    probe: &mut RefConn,
-) -> Result<Tally> {
+async fn slice(cyclers: &mut Vec<Cycler>, length: Duration, probe: &mut RefConn) -> Result<Tally> {
     let before = ServerCounters::read(probe).await?;
     let started = Instant::now();
     let until = started + length;
@@ -220,9 +220,11 @@ async fn slice(
         }
     }
     tally.time = started.elapsed();
-    let (commands, cpu_s) = before.delta(ServerCounters::read(probe).await?);
+    let after = ServerCounters::read(probe).await?;
+    let (commands, cpu_s) = before.delta(after);
     tally.cpu_s = cpu_s;
     tally.commands = commands;
+    tally.reads = after.reads_since(before);
     Ok(tally)
 }
 
@@ -349,6 +351,7 @@ async fn cycles_on(setup: &Setup, scenario: &str, tasks: usize) -> Result<Cycles
             second_us: second,
             redis_cpu_us_per_cycle: t.cpu_s * 1e6 / n,
             commands_per_cycle: t.commands as f64 / n,
+            reads_per_cycle: t.reads as f64 / n,
         }
     };
     Ok(Cycles {

@@ -181,7 +181,12 @@ fn renewal_benches(c: &mut Criterion) {
         .expect("connect");
     let ttl = Duration::from_secs(10);
     let leases: Vec<(String, String)> = (0..256)
-        .map(|i| (format!("lock:{{held:{i}}}"), format!("token-{i}:1700000000000000")))
+        .map(|i| {
+            (
+                format!("lock:{{held:{i}}}"),
+                format!("token-{i}:1700000000000000"),
+            )
+        })
         .collect();
     for (key, value) in &leases {
         server.cmd(&["SET", key, value, "PX", "600000"]);

@@ -156,12 +156,6 @@ impl Keeper {
         self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// How many leases the keeper is looking after.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.lock().leases.len()
-    }
-
     /// Takes over a new lease granted at `started`; returns its id.
     ///
     /// `renew_now`: the lease was handed over for less than its ttl; the
@@ -275,11 +269,8 @@ impl Keeper {
             HashMap::new();
         let mut reg = self.lock();
         let horizon = now + MAX_SLACK;
-        let candidates: Vec<(Instant, u64)> = reg
-            .timers
-            .range(..=(horizon, u64::MAX))
-            .copied()
-            .collect();
+        let candidates: Vec<(Instant, u64)> =
+            reg.timers.range(..=(horizon, u64::MAX)).copied().collect();
         for (at, id) in candidates {
             let Some(e) = reg.leases.get_mut(&id) else {
                 continue;
@@ -354,9 +345,7 @@ impl Keeper {
                     Ok(codes) => Ok(codes[i]),
                     Err(e) => Err(e),
                 };
-                state
-                    .metrics
-                    .renewal(matches!(outcome, Ok(Checked::Done)));
+                state.metrics.renewal(matches!(outcome, Ok(Checked::Done)));
                 let Some(e) = reg.leases.get_mut(id) else {
                     continue;
                 };
@@ -447,4 +436,21 @@ async fn renew_batch(keeper: Arc<Keeper>, ttl: Duration, batch: Batch) {
         .await;
     drop(leases);
     keeper.settle(&batch, sent, reply);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewals_join_a_batch_at_most_an_eighth_of_their_interval_early() {
+        assert_eq!(slack(Duration::from_millis(80)), Duration::from_millis(10));
+        // Long intervals: at most 25 ms early.
+        assert_eq!(slack(Duration::from_secs(10)), MAX_SLACK);
+        assert_eq!(
+            retry_delay(Duration::from_millis(8)),
+            Duration::from_millis(5)
+        );
+        assert_eq!(retry_delay(Duration::from_secs(4)), Duration::from_secs(1));
+    }
 }

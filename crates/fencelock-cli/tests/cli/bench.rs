@@ -164,7 +164,10 @@ fn check_cycles(obj: &Map<String, Value>, tasks: u64) {
             (got - expected).abs() <= 0.002 + expected * 0.002,
             "{ratio} {got}, expected {expected}: {obj:?}"
         );
-        let (lo, hi) = (num(obj, &format!("{ratio}_min")), num(obj, &format!("{ratio}_max")));
+        let (lo, hi) = (
+            num(obj, &format!("{ratio}_min")),
+            num(obj, &format!("{ratio}_max")),
+        );
         assert!(lo <= got && got <= hi, "{ratio} spread: {obj:?}");
     }
     for what in ["acquire", "release", "ping"] {
@@ -308,8 +311,7 @@ fn heavy_bench_repeat_reports_the_median_and_spread_of_the_rounds() {
 fn heavy_bench_measures_a_cluster_and_tls_with_references_of_the_same_type() {
     let cluster = fencelock_testkit::RedisCluster::start();
     let server = fencelock_testkit::RedisServer::start_with(
-        fencelock_testkit::RedisConfig::default()
-            .with_tls(fencelock_testkit::TlsConfig::default()),
+        fencelock_testkit::RedisConfig::default().with_tls(fencelock_testkit::TlsConfig::default()),
     );
     let tls = server.tls_files().expect("TLS files");
     let ca = tls.ca_cert.display().to_string();

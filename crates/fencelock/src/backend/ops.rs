@@ -69,10 +69,7 @@ impl Mint {
             KeyLayout::HashTagged => 't',
             _ => 'b',
         };
-        out.write_arg_fmt(format_args!(
-            "{mode}{format}{}",
-            self.retention.as_millis()
-        ));
+        out.write_arg_fmt(format_args!("{mode}{format}{}", self.retention.as_millis()));
     }
 }
 

@@ -75,8 +75,8 @@ async fn heavy_renewals_of_many_leases_travel_in_few_script_calls() -> Result<()
 /// interval (plus slack) with the right reason; the 15 others keep their
 /// exact values, and no renewal re-creates or touches the 5 keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn heavy_a_batched_renewal_that_finds_its_lease_gone_marks_only_that_lease_lost()
--> Result<()> {
+async fn heavy_a_batched_renewal_that_finds_its_lease_gone_marks_only_that_lease_lost() -> Result<()>
+{
     let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_millis(900);
     let interval = ttl / 3;
@@ -90,7 +90,13 @@ async fn heavy_a_batched_renewal_that_finds_its_lease_gone_marks_only_that_lease
         server.cmd(&["DEL", &format!("lock:{{shared:{i}}}")]);
     }
     for i in 3..5 {
-        server.cmd(&["SET", &format!("lock:{{shared:{i}}}"), "intruder:1", "PX", "30000"]);
+        server.cmd(&[
+            "SET",
+            &format!("lock:{{shared:{i}}}"),
+            "intruder:1",
+            "PX",
+            "30000",
+        ]);
     }
     for (i, lease) in leases.iter().enumerate().take(5) {
         tokio::time::timeout(Duration::from_secs(5), lease.lost())
@@ -101,7 +107,11 @@ async fn heavy_a_batched_renewal_that_finds_its_lease_gone_marks_only_that_lease
         } else {
             LossReason::TakenOver
         };
-        ensure!(lease.loss_reason() == Some(reason), "lease {i}: {:?}", lease.loss_reason());
+        ensure!(
+            lease.loss_reason() == Some(reason),
+            "lease {i}: {:?}",
+            lease.loss_reason()
+        );
     }
     let after = t0.elapsed();
     ensure!(

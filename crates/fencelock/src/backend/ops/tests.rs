@@ -65,10 +65,7 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
         pass_on,
         value: "t:7",
     };
-    assert_eq!(
-        args(&release),
-        ["ct86400000", "PUBLISH 10000", "t:7"]
-    );
+    assert_eq!(args(&release), ["ct86400000", "PUBLISH 10000", "t:7"]);
     let leave = Leave {
         keys: &keys,
         mint: Mint::new(&opts.clone().fence_mode(FenceMode::Counter)),
