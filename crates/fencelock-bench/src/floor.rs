@@ -1,29 +1,39 @@
-//! The physical floors the scenarios are compared with, measured in the same
-//! run on the same Redis:
+//! The references the scenarios are compared with, measured in the same
+//! run on the same Redis, each on a plain connection of the lock client's
+//! type (see `crate::conn`):
 //!
 //! - the *fenced floor*: acquire + release cycles of the least Redis work any
 //!   lock with clock-floored fences must do (grant: read the last fence, read
 //!   the server clock, set the lock if absent, store the fence; release:
-//!   compare and delete), as two bare scripts on a plain connection, without
-//!   wake-ups, queues or a client library. No fenced lock on this Redis can
-//!   be faster, so a target above this floor is out of reach;
+//!   compare and delete), as two bare scripts, without wake-ups, queues or a
+//!   client library. No fenced lock on this Redis can be faster;
+//! - the *unfenced reference*: what locks without fences do (`SET NX PX`,
+//!   then a compare-and-delete script), the speed a user compares with;
+//! - `PING`: the round trip itself;
 //! - the *handoff floor*: after a hold, the time from sending a script that
 //!   publishes (as a release does when it hands the lock over) until another
 //!   connection receives the message. No hand-over can be quicker, which
 //!   bounds the utilization of a contended lock.
+//!
+//! The cycles of the floor and the unfenced reference run on the same
+//! runtime, in the same kind of task and on the same kind of connection as
+//! fencelock's in the same scenario: the calling task itself for one
+//! connection (no task spawned), one task per name for many names.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{PushKind, Script, Value};
 use tokio::time::Instant;
 
+use crate::conn::{Opener, RefConn};
 use crate::error::{Error, Result};
-use crate::measure::{ServerCounters, connection, quantile};
+use crate::measure::quantile;
 use crate::url::RedisUrl;
 
-const GRANT: &str = r"
+static GRANT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
 local last = redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
 local f = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
@@ -33,82 +43,143 @@ if redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2]) then
   return v
 end
 return false
-";
+",
+    )
+});
 
-const RELEASE: &str = r"
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
-";
+",
+    )
+});
 
-/// The fenced floor: acquire + release cycles of the least Redis work a
-/// clock-fenced lock must do, as two bare scripts on a plain connection. No
-/// fenced lock on the same Redis can be faster.
-#[derive(Debug, Clone, Copy)]
-pub struct Floor {
-    /// Cycles per second, all tasks together.
-    pub cycles_per_s: f64,
-    /// Redis CPU µs per cycle.
-    pub redis_cpu_us_per_cycle: f64,
+/// One cycler: something that takes and releases a lock (or pings) in a
+/// loop, with the two halves of a cycle timed.
+#[derive(Clone)]
+pub(crate) enum Cycler {
+    /// fencelock itself: `acquire` then `release`.
+    Fencelock {
+        client: fencelock::LockClient,
+        opts: fencelock::LockOptions,
+        name: String,
+    },
+    /// The fenced floor's two scripts.
+    Floor {
+        conn: RefConn,
+        lock: String,
+        fence: String,
+    },
+    /// `SET NX PX`, then compare-and-delete.
+    Unfenced { conn: RefConn, lock: String },
+    /// `PING` to the server of `key`.
+    Ping { conn: RefConn, key: String },
 }
 
-/// Runs `tasks` tasks, each cycling the floor scripts on its own name, all
-/// sharing one multiplexed connection (as a lock client's tasks do), for
-/// `duration`. Keys live under `prefix`.
-pub(crate) async fn fenced(
-    url: &RedisUrl,
-    prefix: &str,
-    tasks: usize,
-    duration: Duration,
-) -> Result<Floor> {
-    let conn = connection(url).await?;
-    let (grant, release) = (Arc::new(Script::new(GRANT)), Arc::new(Script::new(RELEASE)));
-    let stop = Arc::new(AtomicBool::new(false));
-    let before = ServerCounters::read(url).await?;
-    let started = Instant::now();
-    let handles: Vec<_> = (0..tasks)
-        .map(|i| {
-            let (mut conn, grant, release, stop) =
-                (conn.clone(), grant.clone(), release.clone(), stop.clone());
-            let (lock, fence) = (format!("{prefix}{{{i}}}"), format!("{prefix}{{{i}}}:fence"));
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let token = uuid::Uuid::new_v4().to_string();
-                    let value: Option<String> = grant
-                        .key(&lock)
-                        .key(&fence)
-                        .arg(&token)
-                        .arg(30_000)
-                        .arg(86_400_000)
-                        .invoke_async(&mut conn)
-                        .await?;
-                    let value = value.ok_or_else(|| Error::failed("a floor grant was refused"))?;
-                    let released: i64 = release
-                        .key(&lock)
-                        .arg(&value)
-                        .invoke_async(&mut conn)
-                        .await?;
-                    if released != 1 {
-                        return Err(Error::failed("a floor release found the lock gone"));
-                    }
-                    n += 1;
+impl Cycler {
+    /// One cycle: how long its first half (grant, PING) and its second
+    /// half (release) took.
+    pub(crate) async fn cycle(&mut self) -> Result<(Duration, Duration)> {
+        let started = Instant::now();
+        match self {
+            Cycler::Fencelock { client, opts, name } => {
+                let lease = client.acquire(name, opts).await?;
+                let granted = Instant::now();
+                lease.release().await?;
+                Ok((granted - started, granted.elapsed()))
+            }
+            Cycler::Floor { conn, lock, fence } => {
+                let token = uuid::Uuid::new_v4().to_string();
+                let value: Option<String> = conn
+                    .invoke(
+                        GRANT
+                            .key(&*lock)
+                            .key(&*fence)
+                            .arg(&token)
+                            .arg(30_000)
+                            .arg(86_400_000),
+                    )
+                    .await?;
+                let granted = Instant::now();
+                let value = value.ok_or_else(|| Error::failed("a floor grant was refused"))?;
+                let released: i64 = conn.invoke(RELEASE.key(&*lock).arg(&value)).await?;
+                if released != 1 {
+                    return Err(Error::failed("a floor release found the lock gone"));
                 }
-                Ok::<_, Error>(n)
-            })
-        })
-        .collect();
-    tokio::time::sleep(duration).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut total = 0u64;
-    for h in handles {
-        total += h.await??;
+                Ok((granted - started, granted.elapsed()))
+            }
+            Cycler::Unfenced { conn, lock } => {
+                let token = uuid::Uuid::new_v4().to_string();
+                let set: Option<String> = conn
+                    .query(
+                        redis::cmd("SET")
+                            .arg(&*lock)
+                            .arg(&token)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(30_000),
+                        lock,
+                    )
+                    .await?;
+                let granted = Instant::now();
+                if set.is_none() {
+                    return Err(Error::failed("an unfenced grant was refused"));
+                }
+                let released: i64 = conn.invoke(RELEASE.key(&*lock).arg(&token)).await?;
+                if released != 1 {
+                    return Err(Error::failed("an unfenced release found the lock gone"));
+                }
+                Ok((granted - started, granted.elapsed()))
+            }
+            Cycler::Ping { conn, key } => {
+                let _: String = conn.query(&redis::cmd("PING"), key).await?;
+                Ok((started.elapsed(), Duration::ZERO))
+            }
+        }
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let (_, cpu_s) = before.delta(ServerCounters::read(url).await?);
-    Ok(Floor {
-        cycles_per_s: total as f64 / elapsed,
-        redis_cpu_us_per_cycle: cpu_s * 1e6 / total.max(1) as f64,
-    })
+}
+
+/// The floor's, the unfenced reference's and PING's cyclers for the
+/// fencelock lock key `lock_key`: their keys share its hash tag, so on a
+/// Cluster they live on the node that serves it.
+pub(crate) async fn references(opener: &Opener, lock_key: &str) -> Result<[Cycler; 3]> {
+    let conn = opener.open().await?;
+    Ok([
+        Cycler::Floor {
+            conn: conn.clone(),
+            lock: format!("{lock_key}:floor"),
+            fence: format!("{lock_key}:floor:fence"),
+        },
+        Cycler::Unfenced {
+            conn: conn.clone(),
+            lock: format!("{lock_key}:unfenced"),
+        },
+        Cycler::Ping {
+            conn,
+            key: lock_key.to_string(),
+        },
+    ])
+}
+
+/// The same references sharing `conn` (for many tasks on one connection).
+pub(crate) fn references_on(conn: &RefConn, lock_key: &str) -> [Cycler; 3] {
+    [
+        Cycler::Floor {
+            conn: conn.clone(),
+            lock: format!("{lock_key}:floor"),
+            fence: format!("{lock_key}:floor:fence"),
+        },
+        Cycler::Unfenced {
+            conn: conn.clone(),
+            lock: format!("{lock_key}:unfenced"),
+        },
+        Cycler::Ping {
+            conn: conn.clone(),
+            key: lock_key.to_string(),
+        },
+    ]
 }
 
 /// The median handoff floor in ms over `samples` hand-overs, each after a
@@ -117,16 +188,19 @@ pub(crate) async fn fenced(
 /// own runtimes, like the workers of the contended scenario.
 pub(crate) async fn handoff_ms(
     url: &RedisUrl,
+    opener: &Opener,
     channel: &str,
     hold: Duration,
     samples: usize,
 ) -> Result<f64> {
-    let (url, channel) = (url.clone(), channel.to_string());
-    tokio::task::spawn_blocking(move || handoff_on_threads(&url, &channel, hold, samples)).await?
+    let (url, opener, channel) = (url.clone(), opener.clone(), channel.to_string());
+    tokio::task::spawn_blocking(move || handoff_on_threads(&url, &opener, &channel, hold, samples))
+        .await?
 }
 
 fn handoff_on_threads(
     url: &RedisUrl,
+    opener: &Opener,
     channel: &str,
     hold: Duration,
     samples: usize,
@@ -179,7 +253,7 @@ fn handoff_on_threads(
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
-                .block_on(publish_samples(url, channel, hold, samples, &received))
+                .block_on(publish_samples(opener, channel, hold, samples, &received))
         });
     done.notify_one();
     let _ = subscriber.join();
@@ -211,23 +285,19 @@ async fn subscribe(
 }
 
 async fn publish_samples(
-    url: &RedisUrl,
+    opener: &Opener,
     channel: &str,
     hold: Duration,
     samples: usize,
     received: &std::sync::mpsc::Receiver<(Instant, Vec<u8>)>,
 ) -> Result<Vec<f64>> {
-    let mut publisher = connection(url).await?;
+    let mut publisher = opener.open().await?;
     let publish = Script::new("return redis.call('PUBLISH', KEYS[1], ARGV[1])");
     let mut floors = Vec::with_capacity(samples);
     for i in 0..samples {
         std::thread::sleep(hold);
         let sent = Instant::now();
-        let receivers: i64 = publish
-            .key(channel)
-            .arg(i)
-            .invoke_async(&mut publisher)
-            .await?;
+        let receivers: i64 = publisher.invoke(publish.key(channel).arg(i)).await?;
         if receivers != 1 {
             return Err(Error::failed("the floor subscriber is not subscribed"));
         }

@@ -15,19 +15,25 @@
 //! (`redis://user:***@host`, `unix:///path?pass=***`).
 //!
 //! The engine uses only the public API of the `fencelock` library; the
-//! floors are its own bare scripts on plain connections.
+//! references are its own bare scripts and commands on plain connections of
+//! the same type as the library's (one server, TLS, Cluster), measured in
+//! the same run, interleaved with fencelock in short slices, `--repeat`
+//! rounds, each round giving its own ratios (reported as median and
+//! spread).
 //!
 //! | module | concern |
 //! |---|---|
-//! | `scenarios` | uncontended, contended (per wait mode), many: each measured in one function, with its typed result |
-//! | `floor` | the fenced floor and the handoff floor: the bounds of the targets |
-//! | `measure` | PING rates, INFO counters, statistics |
+//! | `scenarios` | uncontended and many ([`Cycles`]), contended (per wait mode), held: each measured in one function, with its typed result |
+//! | `floor` | the references: the fenced floor, the unfenced reference, PING, the handoff floor |
+//! | `conn` | plain connections of the library's type (TLS, Cluster routed to the lock's node) |
+//! | `measure` | INFO counters, `redis-benchmark`, process CPU and heap, statistics |
 //! | `report` | [`Report`], [`Header`], [`Record`], [`Measurement`] |
 //! | `render` | [`Renderer`]: the human table and the JSON lines, the only place either is written |
 //! | `plot` | the `--plot` SVG |
 //! | `url` | the Redis URL under test, shown only redacted |
 //! | `error` | [`Error`] and [`ErrorKind`] |
 
+mod conn;
 mod error;
 mod floor;
 mod measure;
@@ -41,11 +47,12 @@ use std::time::Duration;
 
 use fencelock::{LockOptions, WaitMode};
 
+pub use conn::{Tls, Topology};
 pub use error::{Error, ErrorKind, Result};
-pub use floor::Floor;
+pub use measure::Spread;
 pub use render::{Format, Renderer};
 pub use report::{Header, Measurement, Record, Report};
-pub use scenarios::{Contended, Many, Uncontended, mode_name};
+pub use scenarios::{Contended, Contestant, Cycles, Held, mode_name};
 
 use scenarios::Setup;
 use url::RedisUrl;
@@ -54,12 +61,14 @@ use url::RedisUrl;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Scenario {
-    /// One connection, acquire + release of one name: [`Uncontended`].
+    /// One connection, acquire + release of one name: [`Cycles`].
     Uncontended,
     /// Workers contending for one name, per wait mode: [`Contended`].
     Contended,
-    /// Many tasks on many names sharing one client: [`Many`].
+    /// Many tasks on many names sharing one client: [`Cycles`].
     Many,
+    /// One client holding many auto-renewed leases: [`Held`].
+    Held,
 }
 
 /// What to measure, and on which Redis. `Debug` shows the URL redacted.
@@ -68,10 +77,19 @@ pub struct Config {
     url: RedisUrl,
     /// The key prefix of the lock client (and of the floors' keys).
     pub prefix: String,
+    /// TLS files for a `rediss` URL (the lock client's and the
+    /// references').
+    pub tls: Tls,
     /// The scenarios, measured in this order.
     pub scenarios: Vec<Scenario>,
-    /// Measuring time of each scenario (and of each wait mode).
+    /// Measuring time of each contestant (and of each wait mode) in each
+    /// round.
     pub duration: Duration,
+    /// Rounds of each scenario (`--repeat`): the records give the median
+    /// and spread of the per-round figures.
+    pub rounds: usize,
+    /// Length of one slice of an interleaved round.
+    pub slice: Duration,
     /// The lock options of every scenario (`contended` sets its own wait
     /// mode and a long wait).
     pub options: LockOptions,
@@ -84,22 +102,38 @@ pub struct Config {
     pub hold: Duration,
     /// Tasks (and names) of `many`.
     pub tasks: usize,
+    /// Leases of `held`, one record per number.
+    pub leases: Vec<usize>,
+    /// The ttl of `held`'s leases.
+    pub held_ttl: Duration,
 }
 
 impl Config {
-    /// The defaults of `fencelock bench` on the Redis at `redis_url`: every
-    /// scenario and wait mode, 10 s each, 8 workers holding 1 ms, 64 tasks.
+    /// The defaults of `fencelock bench` on the Redis at `redis_url`:
+    /// uncontended, contended (every wait mode), many and held (1,000
+    /// leases, ttl 10 s); 2 s per contestant and round, 5 rounds, slices of
+    /// 100 ms; 8 workers holding 1 ms, 64 tasks.
     pub fn new(redis_url: impl Into<String>) -> Self {
         Config {
             url: RedisUrl::new(redis_url),
+            tls: Tls::default(),
             prefix: fencelock::DEFAULT_PREFIX.to_string(),
-            scenarios: vec![Scenario::Uncontended, Scenario::Contended, Scenario::Many],
-            duration: Duration::from_secs(10),
+            scenarios: vec![
+                Scenario::Uncontended,
+                Scenario::Contended,
+                Scenario::Many,
+                Scenario::Held,
+            ],
+            duration: Duration::from_secs(2),
+            rounds: 5,
+            slice: Duration::from_millis(100),
             options: LockOptions::default(),
             modes: vec![WaitMode::Poll, WaitMode::Notify, WaitMode::Fair],
             workers: 8,
             hold: Duration::from_millis(1),
             tasks: 64,
+            leases: vec![1000],
+            held_ttl: Duration::from_secs(10),
         }
     }
 
@@ -140,75 +174,96 @@ pub async fn run(config: &Config, observer: &mut impl Observer) -> Result<Report
 }
 
 async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<Report> {
-    if config.workers == 0 || config.tasks == 0 {
+    if config.workers == 0 || config.tasks == 0 || config.rounds == 0 {
         return Err(Error::new(
             ErrorKind::InvalidInput,
-            "workers and tasks must be at least 1",
+            "workers, tasks and repeat must be at least 1",
         ));
     }
     let setup = Setup {
         url: config.url.clone(),
+        tls: config.tls.clone(),
         prefix: config.prefix.clone(),
         run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
         duration: config.duration,
+        rounds: config.rounds,
+        slice: config.slice,
         options: config.options.clone(),
     };
     let mut report = Report::new(Header {
         redis: config.url.shown().to_string(),
         duration: config.duration,
+        rounds: config.rounds,
     });
     observer.updated(&report);
+    let cycles_time = config.duration * 4 * config.rounds as u32;
     for (step, scenario) in config.scenarios.iter().enumerate() {
         match scenario {
             Scenario::Uncontended => {
                 let r = measure(
                     observer,
                     "uncontended",
-                    config.duration * 3 / 2,
-                    scenarios::uncontended(&setup),
+                    cycles_time,
+                    scenarios::cycles(&setup, "uncontended", 1),
                 )
                 .await?;
                 add(&mut report, observer, step, Measurement::Uncontended(r));
             }
             Scenario::Contended => {
-                let handoff_floor = measure(
-                    observer,
-                    "handoff floor",
-                    config.hold * 200,
-                    floor::handoff_ms(
-                        &setup.url,
-                        &format!("{}bench:{}:floor", setup.prefix, setup.run_id),
-                        config.hold,
-                        200,
-                    ),
-                )
-                .await?;
-                for &mode in &config.modes {
-                    let r = measure(
+                let mut per_mode: Vec<Vec<Contended>> =
+                    config.modes.iter().map(|_| Vec::new()).collect();
+                for round in 0..config.rounds {
+                    let handoff_floor = measure(
                         observer,
-                        &format!("contended {}", mode_name(mode)),
-                        config.duration,
-                        scenarios::contended(
-                            &setup,
-                            mode,
-                            config.workers,
-                            config.hold,
-                            handoff_floor,
-                        ),
+                        &format!("handoff floor, round {}", round + 1),
+                        config.hold * 200,
+                        scenarios::handoff_floor(&setup, config.hold),
                     )
                     .await?;
-                    add(&mut report, observer, step, Measurement::Contended(r));
+                    for (m, &mode) in config.modes.iter().enumerate() {
+                        let r = measure(
+                            observer,
+                            &format!("contended {}, round {}", mode_name(mode), round + 1),
+                            config.duration,
+                            scenarios::contended(
+                                &setup,
+                                mode,
+                                config.workers,
+                                config.hold,
+                                handoff_floor,
+                            ),
+                        )
+                        .await?;
+                        per_mode[m].push(r);
+                    }
+                }
+                for rounds in per_mode {
+                    if let Some(r) = Contended::merge(rounds) {
+                        add(&mut report, observer, step, Measurement::Contended(r));
+                    }
                 }
             }
             Scenario::Many => {
                 let r = measure(
                     observer,
                     "many",
-                    config.duration * 3 / 2,
-                    scenarios::many(&setup, config.tasks),
+                    cycles_time,
+                    scenarios::cycles(&setup, "many", config.tasks),
                 )
                 .await?;
                 add(&mut report, observer, step, Measurement::Many(r));
+            }
+            Scenario::Held => {
+                for &leases in &config.leases {
+                    let r = measure(
+                        observer,
+                        &format!("held {leases}"),
+                        config.duration.max(config.held_ttl),
+                        scenarios::held(&setup, leases, config.held_ttl),
+                    )
+                    .await?;
+                    add(&mut report, observer, step, Measurement::Held(r));
+                }
             }
         }
     }

@@ -11,8 +11,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::measure::Spread;
 use crate::report::{Header, Measurement, Report};
-use crate::scenarios::{Contended, Many, Uncontended, mode_name};
+use crate::scenarios::{Contended, Contestant, Cycles, Held, mode_name};
 
 /// How a report is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,8 +100,9 @@ impl Renderer {
 fn header_text(out: &mut String, header: &Header) {
     let _ = writeln!(
         out,
-        "fencelock bench on {}: {} s per scenario, loopback round trips measured in the same run",
+        "fencelock bench on {}: {} round(s) of {} s per contestant, interleaved in slices; figures are medians over the rounds [min-max]",
         header.redis,
+        header.rounds,
         header.duration.as_secs_f64()
     );
 }
@@ -132,6 +134,26 @@ fn open_block(out: &mut String, first: &Measurement) {
                 "ovl"
             );
         }
+        Measurement::Held(_) => {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "held: one client holding N auto-renewed leases (renewed every ttl/3, batched per keeper tick)"
+            );
+            let _ = writeln!(
+                out,
+                "  {:>8} {:>7} {:>9} {:>10} {:>9} {:>9} {:>10} {:>9} {:>5}",
+                "leases",
+                "ttl s",
+                "acq/s",
+                "B/lease",
+                "cli cpu",
+                "redis cpu",
+                "redis cmd/s",
+                "lag max",
+                "lost"
+            );
+        }
         Measurement::Uncontended(_) | Measurement::Many(_) => {}
     }
 }
@@ -139,9 +161,10 @@ fn open_block(out: &mut String, first: &Measurement) {
 /// One record.
 fn row_text(out: &mut String, measurement: &Measurement) {
     match measurement {
-        Measurement::Uncontended(r) => uncontended_text(out, r),
+        Measurement::Uncontended(r) => cycles_text(out, "uncontended", r),
         Measurement::Contended(r) => contended_row(out, r),
-        Measurement::Many(r) => many_text(out, r),
+        Measurement::Many(r) => cycles_text(out, "many", r),
+        Measurement::Held(r) => held_row(out, r),
     }
 }
 
@@ -164,28 +187,111 @@ fn close_block(out: &mut String, report: &Report, last: usize) {
                 .collect();
             contended_footer(out, &runs);
         }
+        Measurement::Held(_) => {
+            let _ = writeln!(
+                out,
+                "  (B/lease = client heap per lease held; cpu = share of one core while holding; lag max in ms; lost must be 0)"
+            );
+        }
         Measurement::Uncontended(_) | Measurement::Many(_) => {}
     }
 }
 
-fn uncontended_text(out: &mut String, r: &Uncontended) {
+/// `0.93 [0.90-0.95]`.
+fn spread_text(s: Spread) -> String {
+    format!("{:.2} [{:.2}-{:.2}]", s.median, s.min, s.max)
+}
+
+fn cycles_text(out: &mut String, scenario: &str, r: &Cycles) {
     let _ = writeln!(out);
+    let what = if r.tasks == 1 {
+        "one task, one name, one connection".to_string()
+    } else {
+        format!(
+            "{} tasks on {} names sharing one client (references: one shared connection)",
+            r.tasks, r.tasks
+        )
+    };
     let _ = writeln!(
         out,
-        "uncontended: one connection, acquire + release of one name ({} mode)",
-        mode_name(r.mode)
+        "{scenario}: {what}, acquire + release ({} mode, {})",
+        mode_name(r.mode),
+        r.topology.name()
     );
     let _ = writeln!(
         out,
-        "  cycles/s {:>10.0}   Redis PING/s {:>10.0}   ratio to the 2-round-trip bound {:.2}",
-        r.cycles_per_s, r.redis_ping_per_s, r.ratio_to_bound
+        "  {:<10} {:>10} {:>18} {:>11} {:>11} {:>11} {:>11} {:>9} {:>7} {:>7}",
+        "",
+        "per s",
+        "ratio to it",
+        "1st p50 µs",
+        "1st p99 µs",
+        "2nd p50 µs",
+        "2nd p99 µs",
+        "cpu µs",
+        "cmds",
+        "reads"
     );
+    let row = |out: &mut String, name: &str, c: &Contestant, ratio: Option<Spread>| {
+        let _ = writeln!(
+            out,
+            "  {:<10} {:>10.0} {:>18} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>7.2} {:>7.2}",
+            name,
+            c.per_s.median,
+            ratio.map_or("-".to_string(), spread_text),
+            c.first_us(0.5),
+            c.first_us(0.99),
+            c.second_us(0.5),
+            c.second_us(0.99),
+            c.redis_cpu_us_per_cycle,
+            c.commands_per_cycle,
+            c.reads_per_cycle
+        );
+    };
+    row(out, "fencelock", &r.fencelock, None);
+    row(out, "floor", &r.floor, Some(r.ratio_to_floor));
+    row(out, "unfenced", &r.unfenced, Some(r.ratio_to_unfenced));
+    row(out, "PING", &r.ping, Some(r.ratio_to_bound));
     let _ = writeln!(
         out,
-        "  fenced floor {:>6.0} cycles/s (ratio to the bound {:.2}); fencelock reaches {:.2} of it",
-        r.floor.cycles_per_s,
-        r.floor_ratio_to_bound(),
-        r.ratio_to_floor()
+        "  ratio to the 2-round-trip bound (PING/2): fencelock {}, floor {}, unfenced {}",
+        spread_text(r.ratio_to_bound),
+        spread_text(r.floor_ratio_to_bound),
+        spread_text(r.unfenced_ratio_to_bound)
+    );
+    match (&r.redis_benchmark_ping_per_s, &r.ratio_to_benchmark_bound) {
+        (Some(ping), Some(ratio)) => {
+            let _ = writeln!(
+                out,
+                "  redis-benchmark -c {} PING/s {:.0}: fencelock reaches {} of its bound",
+                r.tasks,
+                ping.median,
+                spread_text(*ratio)
+            );
+        }
+        _ => {
+            let _ = writeln!(out, "  redis-benchmark: not measured");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  (ratio to it = fencelock ÷ that row, per round; 1st = acquire/grant/PING, 2nd = release; cpu = Redis CPU per cycle; cmds = Redis commands per cycle; reads = Redis socket reads per cycle)"
+    );
+}
+
+fn held_row(out: &mut String, r: &Held) {
+    let _ = writeln!(
+        out,
+        "  {:>8} {:>7.1} {:>9.0} {:>10.0} {:>9.3} {:>9.3} {:>10.0} {:>9.1} {:>5}",
+        r.leases,
+        r.ttl_ms / 1e3,
+        r.acquired_per_s,
+        r.client_bytes_per_lease,
+        r.client_cpu_share,
+        r.redis_cpu_share,
+        r.redis_commands_per_s,
+        r.renewal_lag_max_ms,
+        r.leases_lost
     );
 }
 
@@ -218,6 +324,16 @@ fn contended_footer(out: &mut String, runs: &[&Contended]) {
         .iter()
         .map(|r| format!("{} {:.3}", mode_name(r.mode), r.utilization_bound()))
         .collect();
+    let to_bound: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                mode_name(r.mode),
+                spread_text(r.utilization_to_bound)
+            )
+        })
+        .collect();
     let handoff_floor = runs.first().map_or(f64::NAN, |r| r.handoff_floor_ms);
     let _ = writeln!(
         out,
@@ -226,29 +342,12 @@ fn contended_footer(out: &mut String, runs: &[&Contended]) {
     );
     let _ = writeln!(
         out,
+        "  utilization / bound per round: {}",
+        to_bound.join(", ")
+    );
+    let _ = writeln!(
+        out,
         "  (times in ms; hand = release -> grant to a different worker; same % = grants back to the releasing worker; cpu/1k = Redis CPU ms per 1,000 completions; ovl = overlapping holders, must be 0)"
-    );
-}
-
-fn many_text(out: &mut String, r: &Many) {
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "many: {} tasks on {} names sharing one client",
-        r.tasks, r.tasks
-    );
-    let _ = writeln!(
-        out,
-        "  cycles/s {:>10.0}   Redis PING/s with {} connections {:>10.0}   ratio to bound {:.2}   Redis CPU {:.1} µs/cycle",
-        r.cycles_per_s, r.tasks, r.redis_ping_c64_per_s, r.ratio_to_bound, r.redis_cpu_us_per_cycle
-    );
-    let _ = writeln!(
-        out,
-        "  fenced floor {:>6.0} cycles/s (ratio to the bound {:.2}, Redis CPU {:.1} µs/cycle); fencelock reaches {:.2} of it",
-        r.floor.cycles_per_s,
-        r.floor_ratio_to_bound(),
-        r.floor.redis_cpu_us_per_cycle,
-        r.ratio_to_floor()
     );
 }
 
@@ -256,24 +355,14 @@ fn many_text(out: &mut String, r: &Many) {
 /// carry their unit (DESIGN.md §6); rates are rounded to integers, ratios
 /// and times to 3 decimals; a quantile without samples is `null`.
 fn json_line(measurement: &Measurement) -> String {
-    let fields: Vec<(&str, Value)> = match measurement {
-        Measurement::Uncontended(r) => vec![
-            ("scenario", "uncontended".into()),
-            ("mode", mode_name(r.mode).into()),
-            ("cycles_per_s", round(r.cycles_per_s).into()),
-            ("redis_ping_per_s", round(r.redis_ping_per_s).into()),
-            ("ratio_to_bound", round3(r.ratio_to_bound).into()),
-            ("floor_cycles_per_s", round(r.floor.cycles_per_s).into()),
-            (
-                "floor_ratio_to_bound",
-                round3(r.floor_ratio_to_bound()).into(),
-            ),
-            ("ratio_to_floor", round3(r.ratio_to_floor()).into()),
-        ],
-        Measurement::Contended(r) => vec![
+    let fields: Vec<(String, Value)> = match measurement {
+        Measurement::Uncontended(r) => cycles_json("uncontended", r),
+        Measurement::Many(r) => cycles_json("many", r),
+        Measurement::Contended(r) => named(vec![
             ("scenario", "contended".into()),
             ("mode", mode_name(r.mode).into()),
             ("workers", r.workers.into()),
+            ("rounds", r.rounds.into()),
             ("hold_ms", r.hold_ms.into()),
             ("real_hold_ms", round3(r.real_hold_ms).into()),
             ("completions", r.completions.into()),
@@ -295,36 +384,134 @@ fn json_line(measurement: &Measurement) -> String {
             ("overlaps", r.overlaps.into()),
             ("handoff_floor_ms", round3(r.handoff_floor_ms).into()),
             ("utilization_bound", round3(r.utilization_bound()).into()),
-        ],
-        Measurement::Many(r) => vec![
-            ("scenario", "many".into()),
-            ("tasks", r.tasks.into()),
-            ("cycles_per_s", round(r.cycles_per_s).into()),
-            ("redis_ping_c64_per_s", round(r.redis_ping_c64_per_s).into()),
-            ("ratio_to_bound", round3(r.ratio_to_bound).into()),
+        ])
+        .into_iter()
+        .chain(spread_json("utilization_to_bound", r.utilization_to_bound))
+        .collect(),
+        Measurement::Held(r) => named(vec![
+            ("scenario", "held".into()),
+            ("topology", r.topology.name().into()),
+            ("leases", r.leases.into()),
+            ("ttl_ms", round(r.ttl_ms).into()),
+            ("acquired_per_s", round(r.acquired_per_s).into()),
+            ("window_s", round3(r.window_s).into()),
             (
-                "redis_cpu_us_per_cycle",
-                round3(r.redis_cpu_us_per_cycle).into(),
+                "client_bytes_per_lease",
+                round(r.client_bytes_per_lease).into(),
             ),
-            ("commands_per_cycle", round3(r.commands_per_cycle).into()),
-            ("floor_cycles_per_s", round(r.floor.cycles_per_s).into()),
-            (
-                "floor_ratio_to_bound",
-                round3(r.floor_ratio_to_bound()).into(),
-            ),
-            (
-                "floor_redis_cpu_us_per_cycle",
-                round3(r.floor.redis_cpu_us_per_cycle).into(),
-            ),
-        ],
+            ("client_cpu_share", round3(r.client_cpu_share).into()),
+            ("redis_cpu_share", round3(r.redis_cpu_share).into()),
+            ("redis_commands_per_s", round(r.redis_commands_per_s).into()),
+            ("renewal_lag_max_ms", round3(r.renewal_lag_max_ms).into()),
+            ("leases_lost", r.leases_lost.into()),
+        ]),
     };
     // Sorted here, so the order does not depend on serde_json's features.
-    let sorted: BTreeMap<&str, Value> = fields.into_iter().collect();
-    let object: serde_json::Map<String, Value> = sorted
+    let sorted: BTreeMap<String, Value> = fields.into_iter().collect();
+    let object: serde_json::Map<String, Value> = sorted.into_iter().collect();
+    Value::Object(object).to_string()
+}
+
+fn named(fields: Vec<(&str, Value)>) -> Vec<(String, Value)> {
+    fields
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
-        .collect();
-    Value::Object(object).to_string()
+        .collect()
+}
+
+/// `NAME` (the median), `NAME_min` and `NAME_max`, rounded to 3 decimals.
+fn spread_json(name: &str, s: Spread) -> Vec<(String, Value)> {
+    vec![
+        (name.to_string(), round3(s.median).into()),
+        (format!("{name}_min"), round3(s.min).into()),
+        (format!("{name}_max"), round3(s.max).into()),
+    ]
+}
+
+fn cycles_json(scenario: &str, r: &Cycles) -> Vec<(String, Value)> {
+    let mut fields = named(vec![
+        ("scenario", scenario.into()),
+        ("topology", r.topology.name().into()),
+        ("mode", mode_name(r.mode).into()),
+        ("tasks", r.tasks.into()),
+        ("rounds", r.rounds.into()),
+        ("cycles_per_s", round(r.fencelock.per_s.median).into()),
+        ("floor_cycles_per_s", round(r.floor.per_s.median).into()),
+        (
+            "unfenced_cycles_per_s",
+            round(r.unfenced.per_s.median).into(),
+        ),
+        ("redis_ping_per_s", round(r.ping.per_s.median).into()),
+        (
+            "redis_benchmark_ping_per_s",
+            r.redis_benchmark_ping_per_s
+                .map_or(Value::Null, |s| round(s.median).into()),
+        ),
+        ("acquire_p50_us", round3(r.fencelock.first_us(0.5)).into()),
+        ("acquire_p99_us", round3(r.fencelock.first_us(0.99)).into()),
+        ("release_p50_us", round3(r.fencelock.second_us(0.5)).into()),
+        ("release_p99_us", round3(r.fencelock.second_us(0.99)).into()),
+        ("ping_p50_us", round3(r.ping.first_us(0.5)).into()),
+        ("ping_p99_us", round3(r.ping.first_us(0.99)).into()),
+        ("floor_grant_p50_us", round3(r.floor.first_us(0.5)).into()),
+        (
+            "floor_release_p50_us",
+            round3(r.floor.second_us(0.5)).into(),
+        ),
+        (
+            "unfenced_acquire_p50_us",
+            round3(r.unfenced.first_us(0.5)).into(),
+        ),
+        (
+            "unfenced_release_p50_us",
+            round3(r.unfenced.second_us(0.5)).into(),
+        ),
+        (
+            "redis_cpu_us_per_cycle",
+            round3(r.fencelock.redis_cpu_us_per_cycle).into(),
+        ),
+        (
+            "floor_redis_cpu_us_per_cycle",
+            round3(r.floor.redis_cpu_us_per_cycle).into(),
+        ),
+        (
+            "unfenced_redis_cpu_us_per_cycle",
+            round3(r.unfenced.redis_cpu_us_per_cycle).into(),
+        ),
+        (
+            "redis_cpu_ratio_to_floor",
+            round3(r.redis_cpu_ratio_to_floor()).into(),
+        ),
+        (
+            "commands_per_cycle",
+            round3(r.fencelock.commands_per_cycle).into(),
+        ),
+        (
+            "floor_commands_per_cycle",
+            round3(r.floor.commands_per_cycle).into(),
+        ),
+        (
+            "reads_per_cycle",
+            round3(r.fencelock.reads_per_cycle).into(),
+        ),
+        (
+            "floor_reads_per_cycle",
+            round3(r.floor.reads_per_cycle).into(),
+        ),
+    ]);
+    fields.extend(spread_json("ratio_to_floor", r.ratio_to_floor));
+    fields.extend(spread_json("ratio_to_unfenced", r.ratio_to_unfenced));
+    fields.extend(spread_json("ratio_to_bound", r.ratio_to_bound));
+    fields.extend(spread_json("floor_ratio_to_bound", r.floor_ratio_to_bound));
+    fields.extend(spread_json(
+        "unfenced_ratio_to_bound",
+        r.unfenced_ratio_to_bound,
+    ));
+    match r.ratio_to_benchmark_bound {
+        Some(s) => fields.extend(spread_json("ratio_to_benchmark_bound", s)),
+        None => fields.push(("ratio_to_benchmark_bound".into(), Value::Null)),
+    }
+    fields
 }
 
 fn round(v: f64) -> f64 {
@@ -342,106 +529,127 @@ mod tests {
     use fencelock::WaitMode;
 
     use super::*;
-    use crate::floor::Floor;
-    use crate::report::{Header, Record};
+    use crate::conn::Topology;
+    use crate::report::Record;
 
-    fn contended(mode: WaitMode, handoffs_ms: Vec<f64>) -> Contended {
-        Contended {
-            mode,
-            workers: 8,
-            hold_ms: 1.0,
-            real_hold_ms: 1.0912,
-            completions: 5000,
-            completions_per_s: 654.5,
-            utilization: 0.7123,
-            waits_ms: vec![0.1, 0.3125, 13.6],
-            handoffs_ms,
-            jain_fairness: 0.99951,
-            commands_per_completion: 24.98765,
-            redis_cpu_ms_per_1k: 123.456,
-            overlaps: 0,
-            same_worker_share: 0.98765,
-            handoff_floor_ms: 0.27449,
+    fn contestant(per_s: f64, first: f64, second: f64, cpu: f64) -> Contestant {
+        Contestant {
+            per_s: Spread {
+                median: per_s,
+                min: per_s * 0.9,
+                max: per_s * 1.1,
+            },
+            first_us: vec![first, first, first * 2.0],
+            second_us: if second > 0.0 {
+                vec![second, second, second * 2.0]
+            } else {
+                Vec::new()
+            },
+            redis_cpu_us_per_cycle: cpu,
+            commands_per_cycle: 9.0,
+            reads_per_cycle: 2.0,
+        }
+    }
+
+    fn cycles() -> Cycles {
+        let s = |median: f64| Spread {
+            median,
+            min: median - 0.05,
+            max: median + 0.05,
+        };
+        Cycles {
+            topology: Topology::Cluster,
+            mode: WaitMode::Notify,
+            tasks: 1,
+            rounds: 5,
+            fencelock: contestant(9000.0, 60.0, 40.0, 30.0),
+            floor: contestant(10000.0, 50.0, 40.0, 25.0),
+            unfenced: contestant(11000.0, 45.0, 40.0, 20.0),
+            ping: contestant(22000.0, 45.0, 0.0, 10.0),
+            redis_benchmark_ping_per_s: None,
+            ratio_to_floor: s(0.9),
+            ratio_to_unfenced: s(0.8),
+            ratio_to_bound: s(0.8),
+            floor_ratio_to_bound: s(0.9),
+            unfenced_ratio_to_bound: s(1.0),
+            ratio_to_benchmark_bound: None,
         }
     }
 
     fn report() -> Report {
-        let floor = |cycles_per_s, redis_cpu_us_per_cycle| Floor {
-            cycles_per_s,
-            redis_cpu_us_per_cycle,
-        };
         let mut report = Report::new(Header {
-            redis: "redis://:***@127.0.0.1:6379/".into(),
-            duration: Duration::from_millis(2500),
+            redis: "redis+cluster://:***@127.0.0.1:7000".into(),
+            duration: Duration::from_millis(2000),
+            rounds: 5,
         });
-        let measurements = [
-            (
-                0,
-                Measurement::Uncontended(Uncontended {
-                    cycles_per_s: 4910.4,
-                    redis_ping_per_s: 21130.5,
-                    ratio_to_bound: 0.46477,
-                    mode: WaitMode::Notify,
-                    floor: floor(6971.5, 12.3),
-                }),
-            ),
-            (
-                1,
-                Measurement::Contended(contended(WaitMode::Poll, vec![0.38, 50.1])),
-            ),
-            (1, Measurement::Contended(contended(WaitMode::Fair, vec![]))),
-            (
-                2,
-                Measurement::Many(Many {
-                    tasks: 64,
-                    cycles_per_s: 18103.4,
-                    redis_ping_c64_per_s: 61017.0,
-                    ratio_to_bound: 0.59339,
-                    redis_cpu_us_per_cycle: 39.94,
-                    commands_per_cycle: 10.0123,
-                    floor: floor(36510.2, 24.44),
-                }),
-            ),
-        ];
-        for (step, measurement) in measurements {
+        let held = Held {
+            topology: Topology::Standalone,
+            leases: 100_000,
+            ttl_ms: 10_000.0,
+            acquired_per_s: 12_345.6,
+            window_s: 10.0,
+            client_bytes_per_lease: 808.4,
+            client_cpu_share: 0.1164,
+            redis_cpu_share: 0.1312,
+            redis_commands_per_s: 60_152.2,
+            renewal_lag_max_ms: 10.42,
+            leases_lost: 0,
+        };
+        for (step, measurement) in [
+            (0, Measurement::Uncontended(cycles())),
+            (1, Measurement::Held(held)),
+        ] {
             report.records.push(Record { step, measurement });
         }
         report
     }
 
-    /// The text of `fencelock bench` as it was before the engine had its own
-    /// crate, character for character.
-    const TEXT: &str = "\
-fencelock bench on redis://:***@127.0.0.1:6379/: 2.5 s per scenario, loopback round trips measured in the same run
-
-uncontended: one connection, acquire + release of one name (notify mode)
-  cycles/s       4910   Redis PING/s      21130   ratio to the 2-round-trip bound 0.46
-  fenced floor   6972 cycles/s (ratio to the bound 0.66); fencelock reaches 0.70 of it
-
-contended: 8 workers (threads with their own runtime and connections), one name, hold 1 ms
-  mode      compl/s   util  wait p50  wait p99  hand p50  hand p99   jain cmd/comp   cpu/1k   same %   ovl
-  poll          654  0.712     0.312    13.600    50.100    50.100  1.000    24.99    123.5    98.8%     0
-  fair          654  0.712     0.312    13.600       NaN       NaN  1.000    24.99    123.5    98.8%     0
-  measured hold per completion: poll 1.091 ms, fair 1.091 ms
-  handoff floor (a publishing script after a hold -> another connection receives it) p50 0.274 ms: utilization bound poll 0.799, fair 0.799
-  (times in ms; hand = release -> grant to a different worker; same % = grants back to the releasing worker; cpu/1k = Redis CPU ms per 1,000 completions; ovl = overlapping holders, must be 0)
-
-many: 64 tasks on 64 names sharing one client
-  cycles/s      18103   Redis PING/s with 64 connections      61017   ratio to bound 0.59   Redis CPU 39.9 µs/cycle
-  fenced floor  36510 cycles/s (ratio to the bound 1.20, Redis CPU 24.4 µs/cycle); fencelock reaches 0.50 of it
-";
-
-    const JSON: &str = r#"{"cycles_per_s":4910.0,"floor_cycles_per_s":6972.0,"floor_ratio_to_bound":0.66,"mode":"notify","ratio_to_bound":0.465,"ratio_to_floor":0.704,"redis_ping_per_s":21131.0,"scenario":"uncontended"}
-{"commands_per_completion":24.988,"completions":5000,"completions_per_s":655.0,"handoff_floor_ms":0.274,"handoff_p50_ms":50.1,"handoff_p99_ms":50.1,"handoffs":2,"hold_ms":1.0,"jain_fairness":1.0,"mode":"poll","overlaps":0,"real_hold_ms":1.091,"redis_cpu_ms_per_1k":123.456,"same_worker_share":0.988,"scenario":"contended","utilization":0.712,"utilization_bound":0.799,"wait_max_ms":13.6,"wait_p50_ms":0.313,"wait_p99_ms":13.6,"workers":8}
-{"commands_per_completion":24.988,"completions":5000,"completions_per_s":655.0,"handoff_floor_ms":0.274,"handoff_p50_ms":null,"handoff_p99_ms":null,"handoffs":0,"hold_ms":1.0,"jain_fairness":1.0,"mode":"fair","overlaps":0,"real_hold_ms":1.091,"redis_cpu_ms_per_1k":123.456,"same_worker_share":0.988,"scenario":"contended","utilization":0.712,"utilization_bound":0.799,"wait_max_ms":13.6,"wait_p50_ms":0.313,"wait_p99_ms":13.6,"workers":8}
-{"commands_per_cycle":10.012,"cycles_per_s":18103.0,"floor_cycles_per_s":36510.0,"floor_ratio_to_bound":1.197,"floor_redis_cpu_us_per_cycle":24.44,"ratio_to_bound":0.593,"redis_cpu_us_per_cycle":39.94,"redis_ping_c64_per_s":61017.0,"scenario":"many","tasks":64}
-"#;
+    #[test]
+    fn cycles_show_every_reference_and_their_ratios() {
+        let text = report().render(Format::Text);
+        assert!(text.starts_with("fencelock bench on redis+cluster://:***@127.0.0.1:7000: 5 round(s) of 2 s per contestant"), "{text}");
+        assert!(text.contains("uncontended: one task, one name, one connection, acquire + release (notify mode, cluster)"), "{text}");
+        for row in ["fencelock", "floor", "unfenced", "PING"] {
+            assert!(text.contains(&format!("\n  {row} ")), "{row}: {text}");
+        }
+        assert!(text.contains("0.90 [0.85-0.95]"), "{text}");
+        assert!(text.contains("redis-benchmark: not measured"), "{text}");
+        assert!(text.contains("    100000    10.0     12346        808     0.116     0.131      60152      10.4     0"), "{text}");
+    }
 
     #[test]
-    fn text_and_json_lines_are_unchanged() {
-        let report = report();
-        assert_eq!(report.render(Format::Text), TEXT);
-        assert_eq!(report.render(Format::JsonLines), JSON);
+    fn json_carries_units_medians_and_spreads() {
+        let json = report().render(Format::JsonLines);
+        let lines: Vec<serde_json::Value> = json
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+            .collect();
+        assert_eq!(lines.len(), 2);
+        let u = &lines[0];
+        assert_eq!(u["scenario"], "uncontended");
+        assert_eq!(u["topology"], "cluster");
+        assert_eq!(u["rounds"], 5);
+        assert_eq!(u["cycles_per_s"], 9000.0);
+        assert_eq!(u["unfenced_cycles_per_s"], 11000.0);
+        assert_eq!(u["ratio_to_floor"], 0.9);
+        assert_eq!(u["ratio_to_floor_min"], 0.85);
+        assert_eq!(u["ratio_to_floor_max"], 0.95);
+        assert_eq!(u["ratio_to_unfenced"], 0.8);
+        assert_eq!(u["acquire_p50_us"], 60.0);
+        assert_eq!(u["release_p99_us"], 80.0);
+        assert_eq!(u["ping_p50_us"], 45.0);
+        assert_eq!(u["redis_cpu_ratio_to_floor"], 1.2);
+        assert!(u["redis_benchmark_ping_per_s"].is_null());
+        assert!(u["ratio_to_benchmark_bound"].is_null());
+        let h = &lines[1];
+        assert_eq!(h["scenario"], "held");
+        assert_eq!(h["leases"], 100_000);
+        assert_eq!(h["client_bytes_per_lease"], 808.0);
+        assert_eq!(h["client_cpu_share"], 0.116);
+        assert_eq!(h["redis_cpu_share"], 0.131);
+        assert_eq!(h["redis_commands_per_s"], 60152.0);
+        assert_eq!(h["renewal_lag_max_ms"], 10.42);
+        assert_eq!(h["leases_lost"], 0);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::render::{Format, Renderer};
-use crate::scenarios::{Contended, Many, Uncontended};
+use crate::scenarios::{Contended, Cycles, Held};
 
 /// Everything one run measured. It grows record by record while the run
 /// goes on (see [`crate::Observer::updated`]); a [`Renderer`] shows it as the
@@ -22,8 +22,11 @@ pub struct Report {
 pub struct Header {
     /// The Redis measured: its URL with the password replaced by `***`.
     pub redis: String,
-    /// The measuring time of each scenario (and of each wait mode).
+    /// The measuring time of each contestant (and of each wait mode) per
+    /// round.
     pub duration: Duration,
+    /// Rounds of each scenario.
+    pub rounds: usize,
 }
 
 /// One measured record.
@@ -42,12 +45,14 @@ pub struct Record {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Measurement {
-    /// See [`Uncontended`].
-    Uncontended(Uncontended),
+    /// `uncontended`: see [`Cycles`].
+    Uncontended(Cycles),
     /// See [`Contended`].
     Contended(Contended),
-    /// See [`Many`].
-    Many(Many),
+    /// `many`: see [`Cycles`].
+    Many(Cycles),
+    /// See [`Held`].
+    Held(Held),
 }
 
 impl Report {
@@ -71,6 +76,17 @@ impl Report {
     /// lock.
     pub fn overlaps(&self) -> u64 {
         self.contended().map(|c| c.overlaps).sum()
+    }
+
+    /// Leases lost while held (`held`): anything but 0 is a failure.
+    pub fn leases_lost(&self) -> u64 {
+        self.records
+            .iter()
+            .filter_map(|r| match &r.measurement {
+                Measurement::Held(h) => Some(h.leases_lost),
+                _ => None,
+            })
+            .sum()
     }
 
     /// The whole report in `format`, as a [`Renderer`] shows it while the

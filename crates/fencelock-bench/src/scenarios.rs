@@ -1,5 +1,12 @@
 //! The benchmark scenarios of DESIGN.md §6: each is measured in one
 //! function here and returns its typed result.
+//!
+//! `uncontended` and `many` are one kind of measurement ([`Cycles`]):
+//! fencelock and its references (the fenced floor, the unfenced reference,
+//! PING) take turns in short slices (A B C D, B C D A, …), each round
+//! giving every contestant the same measuring time, so a noisy second of
+//! the machine falls on all of them; each round yields its own ratios, and a
+//! record reports their median and spread over the rounds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -8,103 +15,361 @@ use std::time::Duration;
 use fencelock::{LockClient, LockOptions, WaitMode};
 use tokio::time::Instant;
 
+use crate::conn::{Opener, RefConn, Tls, Topology};
 use crate::error::{Error, Result};
-use crate::floor::{self, Floor};
-use crate::measure::{ServerCounters, jain, ping_rate, ping_rate_parallel, quantile};
+use crate::floor::{self, Cycler};
+use crate::measure::{
+    ServerCounters, Spread, heap_bytes, jain, process_cpu, quantile, redis_benchmark_ping, spread,
+};
 use crate::url::RedisUrl;
 
 /// Settings shared by the scenarios of one run.
 #[derive(Debug, Clone)]
 pub(crate) struct Setup {
     pub(crate) url: RedisUrl,
+    pub(crate) tls: Tls,
     pub(crate) prefix: String,
     /// Names this run's keys (`bench:{run_id}:…`) apart from other runs'.
     pub(crate) run_id: String,
+    /// Measuring time of each contestant in each round.
     pub(crate) duration: Duration,
+    /// Rounds of every scenario (`--repeat`).
+    pub(crate) rounds: usize,
+    /// Length of one slice of an interleaved round.
+    pub(crate) slice: Duration,
     pub(crate) options: LockOptions,
 }
 
 impl Setup {
-    async fn client(&self) -> Result<LockClient> {
-        Ok(LockClient::builder(self.url.raw())
+    pub(crate) async fn client(&self) -> Result<LockClient> {
+        let mut builder = LockClient::builder(self.url.raw())
             .prefix(&self.prefix)
-            .defaults(self.options.clone())
-            .connect()
-            .await?)
+            .defaults(self.options.clone());
+        if let Some(ca) = &self.tls.ca {
+            builder = builder.tls_ca(ca);
+        }
+        if let Some((cert, key)) = &self.tls.client {
+            builder = builder.tls_client_cert(cert, key);
+        }
+        Ok(builder.connect().await?)
+    }
+
+    async fn opener(&self) -> Result<Opener> {
+        Opener::new(&self.url, &self.tls).await
+    }
+
+    /// The Redis key of lock `name` in the default layout.
+    fn lock_key(&self, name: &str) -> String {
+        format!("{}{{{name}}}", self.prefix)
     }
 }
 
-/// `uncontended`: one connection, acquire + release of one name in
-/// sequence, next to `PING` on one connection.
+/// One contestant of a [`Cycles`] measurement, over all rounds.
 #[derive(Debug, Clone)]
-pub struct Uncontended {
-    /// Acquire + release cycles per second.
-    pub cycles_per_s: f64,
-    /// Sequential `PING`s per second on one connection.
-    pub redis_ping_per_s: f64,
-    /// `cycles_per_s` ÷ (`redis_ping_per_s` ÷ 2): the share of the
-    /// 2-round-trip bound reached.
-    pub ratio_to_bound: f64,
-    /// The wait mode of the lock options used.
+pub struct Contestant {
+    /// Cycles (or PINGs) per second: median and spread over the rounds.
+    pub per_s: Spread,
+    /// The first half of a cycle (acquire, grant, PING) in µs, sorted.
+    pub first_us: Vec<f64>,
+    /// The second half (release) in µs, sorted (empty for PING).
+    pub second_us: Vec<f64>,
+    /// Redis CPU µs per cycle (all masters).
+    pub redis_cpu_us_per_cycle: f64,
+    /// Redis commands per cycle (a script's own calls included).
+    pub commands_per_cycle: f64,
+    /// Socket reads Redis made per cycle: how well the client batched its
+    /// requests into writes (fewer is cheaper for both sides).
+    pub reads_per_cycle: f64,
+}
+
+impl Contestant {
+    /// The `q`-quantile of the first half, in µs.
+    pub fn first_us(&self, q: f64) -> f64 {
+        quantile(&self.first_us, q)
+    }
+
+    /// The `q`-quantile of the second half, in µs.
+    pub fn second_us(&self, q: f64) -> f64 {
+        quantile(&self.second_us, q)
+    }
+}
+
+/// `uncontended` (one task, one name, one connection) or `many` (one task
+/// per name, all sharing one client or connection): acquire + release
+/// cycles of fencelock next to its references, interleaved.
+#[derive(Debug, Clone)]
+pub struct Cycles {
+    /// The deployment measured.
+    pub topology: Topology,
+    /// The wait mode of fencelock's lock options.
     pub mode: WaitMode,
-    /// The fenced floor on one connection, same runtime.
-    pub floor: Floor,
+    /// Tasks, each on a name of its own (1 for `uncontended`).
+    pub tasks: usize,
+    /// Interleaved rounds measured.
+    pub rounds: usize,
+    /// fencelock.
+    pub fencelock: Contestant,
+    /// The fenced floor (two bare scripts).
+    pub floor: Contestant,
+    /// The unfenced reference (`SET NX PX` + compare-and-delete).
+    pub unfenced: Contestant,
+    /// `PING` on the same kind of connection, to the lock's server, from as
+    /// many tasks.
+    pub ping: Contestant,
+    /// `PING`s per second that `redis-benchmark -c TASKS` (C) measured in
+    /// each round, if it is installed and can reach the server.
+    pub redis_benchmark_ping_per_s: Option<Spread>,
+    /// fencelock ÷ floor, per round.
+    pub ratio_to_floor: Spread,
+    /// fencelock ÷ unfenced, per round.
+    pub ratio_to_unfenced: Spread,
+    /// fencelock ÷ (PING ÷ 2): the share of the 2-round-trip bound.
+    pub ratio_to_bound: Spread,
+    /// The floor's share of the 2-round-trip bound.
+    pub floor_ratio_to_bound: Spread,
+    /// The unfenced reference's share of the 2-round-trip bound.
+    pub unfenced_ratio_to_bound: Spread,
+    /// fencelock ÷ (redis-benchmark's PING ÷ 2).
+    pub ratio_to_benchmark_bound: Option<Spread>,
 }
 
-impl Uncontended {
-    /// The fenced floor's share of the 2-round-trip bound.
-    pub fn floor_ratio_to_bound(&self) -> f64 {
-        self.floor.cycles_per_s / (self.redis_ping_per_s / 2.0)
-    }
-
-    /// The share of the fenced floor that fencelock reaches.
-    pub fn ratio_to_floor(&self) -> f64 {
-        self.cycles_per_s / self.floor.cycles_per_s
+impl Cycles {
+    /// fencelock's Redis CPU per cycle ÷ the floor's.
+    pub fn redis_cpu_ratio_to_floor(&self) -> f64 {
+        self.fencelock.redis_cpu_us_per_cycle / self.floor.redis_cpu_us_per_cycle
     }
 }
 
-pub(crate) async fn uncontended(setup: &Setup) -> Result<Uncontended> {
-    // One connection used by one task in sequence: measured on a
-    // single-threaded runtime, as such a program would run (a multi-threaded
-    // one adds a cross-thread wake-up to every reply), PING included.
-    let (setup, name) = (setup.clone(), format!("bench:{}:uncontended", setup.run_id));
+/// Accumulated over one contestant's slices of one round (or of all).
+#[derive(Debug, Default)]
+struct Tally {
+    cycles: u64,
+    time: Duration,
+    first_us: Vec<f64>,
+    second_us: Vec<f64>,
+    cpu_s: f64,
+    commands: u64,
+    reads: u64,
+}
+
+/// Most latency samples kept per contestant.
+const MAX_SAMPLES: usize = 2_000_000;
+
+impl Tally {
+    fn rate(&self) -> f64 {
+        self.cycles as f64 / self.time.as_secs_f64().max(1e-9)
+    }
+
+    fn absorb(&mut self, other: Tally) {
+        self.cycles += other.cycles;
+        self.time += other.time;
+        self.cpu_s += other.cpu_s;
+        self.commands += other.commands;
+        self.reads += other.reads;
+        let room = MAX_SAMPLES.saturating_sub(self.first_us.len());
+        self.first_us.extend(other.first_us.into_iter().take(room));
+        let room = MAX_SAMPLES.saturating_sub(self.second_us.len());
+        self.second_us
+            .extend(other.second_us.into_iter().take(room));
+    }
+}
+
+/// Runs `cycler` until `until`, in the calling task.
+async fn run_until(cycler: &mut Cycler, until: Instant, tally: &mut Tally) -> Result<()> {
+    loop {
+        let (first, second) = cycler.cycle().await?;
+        tally.cycles += 1;
+        if tally.first_us.len() < MAX_SAMPLES {
+            tally.first_us.push(first.as_secs_f64() * 1e6);
+            if !second.is_zero() {
+                tally.second_us.push(second.as_secs_f64() * 1e6);
+            }
+        }
+        if Instant::now() >= until {
+            return Ok(());
+        }
+    }
+}
+
+/// One slice of a contestant: its cyclers (one per task) run until
+/// `slice` has passed; one cycler runs in the calling task, more run as
+/// one task each.
+async fn slice(cyclers: &mut Vec<Cycler>, length: Duration, probe: &mut RefConn) -> Result<Tally> {
+    let before = ServerCounters::read(probe).await?;
+    let started = Instant::now();
+    let until = started + length;
+    let mut tally = Tally::default();
+    if cyclers.len() == 1 {
+        run_until(&mut cyclers[0], until, &mut tally).await?;
+    } else {
+        let handles: Vec<_> = cyclers
+            .drain(..)
+            .map(|mut c| {
+                tokio::spawn(async move {
+                    let mut t = Tally::default();
+                    let r = run_until(&mut c, until, &mut t).await;
+                    (c, t, r)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (c, t, r) = h.await?;
+            r?;
+            cyclers.push(c);
+            tally.absorb(t);
+        }
+    }
+    tally.time = started.elapsed();
+    let after = ServerCounters::read(probe).await?;
+    let (commands, cpu_s) = before.delta(after);
+    tally.cpu_s = cpu_s;
+    tally.commands = commands;
+    tally.reads = after.reads_since(before);
+    Ok(tally)
+}
+
+/// `uncontended` (`tasks` = 1) or `many`: fencelock and its references on
+/// names of their own, interleaved in slices, `setup.rounds` times.
+pub(crate) async fn cycles(setup: &Setup, scenario: &str, tasks: usize) -> Result<Cycles> {
+    // Measured on a single-threaded runtime, as a program driving one
+    // connection would run (a multi-threaded one adds a cross-thread
+    // wake-up to every reply), every contestant on the same one.
+    let (setup, scenario) = (setup.clone(), scenario.to_string());
     tokio::task::spawn_blocking(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
-            .block_on(uncontended_on(&setup, &name))
+            .block_on(cycles_on(&setup, &scenario, tasks))
     })
     .await?
 }
 
-async fn uncontended_on(setup: &Setup, name: &str) -> Result<Uncontended> {
-    let ping = ping_rate(&setup.url, setup.duration / 2).await?;
-    let floor = floor::fenced(
-        &setup.url,
-        &format!("{}{name}:floor:", setup.prefix),
-        1,
-        setup.duration / 2,
-    )
-    .await?;
+async fn cycles_on(setup: &Setup, scenario: &str, tasks: usize) -> Result<Cycles> {
+    let opener = setup.opener().await?;
     let client = setup.client().await?;
     let opts = client.options();
+    let names: Vec<String> = (0..tasks)
+        .map(|i| format!("bench:{}:{scenario}:{i}", setup.run_id))
+        .collect();
+    // [fencelock, floor, unfenced, ping], one cycler per task each. With
+    // one task each reference has its own connection; with many, all tasks
+    // of a reference share one, as fencelock's share its client's.
+    let mut contestants: Vec<Vec<Cycler>> = vec![Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    let shared = opener.open().await?;
+    for name in &names {
+        contestants[0].push(Cycler::Fencelock {
+            client: client.clone(),
+            opts: opts.clone(),
+            name: name.clone(),
+        });
+        let key = setup.lock_key(name);
+        let refs = if tasks == 1 {
+            floor::references(&opener, &key).await?
+        } else {
+            floor::references_on(&shared, &key)
+        };
+        for (i, r) in refs.into_iter().enumerate() {
+            contestants[i + 1].push(r);
+        }
+    }
+    let mut probe = opener.open().await?;
     // Warm up: scripts loaded, connections open.
-    for _ in 0..100 {
-        client.acquire(name, &opts).await?.release().await?;
+    for cyclers in &mut contestants {
+        for c in cyclers.iter_mut() {
+            for _ in 0..20 {
+                c.cycle().await?;
+            }
+        }
     }
-    let started = Instant::now();
-    let mut n = 0u64;
-    while started.elapsed() < setup.duration {
-        client.acquire(name, &opts).await?.release().await?;
-        n += 1;
+    let bench_target = opener
+        .benchmark_target(&mut probe, &setup.lock_key(&names[0]))
+        .await
+        .ok();
+    let slices = (setup.duration.as_secs_f64() / setup.slice.as_secs_f64())
+        .ceil()
+        .max(1.0) as usize;
+    let slice_len = setup.duration / slices as u32;
+    let rounds = setup.rounds.max(1);
+    let mut per_round: Vec<[f64; 4]> = Vec::with_capacity(rounds);
+    let mut benchmark: Vec<f64> = Vec::new();
+    let mut totals: [Tally; 4] = Default::default();
+    for _ in 0..rounds {
+        let mut round: [Tally; 4] = Default::default();
+        for s in 0..slices {
+            // Rotate who goes first, so no contestant always follows the
+            // same one.
+            for k in 0..4 {
+                let i = (s + k) % 4;
+                let t = slice(&mut contestants[i], slice_len, &mut probe).await?;
+                round[i].absorb(t);
+            }
+        }
+        per_round.push([
+            round[0].rate(),
+            round[1].rate(),
+            round[2].rate(),
+            round[3].rate(),
+        ]);
+        if let Some(target) = &bench_target {
+            let requests = round[3].cycles;
+            if let Some(rate) = redis_benchmark_ping(target, tasks, requests).await {
+                benchmark.push(rate);
+            }
+        }
+        for (total, r) in totals.iter_mut().zip(round) {
+            total.absorb(r);
+        }
     }
-    let cycles = n as f64 / started.elapsed().as_secs_f64();
-    Ok(Uncontended {
-        cycles_per_s: cycles,
-        redis_ping_per_s: ping,
-        ratio_to_bound: cycles / (ping / 2.0),
+    let column = |i: usize| -> Vec<f64> { per_round.iter().map(|r| r[i]).collect() };
+    let ratio = |a: usize, b: usize, scale: f64| -> Spread {
+        spread(
+            &per_round
+                .iter()
+                .map(|r| r[a] / (r[b] * scale))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let benchmark_ratio = (benchmark.len() == per_round.len()).then(|| {
+        spread(
+            &per_round
+                .iter()
+                .zip(&benchmark)
+                .map(|(r, b)| r[0] / (b / 2.0))
+                .collect::<Vec<_>>(),
+        )
+    });
+    let mut contestant = |i: usize| {
+        let t = std::mem::take(&mut totals[i]);
+        let mut first = t.first_us;
+        let mut second = t.second_us;
+        first.sort_by(f64::total_cmp);
+        second.sort_by(f64::total_cmp);
+        let n = t.cycles.max(1) as f64;
+        Contestant {
+            per_s: spread(&column(i)),
+            first_us: first,
+            second_us: second,
+            redis_cpu_us_per_cycle: t.cpu_s * 1e6 / n,
+            commands_per_cycle: t.commands as f64 / n,
+            reads_per_cycle: t.reads as f64 / n,
+        }
+    };
+    Ok(Cycles {
+        topology: opener.topology,
         mode: opts.wait_mode_value(),
-        floor,
+        tasks,
+        rounds,
+        fencelock: contestant(0),
+        floor: contestant(1),
+        unfenced: contestant(2),
+        ping: contestant(3),
+        redis_benchmark_ping_per_s: (!benchmark.is_empty()).then(|| spread(&benchmark)),
+        ratio_to_floor: ratio(0, 1, 1.0),
+        ratio_to_unfenced: ratio(0, 2, 1.0),
+        ratio_to_bound: ratio(0, 3, 0.5),
+        floor_ratio_to_bound: ratio(1, 3, 0.5),
+        unfenced_ratio_to_bound: ratio(2, 3, 0.5),
+        ratio_to_benchmark_bound: benchmark_ratio,
     })
 }
 
@@ -116,6 +381,8 @@ pub struct Contended {
     pub mode: WaitMode,
     /// Workers contending.
     pub workers: usize,
+    /// Rounds measured (each with its own handoff floor).
+    pub rounds: usize,
     /// The hold asked for, in ms.
     pub hold_ms: f64,
     /// The hold measured per completion, in ms.
@@ -124,7 +391,7 @@ pub struct Contended {
     pub completions: u64,
     /// Completions per second.
     pub completions_per_s: f64,
-    /// The share of the time the lock was held.
+    /// The share of the time the lock was held (median over the rounds).
     pub utilization: f64,
     /// Acquire waits in ms, sorted.
     pub waits_ms: Vec<f64>,
@@ -140,9 +407,10 @@ pub struct Contended {
     pub overlaps: u64,
     /// The share of grants that went back to the worker that released.
     pub same_worker_share: f64,
-    /// The handoff floor of this run (median, ms), measured once for all
-    /// wait modes.
+    /// The handoff floor (median, ms; median over the rounds).
     pub handoff_floor_ms: f64,
+    /// utilization ÷ its bound, per round.
+    pub utilization_to_bound: Spread,
 }
 
 impl Contended {
@@ -163,6 +431,58 @@ impl Contended {
     pub fn utilization_bound(&self) -> f64 {
         self.real_hold_ms / (self.real_hold_ms + self.handoff_floor_ms)
     }
+
+    /// Merges the rounds of one mode into one record: samples and counts
+    /// pooled, utilization and floors as medians, the ratio's spread.
+    pub(crate) fn merge(rounds: Vec<Contended>) -> Option<Contended> {
+        let ratios: Vec<f64> = rounds
+            .iter()
+            .map(|r| r.utilization / r.utilization_bound())
+            .collect();
+        let median = |f: &dyn Fn(&Contended) -> f64| {
+            spread(&rounds.iter().map(f).collect::<Vec<_>>()).median
+        };
+        let utilization = median(&|r| r.utilization);
+        let handoff_floor_ms = median(&|r| r.handoff_floor_ms);
+        let jain_fairness = median(&|r| r.jain_fairness);
+        let same_worker_share = median(&|r| r.same_worker_share);
+        let completions_per_s = median(&|r| r.completions_per_s);
+        let completions: u64 = rounds.iter().map(|r| r.completions).sum();
+        let weight = |f: &dyn Fn(&Contended) -> f64| {
+            rounds
+                .iter()
+                .map(|r| f(r) * r.completions as f64)
+                .sum::<f64>()
+                / completions.max(1) as f64
+        };
+        let real_hold_ms = weight(&|r| r.real_hold_ms);
+        let commands_per_completion = weight(&|r| r.commands_per_completion);
+        let redis_cpu_ms_per_1k = weight(&|r| r.redis_cpu_ms_per_1k);
+        let n = rounds.len();
+        let mut rounds = rounds.into_iter();
+        let mut merged = rounds.next()?;
+        for r in rounds {
+            merged.waits_ms.extend(r.waits_ms);
+            merged.handoffs_ms.extend(r.handoffs_ms);
+            merged.overlaps += r.overlaps;
+        }
+        merged.waits_ms.sort_by(f64::total_cmp);
+        merged.handoffs_ms.sort_by(f64::total_cmp);
+        Some(Contended {
+            rounds: n,
+            completions,
+            completions_per_s,
+            utilization,
+            handoff_floor_ms,
+            jain_fairness,
+            same_worker_share,
+            real_hold_ms,
+            commands_per_completion,
+            redis_cpu_ms_per_1k,
+            utilization_to_bound: spread(&ratios),
+            ..merged
+        })
+    }
 }
 
 /// One completed critical section.
@@ -174,8 +494,21 @@ struct Section {
     released: Instant,
 }
 
-/// Measures one wait mode; `handoff_floor_ms` is the floor measured for the
-/// whole scenario, stored with the result.
+/// The handoff floor of one round of `contended`.
+pub(crate) async fn handoff_floor(setup: &Setup, hold: Duration) -> Result<f64> {
+    let opener = setup.opener().await?;
+    floor::handoff_ms(
+        &setup.url,
+        &opener,
+        &format!("{}bench:{}:floor", setup.prefix, setup.run_id),
+        hold,
+        200,
+    )
+    .await
+}
+
+/// Measures one wait mode for one round; `handoff_floor_ms` is the floor
+/// measured for the round, stored with the result.
 pub(crate) async fn contended(
     setup: &Setup,
     mode: WaitMode,
@@ -246,7 +579,8 @@ pub(crate) async fn contended(
             break;
         }
     }
-    let before = ServerCounters::read(&setup.url).await?;
+    let mut probe = setup.opener().await?.open().await?;
+    let before = ServerCounters::read(&mut probe).await?;
     let started = Instant::now();
     go.notify_waiters();
     tokio::time::sleep(setup.duration).await;
@@ -257,7 +591,7 @@ pub(crate) async fn contended(
         sections.extend(joined.map_err(|_| Error::failed("a bench worker panicked"))??);
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let after = ServerCounters::read(&setup.url).await?;
+    let after = ServerCounters::read(&mut probe).await?;
     let (commands, cpu_s) = before.delta(after);
 
     sections.sort_by_key(|s| s.granted);
@@ -298,18 +632,21 @@ pub(crate) async fn contended(
             x / completions as f64 * 1000.0
         }
     };
+    let real_hold_ms = if completions == 0 {
+        0.0
+    } else {
+        held / completions as f64 * 1e3
+    };
+    let utilization = held / elapsed;
     Ok(Contended {
         mode,
         workers,
+        rounds: 1,
         hold_ms: hold.as_secs_f64() * 1e3,
-        real_hold_ms: if completions == 0 {
-            0.0
-        } else {
-            held / completions as f64 * 1e3
-        },
+        real_hold_ms,
         completions,
         completions_per_s: completions as f64 / elapsed,
-        utilization: held / elapsed,
+        utilization,
         waits_ms,
         handoffs_ms,
         jain_fairness: jain(&counts),
@@ -322,87 +659,126 @@ pub(crate) async fn contended(
             same as f64 / (completions - 1) as f64
         },
         handoff_floor_ms,
+        utilization_to_bound: Spread::one(
+            utilization / (real_hold_ms / (real_hold_ms + handoff_floor_ms)),
+        ),
     })
 }
 
-/// `many`: many tasks on as many names, all sharing one client (one
-/// multiplexed connection), next to `PING` from as many connections.
+/// `held`: one client holding many auto-renewed leases.
 #[derive(Debug, Clone)]
-pub struct Many {
-    /// Tasks, each on a name of its own.
-    pub tasks: usize,
-    /// Acquire + release cycles per second, all tasks together.
-    pub cycles_per_s: f64,
-    /// `PING`s per second from `tasks` connections, each sequential.
-    pub redis_ping_c64_per_s: f64,
-    /// `cycles_per_s` ÷ (`redis_ping_c64_per_s` ÷ 2).
-    pub ratio_to_bound: f64,
-    /// Redis CPU µs per cycle.
-    pub redis_cpu_us_per_cycle: f64,
-    /// Redis commands per cycle.
-    pub commands_per_cycle: f64,
-    /// The fenced floor with as many tasks on one connection.
-    pub floor: Floor,
+pub struct Held {
+    /// The deployment measured.
+    pub topology: Topology,
+    /// Leases held.
+    pub leases: usize,
+    /// Their ttl in ms (renewed every third of it).
+    pub ttl_ms: f64,
+    /// Leases acquired per second while taking them (64 tasks).
+    pub acquired_per_s: f64,
+    /// How long the leases were watched while held, in s.
+    pub window_s: f64,
+    /// Client heap growth per lease held (the leases, their guards and the
+    /// keeper's registry), in bytes.
+    pub client_bytes_per_lease: f64,
+    /// Client CPU while holding, as a share of one core.
+    pub client_cpu_share: f64,
+    /// Redis CPU while holding (renewals), as a share of one core.
+    pub redis_cpu_share: f64,
+    /// Redis commands per second while holding (a script's own calls
+    /// included).
+    pub redis_commands_per_s: f64,
+    /// The worst renewal lag seen, in ms.
+    pub renewal_lag_max_ms: f64,
+    /// Leases lost (must be 0).
+    pub leases_lost: u64,
 }
 
-impl Many {
-    /// The fenced floor's share of the bound.
-    pub fn floor_ratio_to_bound(&self) -> f64 {
-        self.floor.cycles_per_s / (self.redis_ping_c64_per_s / 2.0)
-    }
+/// Tasks taking (and releasing) the leases of `held`.
+const HELD_TASKS: usize = 64;
 
-    /// The share of the fenced floor that fencelock reaches.
-    pub fn ratio_to_floor(&self) -> f64 {
-        self.cycles_per_s / self.floor.cycles_per_s
-    }
+pub(crate) async fn held(setup: &Setup, leases: usize, ttl: Duration) -> Result<Held> {
+    let (setup, ttl) = (setup.clone(), ttl);
+    tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(held_on(&setup, leases, ttl))
+    })
+    .await?
 }
 
-pub(crate) async fn many(setup: &Setup, tasks: usize) -> Result<Many> {
-    let ping = ping_rate_parallel(&setup.url, tasks, setup.duration / 2).await?;
-    let floor = floor::fenced(
-        &setup.url,
-        &format!("{}bench:{}:many-floor:", setup.prefix, setup.run_id),
-        tasks,
-        setup.duration / 2,
-    )
-    .await?;
+async fn held_on(setup: &Setup, leases: usize, ttl: Duration) -> Result<Held> {
+    let opener = setup.opener().await?;
+    let mut probe = opener.open().await?;
     let client = setup.client().await?;
-    let opts = client.options();
-    let stop = Arc::new(AtomicBool::new(false));
-    let before = ServerCounters::read(&setup.url).await?;
+    let opts = client.options().ttl(ttl);
+    let run = format!("bench:{}:held{leases}", setup.run_id);
+    let heap_before = heap_bytes();
     let started = Instant::now();
-    let handles: Vec<_> = (0..tasks)
-        .map(|i| {
-            let (client, opts, stop) = (client.clone(), opts.clone(), stop.clone());
-            let name = format!("bench:{}:many:{i}", setup.run_id);
+    let handles: Vec<_> = (0..HELD_TASKS.min(leases.max(1)))
+        .map(|t| {
+            let (client, opts, run) = (client.clone(), opts.clone(), run.clone());
             tokio::spawn(async move {
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    client.acquire(&name, &opts).await?.release().await?;
-                    n += 1;
+                let mut held = Vec::new();
+                for i in (t..leases).step_by(HELD_TASKS) {
+                    held.push(client.acquire(&format!("{run}:{i}"), &opts).await?);
                 }
-                Ok::<_, Error>(n)
+                Ok::<_, Error>(held)
             })
         })
         .collect();
-    tokio::time::sleep(setup.duration).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut total = 0u64;
+    let mut held = Vec::with_capacity(leases);
     for h in handles {
-        total += h.await??;
+        held.extend(h.await??);
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let after = ServerCounters::read(&setup.url).await?;
-    let (commands, cpu_s) = before.delta(after);
-    let cycles = total as f64 / elapsed;
-    Ok(Many {
-        tasks,
-        cycles_per_s: cycles,
-        redis_ping_c64_per_s: ping,
-        ratio_to_bound: cycles / (ping / 2.0),
-        redis_cpu_us_per_cycle: cpu_s * 1e6 / total.max(1) as f64,
-        commands_per_cycle: commands as f64 / total.max(1) as f64,
-        floor,
+    let acquired_per_s = leases as f64 / started.elapsed().as_secs_f64();
+    let bytes = heap_bytes().saturating_sub(heap_before);
+    // Watch at least one ttl, so every lease is renewed three times.
+    let window = setup.duration.max(ttl);
+    let before = ServerCounters::read(&mut probe).await?;
+    let cpu_before = process_cpu();
+    let watch = Instant::now();
+    tokio::time::sleep(window).await;
+    let elapsed = watch.elapsed().as_secs_f64();
+    let cpu = process_cpu().saturating_sub(cpu_before).as_secs_f64();
+    let (commands, redis_cpu) = before.delta(ServerCounters::read(&mut probe).await?);
+    let lost = held.iter().filter(|l| l.is_lost()).count() as u64;
+    let lag = client
+        .stats()
+        .worst_renewal_lag()
+        .map_or(Duration::ZERO, |(_, lag)| lag);
+    // Release them all, 64 at a time.
+    let mut chunks: Vec<Vec<fencelock::Lease>> = (0..HELD_TASKS).map(|_| Vec::new()).collect();
+    for (i, l) in held.into_iter().enumerate() {
+        chunks[i % HELD_TASKS].push(l);
+    }
+    let releases: Vec<_> = chunks
+        .into_iter()
+        .map(|chunk| {
+            tokio::spawn(async move {
+                for l in chunk {
+                    l.release().await?;
+                }
+                Ok::<_, Error>(())
+            })
+        })
+        .collect();
+    for r in releases {
+        r.await??;
+    }
+    Ok(Held {
+        topology: opener.topology,
+        leases,
+        ttl_ms: ttl.as_secs_f64() * 1e3,
+        acquired_per_s,
+        window_s: elapsed,
+        client_bytes_per_lease: bytes as f64 / leases.max(1) as f64,
+        client_cpu_share: cpu / elapsed,
+        redis_cpu_share: redis_cpu / elapsed,
+        redis_commands_per_s: commands as f64 / elapsed,
+        renewal_lag_max_ms: lag.as_secs_f64() * 1e3,
+        leases_lost: lost,
     })
 }
 

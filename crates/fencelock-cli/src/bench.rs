@@ -16,10 +16,19 @@ use crate::exit;
 use crate::private_redis::PrivateRedis;
 
 pub(crate) async fn run(global: &Global, args: &BenchArgs) -> anyhow::Result<u8> {
-    if args.workers == 0 || args.tasks == 0 {
+    if args.workers == 0 || args.tasks == 0 || args.repeat == 0 {
         return Err(exit::fail(
             exit::USAGE,
-            "--workers and --tasks must be at least 1",
+            "--workers, --tasks and --repeat must be at least 1",
+        ));
+    }
+    if args.leases.contains(&0) {
+        return Err(exit::fail(exit::USAGE, "--leases must be at least 1"));
+    }
+    if global.tls_cert.is_some() != global.tls_key.is_some() {
+        return Err(exit::fail(
+            exit::USAGE,
+            "--tls-cert and --tls-key go together",
         ));
     }
     if args.plot.is_some() && !args.scenario.contains(&ScenarioArg::Contended) {
@@ -55,6 +64,10 @@ pub(crate) async fn run(global: &Global, args: &BenchArgs) -> anyhow::Result<u8>
 fn config(global: &Global, args: &BenchArgs, url: String) -> Config {
     let mut config = Config::new(url);
     config.prefix = global.prefix.clone();
+    config.tls = fencelock_bench::Tls {
+        ca: global.tls_ca.clone(),
+        client: global.tls_cert.clone().zip(global.tls_key.clone()),
+    };
     config.scenarios = args
         .scenario
         .iter()
@@ -62,9 +75,12 @@ fn config(global: &Global, args: &BenchArgs, url: String) -> Config {
             ScenarioArg::Uncontended => Scenario::Uncontended,
             ScenarioArg::Contended => Scenario::Contended,
             ScenarioArg::Many => Scenario::Many,
+            ScenarioArg::Held => Scenario::Held,
         })
         .collect();
     config.duration = args.duration;
+    config.rounds = args.repeat;
+    config.leases = args.leases.clone();
     config.options = fencelock::LockOptions::default()
         .layout(global.layout.into())
         .fence_mode(
@@ -98,7 +114,7 @@ async fn run_on(config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
             .with_context(|| format!("cannot write {}", path.display()))?;
         print!("{}", output.renderer.plot_written(path));
     }
-    Ok(if report.overlaps() == 0 {
+    Ok(if report.overlaps() == 0 && report.leases_lost() == 0 {
         exit::OK
     } else {
         exit::FAILED

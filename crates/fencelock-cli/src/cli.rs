@@ -170,7 +170,7 @@ pub(crate) enum Command {
     /// Measure speed and fairness against a real Redis (a private one unless
     /// --redis is given), next to that Redis's own round-trip rate.
     #[command(
-        after_help = "Examples:\n  fencelock bench\n  fencelock bench --scenario contended --mode notify,fair --workers 32 --json\n  fencelock bench --scenario contended --plot waits.svg\n\nExit code 1 if two holders ever overlapped."
+        after_help = "Examples:\n  fencelock bench\n  fencelock bench --scenario uncontended,many --duration 2s --repeat 5 --json\n  fencelock bench --scenario held --leases 1000,10000,100000\n  fencelock bench --redis redis+cluster://127.0.0.1:7000 --scenario uncontended,many\n  fencelock bench --redis rediss://127.0.0.1:6380 --tls-ca ca.pem --scenario uncontended,many\n  fencelock bench --scenario contended --mode notify,fair --workers 32 --json\n  fencelock bench --scenario contended --plot waits.svg\n\nExit code 1 if two holders ever overlapped or a held lease was lost."
     )]
     Bench(BenchArgs),
 
@@ -505,11 +505,20 @@ pub(crate) struct DoctorArgs {
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
     /// Scenarios to run, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ScenarioArg::Uncontended, ScenarioArg::Contended, ScenarioArg::Many])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ScenarioArg::Uncontended, ScenarioArg::Contended, ScenarioArg::Many, ScenarioArg::Held])]
     pub(crate) scenario: Vec<ScenarioArg>,
-    /// Measuring time of each scenario (and of each wait mode).
-    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    /// Measuring time of each contestant (fencelock and each reference) and
+    /// of each wait mode, per round.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) duration: Duration,
+    /// Rounds of each scenario: every figure is the median over the rounds,
+    /// with the smallest and largest round beside it. Within a round
+    /// fencelock and its references take turns in short slices.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub(crate) repeat: usize,
+    /// Leases held by the held scenario, comma-separated (one record each).
+    #[arg(long, value_delimiter = ',', default_values_t = [1000usize], value_name = "N")]
+    pub(crate) leases: Vec<usize>,
     /// Workers of the contended scenario, each a thread with its own runtime
     /// and connections.
     #[arg(long, default_value_t = 8)]
@@ -540,6 +549,8 @@ pub(crate) enum ScenarioArg {
     Contended,
     /// Many tasks on many names sharing one client.
     Many,
+    /// One client holding many auto-renewed leases.
+    Held,
 }
 
 /// Wait modes on the command line.

@@ -12,7 +12,12 @@
 //!   `contended/raw_grant_script_refused`: the same grant script called raw
 //!   on a plain connection (its Redis-side cost, without the client);
 //! - `resource/fenced_hash_write`: one fenced write under a held lease (one
-//!   round trip).
+//!   round trip);
+//! - `renewal/batch_256`: one keeper tick renewing 256 held leases in one
+//!   script call (`extend_many.lua`), next to `renewal/one_by_one_256`: the
+//!   same 256 renewals as 256 compare-and-pexpire calls sent together on one
+//!   connection (one task per lease, as before the keeper batched), and
+//!   `renewal/batch_1`: a tick with one lease due.
 //!
 //! Run with `cargo bench -p fencelock` (about a minute); `-- --save-baseline
 //! NAME` / `--baseline NAME` compare runs.
@@ -164,6 +169,71 @@ fn lock_benches(c: &mut Criterion) {
     assert_eq!(released, ReleaseOutcome::Released);
 }
 
+fn renewal_benches(c: &mut Criterion) {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let conn = rt
+        .block_on(async {
+            redis::Client::open(server.url())?
+                .get_multiplexed_async_connection()
+                .await
+        })
+        .expect("connect");
+    let ttl = Duration::from_secs(10);
+    let leases: Vec<(String, String)> = (0..256)
+        .map(|i| {
+            (
+                format!("lock:{{held:{i}}}"),
+                format!("token-{i}:1700000000000000"),
+            )
+        })
+        .collect();
+    for (key, value) in &leases {
+        server.cmd(&["SET", key, value, "PX", "600000"]);
+    }
+    let refs: Vec<(&str, &str)> = leases
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let mut group = c.benchmark_group("renewal");
+    for n in [1usize, 256] {
+        let invocation = fencelock::testing::renewal_batch_invocation(&refs[..n], ttl);
+        group.throughput(criterion::Throughput::Elements(n as u64));
+        group.bench_function(format!("batch_{n}"), |b| {
+            b.to_async(&rt).iter(|| {
+                let mut conn = conn.clone();
+                let invocation = &invocation;
+                async move {
+                    let codes: Vec<i64> = invocation.invoke_async(&mut conn).await.expect("renew");
+                    assert!(codes.iter().all(|&c| c == 1), "a lease was not renewed");
+                    black_box(codes)
+                }
+            });
+        });
+    }
+    let singles: Vec<_> = refs
+        .iter()
+        .map(|(k, v)| fencelock::testing::extend_invocation(k, v, ttl))
+        .collect();
+    group.throughput(criterion::Throughput::Elements(256));
+    group.bench_function("one_by_one_256", |b| {
+        b.to_async(&rt).iter(|| {
+            let singles = &singles;
+            let conn = conn.clone();
+            async move {
+                let calls = singles.iter().map(|inv| {
+                    let mut conn = conn.clone();
+                    async move { inv.invoke_async::<i64>(&mut conn).await.expect("extend") }
+                });
+                let codes = futures_util::future::join_all(calls).await;
+                assert!(codes.iter().all(|&c| c == 1), "a lease was not renewed");
+                black_box(codes)
+            }
+        });
+    });
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -174,6 +244,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = lock_benches
+    targets = lock_benches, renewal_benches
 }
 criterion_main!(benches);

@@ -12,6 +12,7 @@
 //! taking. The decisions are pure functions, tested without Redis.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -27,6 +28,7 @@ use crate::lease::Lease;
 use crate::metrics::{LeaseMetrics, StatsHandle};
 use crate::notify::{Waiter, Wakeups};
 use crate::options::{LockOptions, WaitMode};
+use crate::renew::Keeper;
 use crate::state::{Granted, LeaseState, drift};
 use crate::wait::Backoff;
 
@@ -103,15 +105,21 @@ pub(crate) struct Engine {
     wakeups: tokio::sync::OnceCell<Wakeups>,
     /// Per-family counters since connect, shared with leases and resources.
     pub(crate) stats: StatsHandle,
+    /// Renews every lease of the client (one task, batched renewals).
+    keeper: Arc<Keeper>,
+    /// `backend`, shared by the client's leases (one copy, not one each).
+    lease_backend: Arc<Backend>,
 }
 
 impl Engine {
     pub(crate) fn new(backend: Backend) -> Self {
         Engine {
+            lease_backend: Arc::new(backend.clone()),
             backend,
             client_id: uuid::Uuid::new_v4().simple().to_string(),
             wakeups: tokio::sync::OnceCell::new(),
             stats: StatsHandle::new(),
+            keeper: Keeper::new(),
         }
     }
 
@@ -175,28 +183,18 @@ impl Engine {
         // but its reply was lost, the next attempt gets the same grant back
         // (same fence) instead of leaving an orphaned lock until its ttl.
         let token = new_token();
-        // Notify and fair waiters register before their first attempt, so a
-        // release that happens right after a refused attempt wakes them.
-        let waiter = match (opts.wait_mode, opts.wait.is_zero()) {
-            (WaitMode::Poll, _) | (_, true) => None,
-            _ => match self.register_waiter(keys).await {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    tracing::warn!(lock = %name, error = %e, "cannot subscribe for wake-ups; polling instead");
-                    None
-                }
-            },
-        };
-        // A queued waiter carries what a release needs to hand it the lock
-        // (always in fair mode; in notify mode once it is starving).
-        let member = waiter.as_ref().map(|w| QueueMember {
-            client: self.client_id.clone(),
-            waiter: w.id(),
-            mode: opts.wait_mode,
-            ttl: opts.ttl,
-            handover: opts.handover_lease(),
-            token: token.clone(),
-        });
+        // A queued waiter (notify, fair) registers for wake-ups before the
+        // attempt that queues it, so a release right after a refused attempt
+        // wakes it. Fair waiters queue from their first attempt; a notify
+        // waiter's first attempt carries no queue member (the common case,
+        // a free lock, then needs no registration and no queue), and it
+        // registers and queues only once that attempt was refused.
+        let queues = opts.wait_mode != WaitMode::Poll && !opts.wait.is_zero();
+        let mut waiter = None;
+        let mut member = None;
+        if queues && opts.wait_mode == WaitMode::Fair {
+            (waiter, member) = self.queue_up(name, keys, &token, opts).await;
+        }
         let mut queued = QueuedGuard::new(&self.backend, keys, member.as_ref(), opts);
         let mut backoff = Backoff::new();
         let mut refused_at = None;
@@ -216,9 +214,18 @@ impl Engine {
                 Err(e) if opts.wait.is_zero() || !e.is_retryable() => return Err(e),
                 Err(e) => e,
             };
-            tried = true;
+            tried = member.is_some();
             if matches!(error, Error::Contended { .. }) {
                 refused_at = Some(attempt_at);
+                if queues && waiter.is_none() && member.is_none() {
+                    // A notify waiter refused once: register, then queue
+                    // with the next attempt, at once.
+                    (waiter, member) = self.queue_up(name, keys, &token, opts).await;
+                    queued = QueuedGuard::new(&self.backend, keys, member.as_ref(), opts);
+                    if member.is_some() {
+                        continue;
+                    }
+                }
             }
             let now = Instant::now();
             if give_up.is_some_and(|give_up| now >= give_up) {
@@ -268,6 +275,34 @@ impl Engine {
             {
                 queued.disarm();
                 return Ok(lease);
+            }
+        }
+    }
+
+    /// Registers a waiter for wake-ups on lock `keys` and the queue member
+    /// that carries it; on failure the waiter polls (`None`s).
+    async fn queue_up(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        token: &str,
+        opts: &LockOptions,
+    ) -> (Option<Waiter>, Option<QueueMember>) {
+        match self.register_waiter(keys).await {
+            Ok(w) => {
+                let member = QueueMember {
+                    client: self.client_id.clone(),
+                    waiter: w.id(),
+                    mode: opts.wait_mode,
+                    ttl: opts.ttl,
+                    handover: opts.handover_lease(),
+                    token: token.to_string(),
+                };
+                (Some(w), Some(member))
+            }
+            Err(e) => {
+                tracing::warn!(lock = %name, error = %e, "cannot subscribe for wake-ups; polling instead");
+                (None, None)
             }
         }
     }
@@ -339,7 +374,12 @@ impl Engine {
             });
         }
         tracing::debug!(lock = %name, %fence, "acquired");
-        Ok(Lease::start(state, opts.renewal_interval(), false))
+        Ok(Lease::start(
+            state,
+            &self.keeper,
+            opts.renewal_interval(),
+            false,
+        ))
     }
 
     fn contended(&self, name: &str, remaining: Option<Duration>) -> Error {
@@ -380,7 +420,12 @@ impl Engine {
             return None;
         }
         tracing::debug!(lock = %name, %fence, "acquired by hand-over");
-        Some(Lease::start(state, opts.renewal_interval(), false))
+        Some(Lease::start(
+            state,
+            &self.keeper,
+            opts.renewal_interval(),
+            false,
+        ))
     }
 
     fn lease_state(
@@ -393,8 +438,8 @@ impl Engine {
         deadline: Instant,
     ) -> LeaseState {
         LeaseState::new(
-            self.backend.clone(),
-            Granted::new(name, keys.clone(), token, fence, opts),
+            self.lease_backend.clone(),
+            Granted::new(name, keys, token, fence, opts),
             deadline,
             LeaseMetrics::new(opts.family_of(name).to_owned(), self.stats.clone()),
         )
@@ -437,7 +482,6 @@ impl Drop for QueuedGuard {
                     keys: &keys,
                     mint,
                     pass_on: PassOn {
-                        wake_prefix: &keys.wake_prefix,
                         publish: backend.publish(),
                     },
                     member: &member,

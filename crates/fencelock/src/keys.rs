@@ -64,18 +64,19 @@ impl LockKeys {
             KeyLayout::HashTagged => format!("{prefix}{{{name}}}"),
             KeyLayout::Guide => format!("{prefix}{name}"),
         };
-        Ok(LockKeys {
+        Ok(Self::of_lock_key(&lock))
+    }
+
+    /// The keys of the lock whose lock key is `lock` (every other key is
+    /// the lock key and a suffix, in both layouts).
+    pub(crate) fn of_lock_key(lock: &str) -> Self {
+        LockKeys {
             fence: format!("{lock}:fence"),
             queue: format!("{lock}:queue"),
             waiters: format!("{lock}:waiters"),
             wake_prefix: format!("{lock}:wake:"),
-            lock,
-        })
-    }
-
-    /// The four keys of the lock script, in its KEYS order.
-    pub(crate) fn all(&self) -> [&str; 4] {
-        [&self.lock, &self.fence, &self.queue, &self.waiters]
+            lock: lock.to_owned(),
+        }
     }
 }
 

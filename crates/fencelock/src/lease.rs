@@ -1,7 +1,7 @@
 //! A held lease as the user sees it: the [`Lease`] guard and its cloneable
 //! [`LeaseHandle`] (fence, token, remaining time, loss signal, extend,
-//! release). The state they share is in `crate::state`; the keeper task that
-//! renews it in `crate::renew`.
+//! release). The state they share is in `crate::state`; the client's keeper
+//! that renews it in `crate::renew`.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::renew::Keeper;
 
 use crate::backend::ops::Checked;
 use crate::error::{LossReason, Result};
@@ -69,18 +71,18 @@ impl LeaseHandle {
     /// holder. Pass it to fenced writes; show [`LeaseHandle::holder_id`]
     /// instead.
     pub fn token(&self) -> &str {
-        &self.state.grant.token
+        self.state.grant.token()
     }
 
     /// The public id of this holder ([`holder_id`](crate::holder_id) of the
     /// token), as `status`, `top` and the fenced resources show it.
     pub fn holder_id(&self) -> String {
-        crate::holder::holder_id(&self.state.grant.token)
+        crate::holder::holder_id(self.state.grant.token())
     }
 
     /// The Redis key holding the lease.
     pub fn key(&self) -> &str {
-        &self.state.grant.keys.lock
+        &self.state.grant.lock
     }
 
     /// The lease ttl that every renewal restores.
@@ -163,7 +165,9 @@ impl LeaseHandle {
 #[derive(Debug)]
 pub struct Lease {
     handle: LeaseHandle,
-    stop: CancellationToken,
+    /// The client's keeper, which renews this lease under `id`.
+    keeper: Arc<Keeper>,
+    id: u64,
     finished: bool,
 }
 
@@ -176,23 +180,21 @@ impl Deref for Lease {
 }
 
 impl Lease {
-    /// Starts the keeper task (renewal and deadline watchdog) for a new grant.
-    /// `renew_now`: the lease is provisional (handed over for less than its
-    /// ttl) and is renewed to the full ttl at once.
-    pub(crate) fn start(state: LeaseState, renew_every: Option<Duration>, renew_now: bool) -> Self {
+    /// Hands a new grant to the client's keeper (renewal and deadline
+    /// watchdog). `renew_now`: the lease is provisional (handed over for less
+    /// than its ttl) and is renewed to the full ttl at once.
+    pub(crate) fn start(
+        state: LeaseState,
+        keeper: &Arc<Keeper>,
+        renew_every: Option<Duration>,
+        renew_now: bool,
+    ) -> Self {
         let state = Arc::new(state);
-        let stop = CancellationToken::new();
-        // Detached: it ends by itself on `stop`, on loss, or at the deadline.
-        tokio::spawn(crate::renew::keep(
-            state.clone(),
-            Instant::now(),
-            renew_every,
-            renew_now,
-            stop.clone(),
-        ));
+        let id = keeper.register(state.clone(), Instant::now(), renew_every, renew_now);
         Lease {
             handle: LeaseHandle { state },
-            stop,
+            keeper: keeper.clone(),
+            id,
             finished: false,
         }
     }
@@ -212,11 +214,10 @@ impl Lease {
     /// not reach Redis the lock expires after its ttl.
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.finished = true;
-        self.stop.cancel();
         self.handle.state.metrics.hold_ended();
-        // The keeper checks `stop` while holding this lock before it sends a
-        // renewal: once we have had it, it sends none.
-        drop(self.handle.state.renewing.lock().await);
+        // Once closed, the keeper sends no renewal of this lease, and the
+        // one in flight (if any) has replied.
+        self.keeper.close(self.id).await;
         let outcome = ReleaseOutcome::from(self.handle.state.release_once().await?);
         match outcome {
             ReleaseOutcome::Released => {
@@ -235,12 +236,12 @@ impl Drop for Lease {
         if self.finished {
             return;
         }
-        self.stop.cancel();
+        self.keeper.stop(self.id);
         self.handle.state.metrics.hold_ended();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let state = self.handle.state.clone();
+            let (state, keeper, id) = (self.handle.state.clone(), self.keeper.clone(), self.id);
             runtime.spawn(async move {
-                drop(state.renewing.lock().await);
+                keeper.close(id).await;
                 if let Err(e) = state.release_once().await {
                     tracing::debug!(lock = %state.grant.name, error = %e, "best-effort release on drop failed; the lock expires by ttl");
                 }

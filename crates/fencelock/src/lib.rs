@@ -55,7 +55,7 @@
 //! | `acquire` | the acquire engine: grant attempts, the wait loop, hand-overs; `retry_delay` and `handover_deadline` as pure functions |
 //! | `lease` | the [`Lease`] guard and [`LeaseHandle`]: fence, token, `remaining`, `lost`, `extend`, `release` |
 //! | `state` | what a grant gave and the shared lease state: local deadline, loss signal, one renew / one release call |
-//! | `renew` | the keeper task: renewal every interval and the deadline watchdog |
+//! | `renew` | the client's keeper: one task renews all its leases, those due together in one script call per batch, and watches every deadline |
 //! | `notify` | the client's waiters and the routing of wake-ups to them (notify and fair modes) |
 //! | `wait` | backoff with jitter (poll mode) |
 //! | `backend` | everything that talks to Redis: typed calls and replies (`backend::ops`), the data kept in Redis (`backend::wire`), the Lua scripts (`backend/scripts/*.lua`), the connection seam (`backend::conn`), pub/sub |
@@ -74,8 +74,10 @@
 //! - **the grant** (lock and fence in one step): `backend/scripts/grant.lua`,
 //!   with fence minting (`mint`) in `backend/scripts/prelude.lua`; its
 //!   arguments and reply are `backend::ops::Grant` and `GrantReply`;
-//! - **the renewal loop**: `renew::keep`, one task per lease; the
-//!   compare-and-pexpire it sends is `backend/scripts/extend.lua`;
+//! - **the renewal loop**: `renew::Keeper`, one task per client that renews
+//!   the leases due in each tick in batches; the compare-and-pexpire it
+//!   sends is `backend/scripts/extend_many.lua` (`extend.lua` for a manual
+//!   `extend`);
 //! - **the fence rule at the resource**: [`fence_accepts`] states it; it runs
 //!   in `backend/scripts/fenced_write.lua` (Redis hash) and as SQL in
 //!   `resource::postgres::sql` (`rule_sql`);
@@ -212,6 +214,26 @@ pub mod testing {
             waiter_lease: opts.waiter_lease,
             queued: false,
         })
+    }
+
+    /// The script call one keeper tick makes to renew a batch of leases
+    /// (`(lock key, exact lock value)` each) to `ttl`, to run on any
+    /// connection.
+    pub fn renewal_batch_invocation(
+        leases: &[(&str, &str)],
+        ttl: std::time::Duration,
+    ) -> redis::ScriptInvocation<'static> {
+        crate::backend::invocation(&crate::backend::ops::ExtendMany { leases, ttl })
+    }
+
+    /// The script call a lease's own `extend` makes, to run on any
+    /// connection.
+    pub fn extend_invocation(
+        key: &str,
+        value: &str,
+        ttl: std::time::Duration,
+    ) -> redis::ScriptInvocation<'static> {
+        crate::backend::invocation(&crate::backend::ops::Extend { key, value, ttl })
     }
 }
 

@@ -23,7 +23,7 @@
 //!
 //! One `acquire` or `try_acquire` call is one attempt, counted once with its
 //! final outcome (the retries inside a waiting `acquire` are not attempts).
-//! The renewal lag is how late the keeper task woke against its schedule:
+//! The renewal lag is how late the client's keeper sent a renewal against its schedule:
 //! event-loop stalls, blocking calls, GC-like pauses of this process.
 //!
 //! ## Families: bounded labels

@@ -41,13 +41,6 @@ impl FenceMode {
             _ => None,
         }
     }
-
-    pub(crate) fn as_arg(self) -> &'static str {
-        match self {
-            FenceMode::Clock => "clock",
-            FenceMode::Counter => "counter",
-        }
-    }
 }
 
 /// How `acquire` waits while a lock is held.

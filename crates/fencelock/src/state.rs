@@ -1,11 +1,11 @@
 //! The shared state of one held lease: what was granted, the local monotonic
 //! deadline, the loss signal, and the two calls that act on the lock in
 //! Redis for it (renew and release). Owned together by the [`Lease`] guard,
-//! its handles and the keeper task (`crate::renew`).
+//! its handles and the client's keeper (`crate::renew`).
 //!
 //! [`Lease`]: crate::Lease
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -26,14 +26,18 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
-/// What one grant gave: fixed for the life of the lease.
+/// What one grant gave: fixed for the life of the lease. Kept small (a
+/// client may hold 100,000 leases): the lock key alone (the other keys are
+/// derived from it for a release), and the token as the start of the value.
 #[derive(Debug)]
 pub(crate) struct Granted {
     pub(crate) name: String,
-    pub(crate) keys: LockKeys,
-    pub(crate) token: String,
-    /// The exact value stored in the lock key (`TOKEN:FENCE` or `TOKEN`).
+    /// The lock key (`LockKeys::lock`).
+    pub(crate) lock: String,
+    /// The exact value stored in the lock key (`TOKEN:FENCE` or `TOKEN`):
+    /// the token is its first `token_len` bytes.
     pub(crate) value: String,
+    token_len: usize,
     pub(crate) fence: Fence,
     pub(crate) ttl: Duration,
     /// How fences are minted for the name: a release may hand the lock over.
@@ -43,7 +47,7 @@ pub(crate) struct Granted {
 impl Granted {
     pub(crate) fn new(
         name: &str,
-        keys: LockKeys,
+        keys: &LockKeys,
         token: &str,
         fence: Fence,
         opts: &LockOptions,
@@ -51,35 +55,42 @@ impl Granted {
         Granted {
             name: name.to_owned(),
             value: wire::lock_value(token, fence, opts.layout),
-            keys,
-            token: token.to_owned(),
+            token_len: token.len(),
+            lock: keys.lock.clone(),
             fence,
             ttl: opts.ttl,
             mint: Mint::new(opts),
         }
+    }
+
+    /// The holder token.
+    pub(crate) fn token(&self) -> &str {
+        &self.value[..self.token_len]
+    }
+
+    /// Every key of the lock, for a release.
+    pub(crate) fn keys(&self) -> LockKeys {
+        LockKeys::of_lock_key(&self.lock)
     }
 }
 
 /// Shared state of one lease.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
-    pub(crate) backend: Backend,
+    /// The client's backend, shared by all its leases.
+    pub(crate) backend: Arc<Backend>,
     pub(crate) grant: Granted,
     /// Local monotonic deadline: when the lease must be assumed gone.
     deadline: Mutex<Instant>,
     pub(crate) lost: CancellationToken,
     pub(crate) loss: OnceLock<LossReason>,
-    /// Held by the keeper while it sends a renewal. The release takes it
-    /// once after stopping the keeper, so no renewal can be sent after the
-    /// release, without waiting for the keeper task to end.
-    pub(crate) renewing: tokio::sync::Mutex<()>,
     /// Metrics and stats of this lease (family, hold time, once-only flags).
     pub(crate) metrics: LeaseMetrics,
 }
 
 impl LeaseState {
     pub(crate) fn new(
-        backend: Backend,
+        backend: Arc<Backend>,
         grant: Granted,
         deadline: Instant,
         metrics: LeaseMetrics,
@@ -90,7 +101,6 @@ impl LeaseState {
             deadline: Mutex::new(deadline),
             lost: CancellationToken::new(),
             loss: OnceLock::new(),
-            renewing: tokio::sync::Mutex::new(()),
             metrics,
         }
     }
@@ -131,7 +141,7 @@ impl LeaseState {
         let reply = self
             .backend
             .run(&Extend {
-                key: &g.keys.lock,
+                key: &g.lock,
                 value: &g.value,
                 ttl: g.ttl,
             })
@@ -139,23 +149,30 @@ impl LeaseState {
         self.metrics.renewal(matches!(reply, Ok(Checked::Done)));
         let reply = reply?;
         if reply == Checked::Done {
-            self.push_deadline(sent + g.ttl - drift(g.ttl));
-            tracing::debug!(lock = %g.name, fence = %g.fence, "lease renewed");
+            self.renewed(sent);
         }
         Ok(reply)
+    }
+
+    /// A renewal sent at `sent` extended the lease: the deadline moves to
+    /// `sent` + ttl (less the drift margin).
+    pub(crate) fn renewed(&self, sent: Instant) {
+        let g = &self.grant;
+        self.push_deadline(sent + g.ttl - drift(g.ttl));
+        tracing::debug!(lock = %g.name, fence = %g.fence, "lease renewed");
     }
 
     /// One compare-and-delete (which passes the lock on to a waiter).
     #[tracing::instrument(name = "release", level = "debug", skip_all, fields(lock = %self.grant.name, fence = %self.grant.fence, outcome))]
     pub(crate) async fn release_once(&self) -> Result<Checked> {
         let g = &self.grant;
+        let keys = g.keys();
         let reply = self
             .backend
             .run(&Release {
-                keys: &g.keys,
+                keys: &keys,
                 mint: g.mint,
                 pass_on: PassOn {
-                    wake_prefix: &g.keys.wake_prefix,
                     publish: self.backend.publish(),
                 },
                 value: &g.value,

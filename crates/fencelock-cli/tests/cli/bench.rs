@@ -143,20 +143,73 @@ fn check_floor(obj: &Map<String, Value>, ping_field: &str) {
     );
 }
 
-/// The full default run on a private server: one uncontended object, one
-/// contended object per wait mode (poll, notify, fair in that order), one
-/// many object, nothing but JSON on stdout, no progress text on a
-/// non-terminal stderr, exit 0.
+/// fencelock's references in an uncontended or many object: each rate
+/// positive, each ratio the quotient of the printed rates (one round, so
+/// the per-round ratio is the ratio of the rates), spreads ordered, the
+/// latencies in µs ordered, and the Redis CPU per cycle of each.
+fn check_cycles(obj: &Map<String, Value>, tasks: u64) {
+    assert_eq!(count(obj, "tasks"), tasks, "{obj:?}");
+    assert_eq!(text(obj, "topology"), "standalone", "{obj:?}");
+    assert_eq!(count(obj, "rounds"), 1, "{obj:?}");
+    positive(obj, "cycles_per_s");
+    assert_ratio(obj, "redis_ping_per_s");
+    check_floor(obj, "redis_ping_per_s");
+    for (ratio, of) in [
+        ("ratio_to_floor", "floor_cycles_per_s"),
+        ("ratio_to_unfenced", "unfenced_cycles_per_s"),
+    ] {
+        let expected = num(obj, "cycles_per_s") / positive(obj, of);
+        let got = positive(obj, ratio);
+        assert!(
+            (got - expected).abs() <= 0.002 + expected * 0.002,
+            "{ratio} {got}, expected {expected}: {obj:?}"
+        );
+        let (lo, hi) = (
+            num(obj, &format!("{ratio}_min")),
+            num(obj, &format!("{ratio}_max")),
+        );
+        assert!(lo <= got && got <= hi, "{ratio} spread: {obj:?}");
+    }
+    for what in ["acquire", "release", "ping"] {
+        let (p50, p99) = (
+            positive(obj, &format!("{what}_p50_us")),
+            positive(obj, &format!("{what}_p99_us")),
+        );
+        assert!(p50 <= p99, "{what}: {obj:?}");
+    }
+    for cpu in [
+        "redis_cpu_us_per_cycle",
+        "floor_redis_cpu_us_per_cycle",
+        "unfenced_redis_cpu_us_per_cycle",
+    ] {
+        positive(obj, cpu);
+    }
+    // A cycle is at least two script calls and what they run.
+    assert!(num(obj, "commands_per_cycle") >= 2.0, "{obj:?}");
+    // redis-benchmark is installed with redis-tools: its PING rate and
+    // fencelock's ratio to its bound are in the same run.
+    positive(obj, "redis_benchmark_ping_per_s");
+    positive(obj, "ratio_to_benchmark_bound");
+}
+
+/// The full default run on a private server, one round: one uncontended
+/// object, one contended object per wait mode (poll, notify, fair in that
+/// order), one many object, one held object per number of leases, nothing
+/// but JSON on stdout, no progress text on a non-terminal stderr, exit 0.
 #[test]
 fn heavy_bench_json_prints_one_object_per_scenario_and_mode() {
     let (out, stdout, stderr) = run(&[
         "bench",
         "--duration",
-        "1s",
+        "400ms",
+        "--repeat",
+        "1",
         "--workers",
         "4",
         "--tasks",
         "8",
+        "--leases",
+        "200",
         "--json",
     ]);
     assert_eq!(
@@ -169,21 +222,11 @@ fn heavy_bench_json_prints_one_object_per_scenario_and_mode() {
         "progress shown on a non-terminal stderr: {stderr:?}"
     );
     let objects = json_lines(&stdout);
-    assert_eq!(objects.len(), 5, "{stdout}");
+    assert_eq!(objects.len(), 6, "{stdout}");
 
     let uncontended = by_scenario(&objects, "uncontended");
     assert_eq!(uncontended.len(), 1, "{stdout}");
-    let u = uncontended[0];
-    assert_eq!(text(u, "scenario"), "uncontended");
-    positive(u, "cycles_per_s");
-    assert_ratio(u, "redis_ping_per_s");
-    check_floor(u, "redis_ping_per_s");
-    let to_floor = positive(u, "ratio_to_floor");
-    let expected = num(u, "cycles_per_s") / num(u, "floor_cycles_per_s");
-    assert!(
-        (to_floor - expected).abs() <= 0.002 + expected * 0.002,
-        "{u:?}"
-    );
+    check_cycles(uncontended[0], 1);
 
     let contended = by_scenario(&objects, "contended");
     let modes: Vec<&str> = contended.iter().map(|o| text(o, "mode")).collect();
@@ -198,17 +241,113 @@ fn heavy_bench_json_prints_one_object_per_scenario_and_mode() {
 
     let many = by_scenario(&objects, "many");
     assert_eq!(many.len(), 1, "{stdout}");
-    assert_eq!(count(many[0], "tasks"), 8);
-    positive(many[0], "cycles_per_s");
-    assert_ratio(many[0], "redis_ping_c64_per_s");
-    check_floor(many[0], "redis_ping_c64_per_s");
-    positive(many[0], "floor_redis_cpu_us_per_cycle");
+    check_cycles(many[0], 8);
+
+    let held = by_scenario(&objects, "held");
+    let leases: Vec<u64> = held.iter().map(|o| count(o, "leases")).collect();
+    assert_eq!(leases, [200], "{stdout}");
+    for obj in held {
+        assert_eq!(count(obj, "leases_lost"), 0, "{obj:?}");
+        assert_eq!(num(obj, "ttl_ms"), 10_000.0, "{obj:?}");
+        // Watched for at least one ttl: every lease renewed.
+        assert!(num(obj, "window_s") >= 10.0, "{obj:?}");
+        positive(obj, "client_bytes_per_lease");
+        positive(obj, "redis_commands_per_s");
+        for share in ["client_cpu_share", "redis_cpu_share"] {
+            let v = num(obj, share);
+            assert!((0.0..=2.0).contains(&v), "{share}: {obj:?}");
+        }
+        assert!(num(obj, "renewal_lag_max_ms") >= 0.0, "{obj:?}");
+    }
 
     let scenarios: BTreeSet<&str> = objects.iter().map(|o| text(o, "scenario")).collect();
     assert_eq!(
         scenarios,
-        BTreeSet::from(["uncontended", "contended", "many"])
+        BTreeSet::from(["uncontended", "contended", "many", "held"])
     );
+}
+
+/// `--repeat 3`: every ratio is the median of three rounds, between the
+/// smallest and the largest, which the object carries beside it.
+#[test]
+fn heavy_bench_repeat_reports_the_median_and_spread_of_the_rounds() {
+    let (out, stdout, stderr) = run(&[
+        "bench",
+        "--scenario",
+        "uncontended",
+        "--duration",
+        "300ms",
+        "--repeat",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let objects = json_lines(&stdout);
+    assert_eq!(objects.len(), 1, "{stdout}");
+    let u = &objects[0];
+    assert_eq!(count(u, "rounds"), 3, "{u:?}");
+    for ratio in [
+        "ratio_to_floor",
+        "ratio_to_unfenced",
+        "ratio_to_bound",
+        "floor_ratio_to_bound",
+        "unfenced_ratio_to_bound",
+    ] {
+        let (lo, mid, hi) = (
+            positive(u, &format!("{ratio}_min")),
+            positive(u, ratio),
+            positive(u, &format!("{ratio}_max")),
+        );
+        assert!(lo <= mid && mid <= hi, "{ratio}: {u:?}");
+    }
+}
+
+/// The topology runs of `fencelock bench` (DESIGN.md §6, issue 12): on a
+/// 3-master Cluster and through TLS, uncontended and many are measured with
+/// the library's connection for fencelock and one of the same type for the
+/// references (PING to the node serving the lock; TLS PING over TLS), and
+/// every record names its topology.
+#[test]
+fn heavy_bench_measures_a_cluster_and_tls_with_references_of_the_same_type() {
+    let cluster = fencelock_testkit::RedisCluster::start();
+    let server = fencelock_testkit::RedisServer::start_with(
+        fencelock_testkit::RedisConfig::default().with_tls(fencelock_testkit::TlsConfig::default()),
+    );
+    let tls = server.tls_files().expect("TLS files");
+    let ca = tls.ca_cert.display().to_string();
+    let cluster_url = cluster.cluster_url();
+    let tls_url = server.url();
+    for (url, extra, topology) in [
+        (cluster_url.as_str(), vec![], "cluster"),
+        (tls_url.as_str(), vec!["--tls-ca", ca.as_str()], "tls"),
+    ] {
+        let mut args = vec![
+            "--redis",
+            url,
+            "bench",
+            "--scenario",
+            "uncontended,many",
+            "--duration",
+            "300ms",
+            "--repeat",
+            "1",
+            "--tasks",
+            "16",
+            "--json",
+        ];
+        args.extend(extra);
+        let (out, stdout, stderr) = run(&args);
+        assert_eq!(out.status.code(), Some(0), "{topology}: {stderr}");
+        let objects = json_lines(&stdout);
+        assert_eq!(objects.len(), 2, "{stdout}");
+        for obj in &objects {
+            assert_eq!(text(obj, "topology"), topology, "{obj:?}");
+            positive(obj, "cycles_per_s");
+            assert_ratio(obj, "redis_ping_per_s");
+            check_floor(obj, "redis_ping_per_s");
+            positive(obj, "ratio_to_unfenced");
+        }
+    }
 }
 
 /// `--plot FILE.svg` with `--json`: stdout stays pure JSON, and the SVG has
@@ -225,6 +364,8 @@ fn heavy_bench_plot_writes_an_svg_with_a_curve_per_mode_and_panel() {
         "contended",
         "--duration",
         "1s",
+        "--repeat",
+        "1",
         "--workers",
         "4",
         "--json",
@@ -360,6 +501,8 @@ fn bench_never_shows_the_redis_password() {
                 "uncontended",
                 "--duration",
                 "100ms",
+                "--repeat",
+                "1",
             ];
             if json {
                 args.push("--json");

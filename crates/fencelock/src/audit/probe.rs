@@ -266,7 +266,6 @@ async fn locks(
         Need::Locks(QUEUE),
     )?;
     let pass_on = PassOn {
-        wake_prefix: &keys.wake_prefix,
         publish: backend.publish(),
     };
     report.note(

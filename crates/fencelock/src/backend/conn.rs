@@ -187,6 +187,15 @@ impl RedisConn {
         }
     }
 
+    /// The Cluster slot of `key` (`None` off a Cluster, where any keys may
+    /// share a script).
+    pub(crate) fn batch_group(&self, key: &str) -> Option<redis::cluster_routing::Slot> {
+        match self.link {
+            Link::Cluster { .. } => Some(redis::cluster_routing::Slot::for_key(key)),
+            _ => None,
+        }
+    }
+
     /// Runs a script call and decodes its reply.
     pub(crate) async fn run<C: ScriptCall>(&self, call: &C) -> Result<C::Reply> {
         let keys = call.keys();
@@ -732,7 +741,6 @@ mod tests {
                 keys: &keys,
                 mint,
                 pass_on: PassOn {
-                    wake_prefix: &keys.wake_prefix,
                     publish: Publish::SPublish,
                 },
                 value: &value,

@@ -102,6 +102,14 @@ impl Backend {
         }
     }
 
+    /// Which calls on `key` may run together in one script: keys with the
+    /// same group share a Cluster slot (every key does on one server).
+    pub(crate) fn batch_group(&self, key: &str) -> Option<redis::cluster_routing::Slot> {
+        match self {
+            Backend::Redis(conn) => conn.batch_group(key),
+        }
+    }
+
     /// Whether the store is a Redis Cluster.
     pub(crate) fn is_cluster(&self) -> bool {
         match self {

@@ -58,13 +58,18 @@ impl Mint {
         }
     }
 
+    /// One argument (each costs Redis time): mode, format, retention, as
+    /// `prelude.lua` reads them (`ct86400000`).
     fn write<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        out.write_arg(self.mode.as_arg().as_bytes());
-        out.write_arg(match self.layout {
-            KeyLayout::HashTagged => b"tagged",
-            KeyLayout::Guide => b"bare",
-        });
-        out.write_arg_fmt(self.retention.as_millis());
+        let mode = match self.mode {
+            FenceMode::Clock => 'c',
+            _ => 'n',
+        };
+        let format = match self.layout {
+            KeyLayout::HashTagged => 't',
+            _ => 'b',
+        };
+        out.write_arg_fmt(format_args!("{mode}{format}{}", self.retention.as_millis()));
     }
 }
 
@@ -77,21 +82,24 @@ pub(crate) enum Publish {
 }
 
 /// What a release or a leave needs to pass a free lock on to the head
-/// waiter: ARGV 4-6 of those scripts.
+/// waiter: ARGV[2] of those scripts, the publish command and the starvation
+/// threshold in µs (the wake channels are the lock key's `:wake:`
+/// channels, derived in the script).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PassOn<'a> {
-    pub(crate) wake_prefix: &'a str,
+pub(crate) struct PassOn {
     pub(crate) publish: Publish,
 }
 
-impl PassOn<'_> {
+impl PassOn {
     fn write<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        out.write_arg(self.wake_prefix.as_bytes());
-        out.write_arg(match self.publish {
-            Publish::Publish => b"PUBLISH",
-            Publish::SPublish => b"SPUBLISH",
-        });
-        out.write_arg_fmt(STARVATION_THRESHOLD.as_micros());
+        let publish = match self.publish {
+            Publish::Publish => "PUBLISH",
+            Publish::SPublish => "SPUBLISH",
+        };
+        out.write_arg_fmt(format_args!(
+            "{publish} {}",
+            STARVATION_THRESHOLD.as_micros()
+        ));
     }
 }
 
@@ -116,12 +124,12 @@ impl ToRedisArgs for Grant<'_> {
         out.write_arg(self.token.as_bytes());
         out.write_arg_fmt(self.ttl.as_millis());
         out.write_arg(self.wait_mode.as_arg().as_bytes());
-        match self.member {
-            Some(member) => out.write_arg_fmt(member),
-            None => out.write_arg(b""),
+        // The queue arguments only for an attempt that may queue.
+        if let Some(member) = self.member {
+            out.write_arg_fmt(member);
+            out.write_arg_fmt(self.waiter_lease.as_millis());
+            out.write_arg(if self.queued { b"1" } else { b"0" });
         }
-        out.write_arg_fmt(self.waiter_lease.as_millis());
-        out.write_arg(if self.queued { b"1" } else { b"0" });
     }
 }
 
@@ -133,7 +141,7 @@ impl ScriptCall for Grant<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
-        self.keys.all().to_vec()
+        vec![&self.keys.lock]
     }
 }
 
@@ -170,7 +178,7 @@ impl FromRedisValue for GrantReply {
 pub(crate) struct Release<'a> {
     pub(crate) keys: &'a LockKeys,
     pub(crate) mint: Mint,
-    pub(crate) pass_on: PassOn<'a>,
+    pub(crate) pass_on: PassOn,
     /// The exact lock value of the grant.
     pub(crate) value: &'a str,
 }
@@ -191,7 +199,7 @@ impl ScriptCall for Release<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
-        self.keys.all().to_vec()
+        vec![&self.keys.lock]
     }
 }
 
@@ -223,6 +231,41 @@ impl ScriptCall for Extend<'_> {
     }
 }
 
+/// Compare-and-pexpire of many leases of one ttl in one call
+/// (`extend_many.lua`): the keeper's batched renewal. On a Cluster all keys
+/// must share a slot.
+#[derive(Debug)]
+pub(crate) struct ExtendMany<'a> {
+    /// `(lock key, exact lock value)` of each lease.
+    pub(crate) leases: &'a [(&'a str, &'a str)],
+    pub(crate) ttl: Duration,
+}
+
+impl ToRedisArgs for ExtendMany<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(self.ttl.as_millis());
+        for (_, value) in self.leases {
+            out.write_arg(value.as_bytes());
+        }
+    }
+
+    fn num_of_args(&self) -> usize {
+        1 + self.leases.len()
+    }
+}
+
+impl ScriptCall for ExtendMany<'_> {
+    type Reply = Vec<Checked>;
+
+    fn script(&self) -> &'static Lua {
+        &scripts::EXTEND_MANY
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.leases.iter().map(|(key, _)| *key).collect()
+    }
+}
+
 /// The reply of an ownership-checked call (release, extend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Checked {
@@ -248,7 +291,7 @@ impl FromRedisValue for Checked {
 pub(crate) struct Leave<'a> {
     pub(crate) keys: &'a LockKeys,
     pub(crate) mint: Mint,
-    pub(crate) pass_on: PassOn<'a>,
+    pub(crate) pass_on: PassOn,
     pub(crate) member: &'a QueueMember,
 }
 
@@ -269,7 +312,7 @@ impl ScriptCall for Leave<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
-        self.keys.all().to_vec()
+        vec![&self.keys.lock]
     }
 }
 

@@ -2,7 +2,9 @@
 //! ARGV and replies. Every script starts with `common.lua` (calls whose
 //! errors name the one command or key in the way); grant, release and leave
 //! also share `prelude.lua` (fence minting and the wait queue). Both are
-//! prepended at compile time.
+//! prepended at compile time. Grant and release start with their common
+//! case (`grant_fast.lua`, `release_fast.lua`), which runs before those
+//! helpers are created and falls through to the full script otherwise.
 //!
 //! `redis::Script` computes the SHA once; calls use `EVALSHA` and fall back to
 //! `SCRIPT LOAD` on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a failover),
@@ -31,6 +33,7 @@ impl Lua {
 /// Grant: lock + fence in one atomic step.
 pub(crate) static GRANT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/grant_fast.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/grant.lua")
@@ -40,6 +43,7 @@ pub(crate) static GRANT: LazyLock<Lua> = LazyLock::new(|| {
 /// Release: compare-and-delete, then hand over to or wake the next waiter.
 pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/release_fast.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/release.lua")
@@ -60,6 +64,14 @@ pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("scripts/common.lua"),
         include_str!("scripts/extend.lua")
+    ))
+});
+
+/// Compare-and-pexpire of many leases at once (the keeper's batched tick).
+pub(crate) static EXTEND_MANY: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/extend_many.lua")
     ))
 });
 

@@ -15,6 +15,7 @@ mod exclusion;
 mod fences;
 mod guide_scenario;
 mod hostile;
+mod keeper;
 mod lease;
 mod metrics;
 #[cfg(feature = "postgres")]

@@ -151,8 +151,8 @@ struct Waited {
     /// until just before the release.
     scripts: u64,
     /// Every command Redis executed in the 2 s after the waiter's first
-    /// attempt (a refused attempt alone is about ten: the script and the
-    /// commands inside it).
+    /// attempt (for notify and fair, after it was queued; a refused attempt
+    /// alone is about ten: the script and the commands inside it).
     commands_after_first_attempt: u64,
     /// From just before the release was sent until the waiter had the lease.
     release_to_grant: Duration,
@@ -173,8 +173,13 @@ async fn wait_behind_a_two_second_holder(mode: WaitMode) -> Result<Waited> {
     // A 30 s waiter lease: a queued waiter retries by itself only every 10 s
     // (a third of it) or when the holder's 10 s lease runs out.
     let task = spawn_acquire(&waiter, "job", &waiter_opts(mode, Duration::from_secs(30)));
+    // A queued waiter (notify, fair) is counted from when it is queued (a
+    // notify waiter's first attempt is not queued: only a refused one
+    // registers and queues with its next attempt, at once).
     poll("the waiter's first attempt", POLL_DEADLINE, || {
-        (server.script_calls() > scripts_before).then_some(())
+        let tried = server.script_calls() > scripts_before;
+        let queued = mode == WaitMode::Poll || !queue(&server, &keys).is_empty();
+        (tried && queued).then_some(())
     })
     .await?;
     let commands_before = total_commands(&mut admin)?;
@@ -206,8 +211,9 @@ async fn wait_behind_a_two_second_holder(mode: WaitMode) -> Result<Waited> {
 }
 
 /// Notify: a waiter behind a holder that keeps the lock for 2 s sends its
-/// first attempt and then nothing (at most 3 script calls in all; no
-/// command at all reaches Redis in the 2 s after the first attempt) and
+/// first attempts (refused, then queued) and then nothing (at most 3 script
+/// calls in all; no command at all reaches Redis in the 2 s after it was
+/// queued) and
 /// still has the lock within 100 ms of the release: only the wake-up can
 /// explain that, since its own retry was 10 s away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

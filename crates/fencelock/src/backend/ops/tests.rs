@@ -38,9 +38,7 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
     assert_eq!(
         args(&grant),
         [
-            "clock",
-            "tagged",
-            "86400000",
+            "ct86400000",
             "t",
             "5000",
             "fair",
@@ -49,9 +47,16 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
             "1"
         ]
     );
-    assert_eq!(grant.keys(), keys.all());
+    // An attempt that never queues sends no queue arguments.
+    let unqueued = Grant {
+        member: None,
+        wait_mode: WaitMode::Notify,
+        ..grant
+    };
+    assert_eq!(args(&unqueued), ["ct86400000", "t", "5000", "notify"]);
+    // The lock key alone: the scripts derive the others from it.
+    assert_eq!(grant.keys(), [keys.lock.as_str()]);
     let pass_on = PassOn {
-        wake_prefix: &keys.wake_prefix,
         publish: Publish::Publish,
     };
     let release = Release {
@@ -60,26 +65,19 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
         pass_on,
         value: "t:7",
     };
-    assert_eq!(
-        args(&release),
-        [
-            "clock",
-            "tagged",
-            "86400000",
-            "lock:{job}:wake:",
-            "PUBLISH",
-            "10000",
-            "t:7"
-        ]
-    );
+    assert_eq!(args(&release), ["ct86400000", "PUBLISH 10000", "t:7"]);
     let leave = Leave {
         keys: &keys,
         mint: Mint::new(&opts.clone().fence_mode(FenceMode::Counter)),
         pass_on,
         member: &member,
     };
-    assert_eq!(args(&leave)[..3], ["counter", "tagged", "0"]);
-    assert_eq!(args(&leave)[6..], ["c:1:fair:5000:1000:t", "t"]);
+    assert_eq!(
+        args(&leave),
+        ["nt0", "PUBLISH 10000", "c:1:fair:5000:1000:t", "t"]
+    );
+    assert_eq!(release.keys(), [keys.lock.as_str()]);
+    assert_eq!(leave.keys(), [keys.lock.as_str()]);
     Ok(())
 }
 

@@ -1,22 +1,40 @@
 -- Grant: set the lock and mint its fence in one atomic step (DESIGN.md §2.1).
--- After common.lua and prelude.lua (KEYS and ARGV 1-3 are documented there).
-local token = ARGV[4]          -- the caller's holder token
-local ttl_ms = ARGV[5]         -- lease ttl in ms
-local wait_mode = ARGV[6]      -- "poll", "notify" or "fair"
-local member = ARGV[7]         -- the caller's queue member ("" = never queue)
-local waiter_lease = tonumber(ARGV[8])  -- ms a queued waiter keeps its place
+-- After common.lua and prelude.lua (KEYS and ARGV[1] are documented there).
+local token = ARGV[2]          -- the caller's holder token
+local ttl_ms = ARGV[3]         -- lease ttl in ms
+local wait_mode = ARGV[4]      -- "poll", "notify" or "fair"
+-- ARGV 5-7 only when the caller may queue (absent: it never queues):
+local member = ARGV[5] or ''   -- the caller's queue member ("" = never queue)
+local waiter_lease = tonumber(ARGV[6])  -- ms a queued waiter keeps its place
 -- Whether an earlier attempt may have queued the caller. Each redis.call
 -- costs about a microsecond: skip the dequeue when it was never queued (the
 -- common, uncontended case).
-local queued = member ~= '' and ARGV[9] == '1'
+local queued = member ~= '' and ARGV[7] == '1'
 --
 -- Returns {1, fence} when granted (a retry with the same token gets the same
 -- grant back), {0, pttl} when held by another, {2, 0} when free but reserved
 -- for the head of a fair queue. Refused notify/fair callers are queued (or
 -- keep their place, with a renewed waiter lease).
 
-local held = call('GET', LOCK)
-local last = last_fence()
+-- The common case (no fair queue to honour, never queued) sets the lock in
+-- the same call that reads it: the fence is computed first (nothing is
+-- written before SET), stored only if SET took the lock. Each redis.call
+-- costs a few microseconds of Redis time: this path makes four (GET fence,
+-- TIME, SET NX GET, SET fence), as few as a clock-fenced grant can.
+local held, last, now
+if wait_mode ~= 'fair' and not queued then
+  last = last_fence()
+  if FENCE_MODE == 'clock' then now = now_us() end
+  local fence = next_fence(last, now)
+  held = call('SET', LOCK, lock_value(token, fence), 'NX', 'PX', ttl_ms, 'GET')
+  if not held then
+    store_fence(fence)
+    return {1, fence}
+  end
+else
+  held = call('GET', LOCK)
+  last = last_fence()
+end
 
 -- A retry of a grant that already succeeded (or a lock handed over to this
 -- waiter) gets the same fence back instead of minting another.
@@ -64,11 +82,11 @@ if mine then
 end
 
 if held then
-  if wait_mode ~= 'poll' then enqueue(now_us()) end
+  if wait_mode ~= 'poll' then enqueue(now or now_us()) end
   return {0, call('PTTL', LOCK)}
 end
 
-local now = now_us()
+now = now or now_us()
 if wait_mode == 'fair' and queue_live then
   local head = live_head(math.floor(now / 1000))
   if head and head ~= member then

@@ -1,12 +1,13 @@
 -- Leave: a waiter gives up (timed out, failed or cancelled). If the lock was
 -- handed to it meanwhile, it is released; if the lock is free, it is passed
 -- on, so nobody waits for a waiter that is gone. After common.lua and
--- prelude.lua (KEYS and ARGV 1-3 are documented there).
-local wake_prefix = ARGV[4]    -- wake channel = wake_prefix .. CLIENT
-local publish = ARGV[5]        -- "PUBLISH", or "SPUBLISH" on Cluster
-local starving_us = tonumber(ARGV[6])  -- a notify head that waited this long is handed the lock
-local member = ARGV[7]         -- the leaving waiter's queue member
-local token = ARGV[8]          -- its holder token
+-- prelude.lua (KEYS and ARGV[1] are documented there).
+local wake_prefix = LOCK .. ':wake:'  -- wake channel = wake_prefix .. CLIENT
+-- ARGV[2]: how to pass the lock on, as in release.lua.
+local publish, starving_us = string.match(ARGV[2], '^(%u+) (%d+)$')
+starving_us = tonumber(starving_us)
+local member = ARGV[3]         -- the leaving waiter's queue member
+local token = ARGV[4]          -- its holder token
 --
 -- Returns 2 if a lock handed to this waiter was released, 1 if it was
 -- queued, 0 otherwise.

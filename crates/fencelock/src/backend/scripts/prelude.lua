@@ -2,21 +2,29 @@
 -- three scripts that change who holds a lock share fence minting and the
 -- wait queue.
 --
--- KEYS (all four share one hash slot in the default layout):
---   1 lock key (value TOKEN:FENCE, or TOKEN in the guide layout, PX ttl)
---   2 fence key (last fence issued)
---   3 wait queue: zset member -> arrival time in µs
---   4 waiter leases: zset member -> lease end in ms
+-- KEYS[1] is the lock key (value TOKEN:FENCE, or TOKEN in the guide layout,
+-- PX ttl); the lock's other keys are it and a suffix (LockKeys), so they
+-- share its hash slot in the default layout and are not passed (every
+-- argument costs Redis time):
+--   LOCK:fence    the last fence issued
+--   LOCK:queue    wait queue: zset member -> arrival time in µs
+--   LOCK:waiters  waiter leases: zset member -> lease end in ms
+-- A release wakes a waiter on the channel LOCK:wake:CLIENT.
 -- Queue members are "CLIENT:WAITER:MODE:TTL_MS:HANDOVER_MS:TOKEN" (MODE
 -- "fair" or "notify"): what a release needs to wake the waiter or hand it the
 -- lock (for HANDOVER_MS, until the waiter renews it).
 --
--- ARGV 1-3, the same in all three scripts: how fences are minted for this
--- name: the fence mode ("clock"/"counter"), the lock value format
--- ("tagged"/"bare") and the fence key retention in ms ("0" = forever).
+-- ARGV[1], the same in all three scripts: how fences are minted for this
+-- name, in one argument (each argument costs Redis time): the fence mode
+-- ("c" clock, "n" counter), the lock value format ("t" tagged TOKEN:FENCE,
+-- "b" bare TOKEN) and the fence key retention in ms ("0" = forever), e.g.
+-- "ct86400000".
 
-local LOCK, FENCE, QUEUE, WAITERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local FENCE_MODE, FORMAT, RETENTION = ARGV[1], ARGV[2], ARGV[3]
+local LOCK = KEYS[1]
+local FENCE, QUEUE, WAITERS = LOCK .. ':fence', LOCK .. ':queue', LOCK .. ':waiters'
+local FENCE_MODE = string.sub(ARGV[1], 1, 1) == 'c' and 'clock' or 'counter'
+local FORMAT = string.sub(ARGV[1], 2, 2) == 't' and 'tagged' or 'bare'
+local RETENTION = string.sub(ARGV[1], 3)
 
 local MEMBER = '^([^:]+):([^:]+):(%a+):(%d+):(%d+):(.+)$'
 
@@ -41,27 +49,40 @@ local function last_fence()
   return last
 end
 
--- Mints the next fence (DESIGN.md §2.1, §2.3).
-local function mint(last, now)
+-- The next fence after LAST at server time NOW (µs), not yet stored
+-- (DESIGN.md §2.1, §2.3).
+local function next_fence(last, now)
   if FENCE_MODE == 'counter' then
-    -- INCR keeps the key compatible with the guide's Python workers; a
-    -- counter must never expire (a name once used in clock mode has a ttl).
-    local f = call('INCR', FENCE)
-    call('PERSIST', FENCE)
-    return f
+    -- As INCR counts: 1 after none.
+    return (tonumber(last) or 0) + 1
   end
   -- Floor the fence at the server clock in µs: if the fence key is lost
   -- (restart without persistence, failover, eviction, expiry) the next fence
   -- is still above every fence issued before, as long as the server clock
   -- does not step back. Values stay below 2^53, exact in Lua doubles.
-  local f = math.max((tonumber(last) or 0) + 1, now)
+  return math.max((tonumber(last) or 0) + 1, now)
+end
+
+-- Stores FENCE, minted by next_fence, as the last fence issued.
+local function store_fence(f)
   -- string.format('%d') because tostring() rounds 16-digit numbers (%.14g).
-  if RETENTION ~= '0' then
+  if FENCE_MODE == 'counter' then
+    -- INCR keeps the key compatible with the guide's Python workers (and
+    -- gives F: LAST was read in this same script); a counter must never
+    -- expire (a name once used in clock mode has a ttl).
+    call('INCR', FENCE)
+    call('PERSIST', FENCE)
+  elseif RETENTION ~= '0' then
     call('SET', FENCE, string.format('%d', f), 'PX', RETENTION)
   else
     call('SET', FENCE, string.format('%d', f))
   end
   return f
+end
+
+-- Mints and stores the next fence.
+local function mint(last, now)
+  return store_fence(next_fence(last, now))
 end
 
 local function lock_value(token, fence)

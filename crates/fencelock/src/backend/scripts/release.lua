@@ -1,10 +1,12 @@
 -- Release: compare-and-delete (DESIGN.md §2.2), then pass the lock on to the
--- head waiter. After common.lua and prelude.lua (KEYS and ARGV 1-3 are
+-- head waiter. After common.lua and prelude.lua (KEYS and ARGV[1] are
 -- documented there).
-local wake_prefix = ARGV[4]    -- wake channel = wake_prefix .. CLIENT
-local publish = ARGV[5]        -- "PUBLISH", or "SPUBLISH" on Cluster
-local starving_us = tonumber(ARGV[6])  -- a notify head that waited this long is handed the lock
-local value = ARGV[7]          -- the exact lock value granted
+local wake_prefix = LOCK .. ':wake:'  -- wake channel = wake_prefix .. CLIENT
+-- ARGV[2]: how to pass the lock on, "PUBLISH" or "SPUBLISH" (Cluster), a
+-- space and the µs after which a waiting notify head is handed the lock.
+local publish, starving_us = string.match(ARGV[2], '^(%u+) (%d+)$')
+starving_us = tonumber(starving_us)
+local value = ARGV[3]          -- the exact lock value granted
 --
 -- Returns 1 when released, 0 when absent (expired), -1 when anything else is
 -- there (another holder, or a value of another type). Never touches another
