@@ -122,6 +122,11 @@ impl Engine {
         keys: LockKeys,
         opts: &LockOptions,
     ) -> Result<Lease> {
+        #[cfg(feature = "etcd")]
+        if let Backend::Etcd(conn) = &self.backend {
+            let attempt = crate::backend::etcd::acquire(self, conn, name, &keys, opts, false);
+            return self.recorded(name, opts, attempt).await;
+        }
         let attempt = async {
             let token = new_token();
             self.grant(name, &keys, &token, opts, None, false).await
@@ -136,6 +141,11 @@ impl Engine {
         keys: LockKeys,
         opts: &LockOptions,
     ) -> Result<Lease> {
+        #[cfg(feature = "etcd")]
+        if let Backend::Etcd(conn) = &self.backend {
+            let attempt = crate::backend::etcd::acquire(self, conn, name, &keys, opts, true);
+            return self.recorded(name, opts, attempt).await;
+        }
         self.recorded(name, opts, self.wait_for(name, &keys, opts))
             .await
     }

@@ -291,7 +291,10 @@ async fn heavy_sentinel_split_brain_duplicates_counter_fences_only_without_min_r
             .try_cmd(&["SET", "lock:{marker}", "x:1", "PX", "60000"])
             .is_err()
         {
-            ensure!(Instant::now() < give_up, "the new primary never accepted a write");
+            ensure!(
+                Instant::now() < give_up,
+                "the new primary never accepted a write"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         while !matches!(

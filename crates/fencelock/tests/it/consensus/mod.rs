@@ -1,0 +1,7 @@
+//! The lock on etcd (feature `etcd`), against real etcd processes.
+//!
+//! Tests that start a three-member cluster have `etcd` in their name, so
+//! nextest runs them one at a time (`.config/nextest.toml`); the others use
+//! one member each and run in parallel.
+
+mod basics;
