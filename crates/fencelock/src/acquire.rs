@@ -124,7 +124,11 @@ impl Engine {
     ) -> Result<Lease> {
         #[cfg(feature = "etcd")]
         if let Backend::Etcd(conn) = &self.backend {
-            let attempt = crate::backend::etcd::acquire(self, conn, name, &keys, opts, false);
+            // Boxed: etcd's request futures are large, and this one would
+            // otherwise sit on the caller's stack.
+            let attempt = Box::pin(crate::backend::etcd::acquire(
+                self, conn, name, &keys, opts, false,
+            ));
             return self.recorded(name, opts, attempt).await;
         }
         let attempt = async {
@@ -143,7 +147,9 @@ impl Engine {
     ) -> Result<Lease> {
         #[cfg(feature = "etcd")]
         if let Backend::Etcd(conn) = &self.backend {
-            let attempt = crate::backend::etcd::acquire(self, conn, name, &keys, opts, true);
+            let attempt = Box::pin(crate::backend::etcd::acquire(
+                self, conn, name, &keys, opts, true,
+            ));
             return self.recorded(name, opts, attempt).await;
         }
         self.recorded(name, opts, self.wait_for(name, &keys, opts))

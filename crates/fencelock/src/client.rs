@@ -212,6 +212,12 @@ impl LockClient {
         self.inner.defaults.clone()
     }
 
+    /// The store behind this client.
+    #[cfg(feature = "testing")]
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.inner.engine.backend
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.inner.prefix

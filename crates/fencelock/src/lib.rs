@@ -252,6 +252,26 @@ pub mod testing {
             queued: false,
         })
     }
+
+    /// The etcd grant transaction for lock `name` and the existing lease
+    /// `lease`, on an etcd `client` (feature `etcd`), as an acquisition
+    /// sends it (and sends it again when its reply was lost): creates the
+    /// lease's key unless it exists. Returns the key's create revision and
+    /// how many keys the lock has.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidOption`] for a Redis client; etcd errors.
+    #[cfg(feature = "etcd")]
+    pub async fn etcd_grant_txn(
+        client: &crate::LockClient,
+        name: &str,
+        lease: i64,
+    ) -> crate::Result<(i64, usize)> {
+        let Some(conn) = client.backend().etcd() else {
+            return Err(crate::Error::InvalidOption("not an etcd client".into()));
+        };
+        crate::backend::etcd::grant_txn(conn, client.prefix(), name, lease).await
+    }
 }
 
 /// The README's examples, compiled as doc-tests so they cannot rot.

@@ -157,6 +157,11 @@ pub(crate) async fn acquire(
     opts: &LockOptions,
     wait: bool,
 ) -> Result<Lease> {
+    if opts.replication.is_some() {
+        return Err(Error::InvalidOption(
+            "waiting for replicas is for Redis: etcd commits every grant to a majority of its members before it answers".into(),
+        ));
+    }
     let wait = wait && !opts.wait_value().is_zero();
     let started = Instant::now();
     // None: a wait too long to add to the clock is a wait forever.
@@ -167,7 +172,7 @@ pub(crate) async fn acquire(
     };
     loop {
         // Timing out drops the attempt, which revokes its lease.
-        let attempt = attempt(engine, conn, name, keys, opts, wait);
+        let attempt = Box::pin(attempt(engine, conn, name, keys, opts, wait));
         let outcome = match give_up {
             Some(at) if wait => match tokio::time::timeout_at(at, attempt).await {
                 Ok(outcome) => outcome,

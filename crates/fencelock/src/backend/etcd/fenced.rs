@@ -135,6 +135,22 @@ pub(crate) async fn write_key(
     owner: Option<(&str, i64)>,
     expect_mod: Option<i64>,
 ) -> Result<KeyWrite> {
+    // Boxed: etcd's request futures are large.
+    Box::pin(write_now(
+        conn, key, fence, holder, value, owner, expect_mod,
+    ))
+    .await
+}
+
+async fn write_now(
+    conn: &EtcdConn,
+    key: &str,
+    fence: Fence,
+    holder: &str,
+    value: &str,
+    owner: Option<(&str, i64)>,
+    expect_mod: Option<i64>,
+) -> Result<KeyWrite> {
     let stored = encode(fence, holder, value);
     let mut txn = rule_txn(key, fence, holder, &stored);
     if let Some(expected) = expect_mod {

@@ -30,6 +30,11 @@ impl EtcdConn {
     /// gone (deleted by someone else) or re-created means another holder
     /// may have it.
     pub(crate) async fn keep_alive(&self, g: &Granted) -> Result<Checked> {
+        // Boxed, as every etcd call here: etcd's request futures are large.
+        Box::pin(self.keep_alive_now(g)).await
+    }
+
+    async fn keep_alive_now(&self, g: &Granted) -> Result<Checked> {
         let held = held(g)?;
         let mut leases = self.client();
         let mut kv = self.client();
@@ -55,6 +60,10 @@ impl EtcdConn {
     /// holds no key and expires after its ttl). If the delete fails, the
     /// revoke alone still removes the key.
     pub(crate) async fn release(&self, g: &Granted) -> Result<Checked> {
+        Box::pin(self.release_now(g)).await
+    }
+
+    async fn release_now(&self, g: &Granted) -> Result<Checked> {
         let held = held(g)?;
         let key = g.keys.lock.as_str();
         let txn = Txn::new()
@@ -83,6 +92,10 @@ impl EtcdConn {
         lock_prefix: &str,
         opts: &LockOptions,
     ) -> Result<(LockState, u64)> {
+        Box::pin(self.inspect_now(lock_prefix, opts)).await
+    }
+
+    async fn inspect_now(&self, lock_prefix: &str, opts: &LockOptions) -> Result<(LockState, u64)> {
         let reply = self
             .client()
             .get(
