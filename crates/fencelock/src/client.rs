@@ -213,7 +213,7 @@ impl LockClient {
     }
 
     /// The store behind this client.
-    #[cfg(feature = "testing")]
+    #[cfg(all(feature = "testing", feature = "etcd"))]
     pub(crate) fn backend(&self) -> &Backend {
         &self.inner.engine.backend
     }

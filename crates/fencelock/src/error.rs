@@ -121,10 +121,11 @@ pub enum Error {
         fix: String,
     },
 
-    /// A TLS connection to Redis could not be set up: the server's
-    /// certificate is not trusted, not valid for the host or expired, a
-    /// client certificate is required, or the port does not speak TLS.
-    #[error("TLS with Redis at {url} failed: {detail}")]
+    /// A TLS connection to Redis (or etcd) could not be set up: the
+    /// server's certificate is not trusted, not valid for the host or
+    /// expired, a client certificate is required, or the port does not
+    /// speak TLS.
+    #[error("TLS with {url} failed: {detail}")]
     Tls {
         /// The URL, with any password removed.
         url: String,

@@ -51,13 +51,17 @@ use crate::error::{Error, Result};
 use ops::{Publish, ScriptCall};
 
 /// The store that holds the locks.
+// The etcd connection is boxed so a Redis backend stays the size it was;
+// the Redis one is not, to keep every Redis call free of an indirection
+// (one backend per client, cloned per lease).
+#[cfg_attr(feature = "etcd", allow(clippy::large_enum_variant))]
 #[derive(Debug, Clone)]
 pub(crate) enum Backend {
     /// Redis: the operations are Lua scripts.
     Redis(RedisConn),
     /// etcd: leases, transactions and watches (feature `etcd`).
     #[cfg(feature = "etcd")]
-    Etcd(etcd::EtcdConn),
+    Etcd(Box<etcd::EtcdConn>),
 }
 
 /// Whether `url` names an etcd cluster (`etcd://`, `etcds://`).
@@ -71,7 +75,9 @@ impl Backend {
     pub(crate) async fn connect(url: &str, settings: &ConnSettings) -> Result<Self> {
         if is_etcd_url(url) {
             #[cfg(feature = "etcd")]
-            return Ok(Backend::Etcd(etcd::EtcdConn::connect(url, settings).await?));
+            return Ok(Backend::Etcd(Box::new(
+                etcd::EtcdConn::connect(url, settings).await?,
+            )));
             #[cfg(not(feature = "etcd"))]
             return Err(Error::InvalidOption(format!(
                 "{} is an etcd URL, but this build of fencelock has no etcd support: enable the `etcd` feature of the fencelock crate",
@@ -164,7 +170,7 @@ impl Backend {
     #[cfg(feature = "etcd")]
     pub(crate) fn etcd(&self) -> Option<&etcd::EtcdConn> {
         match self {
-            Backend::Etcd(conn) => Some(conn),
+            Backend::Etcd(conn) => Some(conn.as_ref()),
             Backend::Redis(_) => None,
         }
     }

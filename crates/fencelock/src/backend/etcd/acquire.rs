@@ -136,12 +136,10 @@ enum Found {
     /// The caller's key is first: granted at this create revision.
     First(i64),
     /// The caller's key waits at this create revision; `predecessor` is the
-    /// key just before it and `seen_at` the revision of that read, when the
-    /// transaction read them.
+    /// key just before it, when the transaction read it.
     Queued {
         revision: i64,
         predecessor: Option<String>,
-        seen_at: i64,
     },
     /// Someone holds or waits (try once): the caller created nothing.
     Refused,
@@ -247,18 +245,8 @@ async fn attempt(
         Found::Queued {
             revision,
             predecessor,
-            seen_at,
         } => {
-            let waited = wait_turn(
-                conn,
-                prefix,
-                &key,
-                revision,
-                predecessor,
-                seen_at,
-                &mut lease,
-            )
-            .await?;
+            let waited = wait_turn(conn, prefix, &key, revision, predecessor, &mut lease).await?;
             if !waited {
                 return Ok(None);
             }
@@ -403,7 +391,6 @@ async fn queue_txn(
         return Ok(Found::Queued {
             revision: seen_at,
             predecessor,
-            seen_at,
         });
     }
     let Some(own) = first_kv(responses.first()) else {
@@ -417,7 +404,6 @@ async fn queue_txn(
         _ => Ok(Found::Queued {
             revision,
             predecessor: None,
-            seen_at,
         }),
     }
 }
@@ -445,7 +431,6 @@ async fn wait_turn(
     key: &str,
     revision: i64,
     mut predecessor: Option<String>,
-    mut seen_at: i64,
     lease: &mut OwnLease,
 ) -> Result<bool> {
     let every = (lease.ttl / 3).max(Duration::from_millis(5));
@@ -456,24 +441,37 @@ async fn wait_turn(
             None => match look(conn, prefix, key, revision).await? {
                 Look::Gone => return Ok(false),
                 Look::First => return Ok(true),
-                Look::Behind { key, seen_at: at } => {
-                    seen_at = at;
-                    key
-                }
+                Look::Behind(key) => key,
             },
         };
+        // Watch from now, then check that the predecessor is still there: a
+        // watch from a past revision would start "unsynced" in etcd, and
+        // unsynced watches get their events up to 100 ms late (etcd syncs
+        // them in the background), which would slow every hand-over. A
+        // deletion after the check comes after the watch's start: seen.
         let mut stream = conn
             .client()
             .watch(
                 watched.as_str(),
-                Some(
-                    WatchOptions::new()
-                        .with_start_revision(seen_at + 1)
-                        .with_filters([WatchFilterType::NoPut]),
-                ),
+                Some(WatchOptions::new().with_filters([WatchFilterType::NoPut])),
             )
             .await
             .map_err(|e| conn.error(e, "watching the lock"))?;
+        match stream.message().await {
+            Ok(Some(reply)) if reply.created() && !reply.canceled() => {}
+            // Not created: look again.
+            _ => continue,
+        }
+        let still_there = conn
+            .client()
+            .get(watched.as_str(), Some(GetOptions::new().with_count_only()))
+            .await
+            .map_err(|e| conn.error(e, "reading the lock's queue"))?
+            .count()
+            > 0;
+        if !still_there {
+            continue;
+        }
         // Wait for the deletion, keeping the lease alive meanwhile; any end
         // of the watch (deleted, cancelled, compacted, broken) means: look
         // again.
@@ -515,39 +513,54 @@ enum Look {
     Gone,
     /// No key before ours: our turn.
     First,
-    /// `key` is just before ours, as read at revision `seen_at`.
-    Behind { key: String, seen_at: i64 },
+    /// This key is just before ours.
+    Behind(String),
 }
 
 /// Reads the two newest keys up to our create revision: ours, and the one
 /// just before it if any.
+///
+/// A serializable read (served by the member, without a quorum round) is
+/// enough when it shows our own key: it is then a snapshot at a revision at
+/// or after our key's creation, and keys created before ours can only
+/// disappear, never come back; so "none before ours" in it is true now. A
+/// member lagging behind may not show our key yet: then a linearizable read
+/// decides.
 async fn look(conn: &EtcdConn, prefix: &str, key: &str, revision: i64) -> Result<Look> {
+    match read_queue(conn, prefix, key, revision, true).await? {
+        Look::Gone => read_queue(conn, prefix, key, revision, false).await,
+        seen => Ok(seen),
+    }
+}
+
+async fn read_queue(
+    conn: &EtcdConn,
+    prefix: &str,
+    key: &str,
+    revision: i64,
+    serializable: bool,
+) -> Result<Look> {
+    let mut options = GetOptions::new()
+        .with_prefix()
+        .with_max_create_revision(revision)
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(2)
+        .with_keys_only();
+    if serializable {
+        options = options.with_serializable();
+    }
     let reply = conn
         .client()
-        .get(
-            prefix,
-            Some(
-                GetOptions::new()
-                    .with_prefix()
-                    .with_max_create_revision(revision)
-                    .with_sort(SortTarget::Create, SortOrder::Descend)
-                    .with_limit(2)
-                    .with_keys_only(),
-            ),
-        )
+        .get(prefix, Some(options))
         .await
         .map_err(|e| conn.error(e, "reading the lock's queue"))?;
-    let seen_at = header_revision(reply.header())?;
     let kvs = reply.kvs();
     match kvs.first() {
         Some(own) if own.key() == key.as_bytes() && own.create_revision() == revision => {}
         _ => return Ok(Look::Gone),
     }
     Ok(match kvs.get(1).and_then(|kv| kv.key_str().ok()) {
-        Some(before) => Look::Behind {
-            key: before.to_owned(),
-            seen_at,
-        },
+        Some(before) => Look::Behind(before.to_owned()),
         None => Look::First,
     })
 }

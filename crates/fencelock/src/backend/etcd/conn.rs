@@ -188,11 +188,23 @@ impl EtcdConn {
             target,
             options,
         };
+        let hint = target_hint(&conn.target, settings);
         conn.client
             .maintenance_client()
             .status()
             .await
-            .map_err(|e| connect_error(&conn.url, url, e))?;
+            .map_err(|e| match connect_error(&conn.url, url, e) {
+                Error::Etcd {
+                    url,
+                    detail,
+                    source,
+                } if is_transient(&source) && !hint.is_empty() => Error::Etcd {
+                    url,
+                    detail: format!("{detail}{hint}"),
+                    source,
+                },
+                other => other,
+            })?;
         Ok(conn)
     }
 
@@ -221,6 +233,21 @@ impl EtcdConn {
     /// etcd's error `e`, met while `doing` something, as a fencelock error.
     pub(crate) fn error(&self, e: etcd_client::Error, doing: &str) -> Error {
         map_error(&self.url, &self.raw_url, e, doing)
+    }
+}
+
+/// What to add to a failed connect's message on a TLS URL: a handshake
+/// refused by either side can end as a closed connection, which says
+/// nothing about TLS.
+fn target_hint(target: &EtcdTarget, settings: &ConnSettings) -> &'static str {
+    match (target.tls, settings.tls.cert.is_some()) {
+        (false, _) => "",
+        (true, false) => {
+            "; if it is TLS that fails: --tls-ca must name the members' CA, and members that require client certificates need --tls-cert and --tls-key"
+        }
+        (true, true) => {
+            "; if it is TLS that fails: --tls-ca must name the members' CA, and --tls-cert/--tls-key a certificate they accept"
+        }
     }
 }
 
@@ -271,15 +298,45 @@ fn full_text(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// The TLS alert named in `text` (`received fatal alert: BadCertificate`).
+fn alert(text: &str) -> &str {
+    text.split_once("alert: ")
+        .map_or(text, |(_, rest)| rest)
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .next()
+        .unwrap_or(text)
+}
+
 fn map_error(shown: &str, raw: &str, e: etcd_client::Error, doing: &str) -> Error {
     let text = redact_url_in(&full_text(&e), raw);
-    if let Some(problem) = tls::problem(&text) {
-        return Error::Tls {
-            url: shown.to_owned(),
-            detail: problem
-                .replace("redis://", "etcd://")
-                .replace("rediss://", "etcds://"),
-        };
+    // Only a failed handshake is a TLS problem ("TimeoutExpired" is not an
+    // expired certificate).
+    let handshake = [
+        "certificate",
+        "Certificate",
+        "Handshake",
+        "InvalidContentType",
+        "corrupt message",
+    ]
+    .iter()
+    .any(|marker| text.contains(marker));
+    if handshake {
+        let problem = tls::problem(&text).or_else(|| {
+            text.contains("alert").then(|| {
+                format!(
+                    "the TLS handshake was refused ({}): check that --tls-ca names the members' CA and --tls-cert/--tls-key a certificate they accept",
+                    alert(&text)
+                )
+            })
+        });
+        if let Some(problem) = problem {
+            return Error::Tls {
+                url: shown.to_owned(),
+                detail: problem
+                    .replace("redis://", "etcd://")
+                    .replace("rediss://", "etcds://"),
+            };
+        }
     }
     let detail = if is_config(&e) {
         format!(

@@ -56,9 +56,10 @@ impl EtcdConn {
     }
 
     /// Release: delete the holder's key if it still has the holder's create
-    /// revision, then revoke the lease (best effort: a lease left behind
-    /// holds no key and expires after its ttl). If the delete fails, the
-    /// revoke alone still removes the key.
+    /// revision, and revoke the lease (which deletes the key too). Both are
+    /// sent at once, one round trip: whichever etcd applies first removes
+    /// the key. The lock was still ours if the delete found the key, or the
+    /// revoke found the lease alive (a live lease still has its key).
     pub(crate) async fn release(&self, g: &Granted) -> Result<Checked> {
         Box::pin(self.release_now(g)).await
     }
@@ -73,14 +74,15 @@ impl EtcdConn {
                 held.revision,
             )])
             .and_then([TxnOp::delete(key, None)]);
-        let deleted = self.client().txn(txn).await;
-        let revoked = self.client().lease_revoke(held.lease).await;
+        let mut kv = self.client();
+        let mut leases = self.client();
+        let (deleted, revoked) = tokio::join!(kv.txn(txn), leases.lease_revoke(held.lease));
         match (deleted, revoked) {
             (Ok(reply), _) if reply.succeeded() => Ok(Checked::Done),
-            (Ok(_), _) => Ok(Checked::NotOurs(LossReason::Expired)),
-            (Err(_), Ok(_)) => Ok(Checked::Done),
+            (_, Ok(_)) => Ok(Checked::Done),
+            (Ok(_), Err(e)) if is_lease_gone(&e) => Ok(Checked::NotOurs(LossReason::Expired)),
             (Err(_), Err(e)) if is_lease_gone(&e) => Ok(Checked::NotOurs(LossReason::Expired)),
-            (Err(e), Err(_)) => Err(self.error(e, "releasing")),
+            (Ok(_), Err(e)) | (Err(e), Err(_)) => Err(self.error(e, "releasing")),
         }
     }
 

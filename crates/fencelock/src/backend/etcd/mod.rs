@@ -32,15 +32,16 @@
 //!   mixed, or a later holder's fence can be below an earlier one's.
 //! - **Waiting watches the predecessor**: the waiter's key stays in the
 //!   queue; it watches the key created just before its own for its deletion
-//!   (from the revision of the read that found it, so a deletion in between
-//!   is seen), then looks again. First come, first served by construction.
+//!   (a watch from now, then a read that the key is still there, so no
+//!   deletion is missed and the watch is one etcd serves at once), then
+//!   looks again. First come, first served by construction.
 //!   Every wait mode waits this way (`poll`, `notify` and `fair` alike). The
 //!   waiter keeps its lease alive while it waits; if it gives up, times out
 //!   or is dropped, its lease is revoked, which removes its key.
 //! - **Loss**: a keep-alive that finds the lease gone, a holder key that is
 //!   gone, or the local monotonic deadline passing first.
 //! - **Release** deletes the key if it still has the holder's create
-//!   revision, then revokes the lease.
+//!   revision and revokes the lease, both sent at once.
 //!
 //! # Files
 //!

@@ -397,7 +397,7 @@ async fn names_with_slashes_are_separate_locks() -> Result<()> {
 /// What exists only on Redis is refused on etcd with a message that says
 /// so: the guide layout, waiting for replicas, fenced hashes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_only_features_are_refused_on_etcd() -> Result<()> {
+async fn redis_only_features_are_refused_with_a_reason() -> Result<()> {
     let t = TestEtcd::single().await?;
     let guide = t
         .client
@@ -432,7 +432,7 @@ async fn redis_only_features_are_refused_on_etcd() -> Result<()> {
 /// An etcd URL where nothing listens fails at connect as a connection
 /// error that names it; a malformed one as invalid input.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreachable_and_malformed_etcd_urls_fail_at_connect() -> Result<()> {
+async fn unreachable_and_malformed_urls_fail_at_connect() -> Result<()> {
     let port = fencelock_testkit::free_port();
     let url = format!("etcd://user:s3cret-pw@127.0.0.1:{port}");
     let e = LockClient::builder(&url)

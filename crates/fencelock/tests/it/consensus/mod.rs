@@ -4,4 +4,9 @@
 //! nextest runs them one at a time (`.config/nextest.toml`); the others use
 //! one member each and run in parallel.
 
-mod basics;
+pub(crate) mod basics;
+mod cluster;
+mod fenced_key;
+mod migration;
+mod safety;
+mod tls;
