@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use etcd_client::{AlarmAction, AlarmType};
 use tokio::time::Instant;
 
 use super::Check;
@@ -31,8 +30,7 @@ pub(super) async fn run(conn: &EtcdConn, opts: &LockOptions) -> Result<Vec<Check
     let rtt = round_trips(conn).await?;
     let members = members(conn).await?;
     let alarms = conn
-        .client()
-        .alarm(AlarmAction::Get, AlarmType::None, None)
+        .alarms()
         .await
         .map(|a| {
             a.alarms()
@@ -69,7 +67,6 @@ impl Check {
 /// client URL.
 async fn members(conn: &EtcdConn) -> Result<Vec<MemberReport>> {
     let list = conn
-        .client()
         .member_list()
         .await
         .map_err(|e| conn.error(e, "listing the members"))?;
@@ -125,8 +122,7 @@ async fn round_trips(conn: &EtcdConn) -> Result<Vec<Duration>> {
     let mut samples = Vec::with_capacity(super::PINGS);
     for _ in 0..super::PINGS {
         let sent = Instant::now();
-        conn.client()
-            .get(format!("{}fencelock-doctor-rtt", conn.namespace()), None)
+        conn.get(&format!("{}fencelock-doctor-rtt", conn.namespace()), None)
             .await
             .map_err(|e| conn.error(e, "reading"))?;
         samples.push(sent.elapsed());
@@ -138,12 +134,11 @@ async fn round_trips(conn: &EtcdConn) -> Result<Vec<Duration>> {
 /// etcd's shortest lease: the ttl it grants for a 1 s request (a lease of
 /// its own, revoked at once).
 async fn shortest_lease(conn: &EtcdConn) -> Result<Duration> {
-    let mut client = conn.client();
-    let lease = client
-        .lease_grant(1, None)
+    let lease = conn
+        .lease_grant(1)
         .await
         .map_err(|e| conn.error(e, "granting a probe lease"))?;
-    let _ = client.lease_revoke(lease.id()).await;
+    let _ = conn.lease_revoke(lease.id()).await;
     Ok(Duration::from_secs(lease.ttl().unsigned_abs()))
 }
 

@@ -51,9 +51,9 @@ use crate::error::{Error, Result};
 use ops::{Publish, ScriptCall};
 
 /// The store that holds the locks.
-// The etcd connection is boxed so a Redis backend stays the size it was;
-// the Redis one is not, to keep every Redis call free of an indirection
-// (one backend per client, cloned per lease).
+// The etcd connection is one pointer; the Redis one is not boxed, to keep
+// every Redis call free of an indirection (one backend per client, cloned
+// per lease).
 #[cfg_attr(feature = "etcd", allow(clippy::large_enum_variant))]
 #[derive(Debug, Clone)]
 pub(crate) enum Backend {
@@ -61,7 +61,7 @@ pub(crate) enum Backend {
     Redis(RedisConn),
     /// etcd: leases, transactions and watches (feature `etcd`).
     #[cfg(feature = "etcd")]
-    Etcd(Box<etcd::EtcdConn>),
+    Etcd(etcd::EtcdConn),
 }
 
 /// Whether `url` names an etcd cluster (`etcd://`, `etcds://`).
@@ -75,9 +75,7 @@ impl Backend {
     pub(crate) async fn connect(url: &str, settings: &ConnSettings) -> Result<Self> {
         if is_etcd_url(url) {
             #[cfg(feature = "etcd")]
-            return Ok(Backend::Etcd(Box::new(
-                etcd::EtcdConn::connect(url, settings).await?,
-            )));
+            return Ok(Backend::Etcd(etcd::EtcdConn::connect(url, settings).await?));
             #[cfg(not(feature = "etcd"))]
             return Err(Error::InvalidOption(format!(
                 "{} is an etcd URL, but this build of fencelock has no etcd support: enable the `etcd` feature of the fencelock crate",
@@ -170,7 +168,7 @@ impl Backend {
     #[cfg(feature = "etcd")]
     pub(crate) fn etcd(&self) -> Option<&etcd::EtcdConn> {
         match self {
-            Backend::Etcd(conn) => Some(conn.as_ref()),
+            Backend::Etcd(conn) => Some(conn),
             Backend::Redis(_) => None,
         }
     }

@@ -64,7 +64,7 @@ impl RevokeOnDrop {
     /// Revokes now and waits for it (best effort).
     async fn revoke(mut self) {
         if let Some((conn, lease)) = self.armed.take() {
-            let _ = conn.client().lease_revoke(lease).await;
+            let _ = conn.lease_revoke(lease).await;
         }
     }
 }
@@ -75,7 +75,7 @@ impl Drop for RevokeOnDrop {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             runtime.spawn(async move {
-                let _ = conn.client().lease_revoke(lease).await;
+                let _ = conn.lease_revoke(lease).await;
             });
         }
     }
@@ -95,8 +95,7 @@ impl OwnLease {
     async fn grant(conn: &EtcdConn, ttl: Duration) -> Result<Self> {
         let sent = Instant::now();
         let reply = conn
-            .client()
-            .lease_grant(lease_seconds(ttl), None)
+            .lease_grant(lease_seconds(ttl))
             .await
             .map_err(|e| conn.error(e, "granting a lease"))?;
         Ok(OwnLease {
@@ -109,7 +108,7 @@ impl OwnLease {
     /// One keep-alive: `Ok(false)` when the lease is gone.
     async fn keep_alive(&mut self, conn: &EtcdConn) -> Result<bool> {
         let sent = Instant::now();
-        match conn.client().lease_keep_alive(self.id).await {
+        match conn.lease_keep_alive(self.id).await {
             Ok(_) => {
                 self.valid_until =
                     self.valid_until
@@ -323,11 +322,7 @@ async fn try_txn(
         .when([Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix()])
         .and_then([put_own(key, holder, lease)])
         .or_else([first_by_create(prefix)]);
-    let reply = conn
-        .client()
-        .txn(txn)
-        .await
-        .map_err(|e| conn.error(e, "granting"))?;
+    let reply = conn.txn(txn).await.map_err(|e| conn.error(e, "granting"))?;
     if reply.succeeded() {
         return Ok(Found::First(header_revision(reply.header())?));
     }
@@ -366,11 +361,7 @@ async fn queue_txn(
             last_two,
         ])
         .or_else([TxnOp::get(key, None), first_by_create(prefix)]);
-    let reply = conn
-        .client()
-        .txn(txn)
-        .await
-        .map_err(|e| conn.error(e, "granting"))?;
+    let reply = conn.txn(txn).await.map_err(|e| conn.error(e, "granting"))?;
     let seen_at = header_revision(reply.header())?;
     let responses = reply.op_responses();
     if reply.succeeded() {
@@ -450,7 +441,6 @@ async fn wait_turn(
         // them in the background), which would slow every hand-over. A
         // deletion after the check comes after the watch's start: seen.
         let mut stream = conn
-            .client()
             .watch(
                 watched.as_str(),
                 Some(WatchOptions::new().with_filters([WatchFilterType::NoPut])),
@@ -463,7 +453,6 @@ async fn wait_turn(
             _ => continue,
         }
         let still_there = conn
-            .client()
             .get(watched.as_str(), Some(GetOptions::new().with_count_only()))
             .await
             .map_err(|e| conn.error(e, "reading the lock's queue"))?
@@ -550,7 +539,6 @@ async fn read_queue(
         options = options.with_serializable();
     }
     let reply = conn
-        .client()
         .get(prefix, Some(options))
         .await
         .map_err(|e| conn.error(e, "reading the lock's queue"))?;
@@ -579,7 +567,6 @@ pub(crate) async fn grant_txn_for_tests(
         Found::Refused => 0,
     };
     let count = conn
-        .client()
         .get(
             prefix,
             Some(GetOptions::new().with_prefix().with_count_only()),

@@ -11,7 +11,11 @@
 
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{
+    AlarmAction, AlarmResponse, AlarmType, Certificate, Client, ConnectOptions, GetOptions,
+    GetResponse, Identity, LeaseGrantResponse, LeaseRevokeResponse, LeaseTimeToLiveResponse,
+    MemberListResponse, TlsOptions, Txn, TxnResponse, WatchOptions, WatchStream,
+};
 
 use crate::backend::ConnSettings;
 use crate::backend::tls::{self, TlsFiles};
@@ -133,9 +137,13 @@ fn with_port(host: &str) -> Option<String> {
 }
 
 /// A connection to one etcd cluster: a client balancing over its members.
-/// Cheap to clone.
+/// Cheap to clone (and small: the client itself is shared).
 #[derive(Clone)]
 pub(crate) struct EtcdConn {
+    inner: std::sync::Arc<Inner>,
+}
+
+struct Inner {
     client: Client,
     /// The URL without its password, for messages.
     url: String,
@@ -148,8 +156,8 @@ pub(crate) struct EtcdConn {
 impl std::fmt::Debug for EtcdConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdConn")
-            .field("url", &self.url)
-            .field("namespace", &self.target.namespace)
+            .field("url", &self.inner.url)
+            .field("namespace", &self.inner.target.namespace)
             .finish()
     }
 }
@@ -182,57 +190,175 @@ impl EtcdConn {
             .await
             .map_err(|e| connect_error(&shown, url, e))?;
         let conn = EtcdConn {
-            client,
-            url: shown,
-            raw_url: url.to_owned(),
-            target,
-            options,
+            inner: std::sync::Arc::new(Inner {
+                client,
+                url: shown,
+                raw_url: url.to_owned(),
+                target,
+                options,
+            }),
         };
-        let hint = target_hint(&conn.target, settings);
-        conn.client
-            .maintenance_client()
-            .status()
-            .await
-            .map_err(|e| match connect_error(&conn.url, url, e) {
-                Error::Etcd {
-                    url,
-                    detail,
-                    source,
-                } if is_transient(&source) && !hint.is_empty() => Error::Etcd {
-                    url,
-                    detail: format!("{detail}{hint}"),
-                    source,
-                },
-                other => other,
-            })?;
+        let hint = target_hint(&conn.inner.target, settings);
+        // The client balances over the members; a request may go to one
+        // that is down before the balancer knows. Any member answering is
+        // enough, so try each a couple of times.
+        let attempts = 2 * conn.inner.target.hosts.len();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match conn.inner.client.clone().status().await {
+                Ok(_) => break,
+                Err(e) if is_transient(&e) && attempt < attempts => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => {
+                    return Err(match connect_error(&conn.inner.url, url, e) {
+                        Error::Etcd {
+                            url,
+                            detail,
+                            source,
+                        } if is_transient(&source) && !hint.is_empty() => Error::Etcd {
+                            url,
+                            detail: format!("{detail}{hint}"),
+                            source,
+                        },
+                        other => other,
+                    });
+                }
+            }
+        }
         Ok(conn)
     }
 
     /// The URL, without its password.
     pub(crate) fn url(&self) -> &str {
-        &self.url
+        &self.inner.url
     }
 
     /// The namespace every key starts with (`?prefix=`, empty by default).
     pub(crate) fn namespace(&self) -> &str {
-        &self.target.namespace
+        &self.inner.target.namespace
     }
 
-    /// The client, for requests.
-    pub(crate) fn client(&self) -> Client {
-        self.client.clone()
+    /// Runs one request, again (on another member) if it was never sent: a
+    /// member that is down fails the requests the client's balancer still
+    /// routes to it with a connect error, until the balancer stops picking
+    /// it. A request that was sent is never repeated here.
+    async fn call<T, F, Fut>(&self, mut request: F) -> std::result::Result<T, etcd_client::Error>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let attempts = 2 * self.inner.target.hosts.len() + 1;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match request(self.inner.client.clone()).await {
+                Err(e) if attempt < attempts && never_sent(&e) => {}
+                other => return other,
+            }
+        }
+    }
+
+    /// A range read (`Get`).
+    pub(crate) async fn get(
+        &self,
+        key: &str,
+        options: Option<GetOptions>,
+    ) -> std::result::Result<GetResponse, etcd_client::Error> {
+        self.call(|mut c| {
+            let options = options.clone();
+            async move { c.get(key, options).await }
+        })
+        .await
+    }
+
+    /// A transaction.
+    pub(crate) async fn txn(
+        &self,
+        txn: Txn,
+    ) -> std::result::Result<TxnResponse, etcd_client::Error> {
+        self.call(|mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
+    }
+
+    /// Grants a lease of `ttl` seconds.
+    pub(crate) async fn lease_grant(
+        &self,
+        ttl: i64,
+    ) -> std::result::Result<LeaseGrantResponse, etcd_client::Error> {
+        self.call(|mut c| async move { c.lease_grant(ttl, None).await })
+            .await
+    }
+
+    /// Revokes a lease (and deletes its keys).
+    pub(crate) async fn lease_revoke(
+        &self,
+        id: i64,
+    ) -> std::result::Result<LeaseRevokeResponse, etcd_client::Error> {
+        self.call(|mut c| async move { c.lease_revoke(id).await })
+            .await
+    }
+
+    /// One keep-alive of a lease (a stream opened and closed: one round
+    /// trip).
+    pub(crate) async fn lease_keep_alive(
+        &self,
+        id: i64,
+    ) -> std::result::Result<(), etcd_client::Error> {
+        self.call(|mut c| async move { c.lease_keep_alive(id).await.map(drop) })
+            .await
+    }
+
+    /// A lease's time to live.
+    pub(crate) async fn lease_time_to_live(
+        &self,
+        id: i64,
+    ) -> std::result::Result<LeaseTimeToLiveResponse, etcd_client::Error> {
+        self.call(|mut c| async move { c.lease_time_to_live(id, None).await })
+            .await
+    }
+
+    /// Opens a watch.
+    pub(crate) async fn watch(
+        &self,
+        key: &str,
+        options: Option<WatchOptions>,
+    ) -> std::result::Result<WatchStream, etcd_client::Error> {
+        self.call(|mut c| {
+            let options = options.clone();
+            async move { c.watch(key, options).await }
+        })
+        .await
+    }
+
+    /// The member list.
+    pub(crate) async fn member_list(
+        &self,
+    ) -> std::result::Result<MemberListResponse, etcd_client::Error> {
+        self.call(|mut c| async move { c.member_list().await })
+            .await
+    }
+
+    /// The raised alarms.
+    pub(crate) async fn alarms(&self) -> std::result::Result<AlarmResponse, etcd_client::Error> {
+        self.call(|mut c| async move { c.alarm(AlarmAction::Get, AlarmType::None, None).await })
+            .await
     }
 
     /// A client of the member at `endpoint` alone (for the audit).
     pub(crate) async fn member(&self, endpoint: &str) -> Result<Client> {
-        Client::connect([endpoint], Some(self.options.clone()))
+        Client::connect([endpoint], Some(self.inner.options.clone()))
             .await
             .map_err(|e| self.error(e, &format!("connecting to the member at {endpoint}")))
     }
 
     /// etcd's error `e`, met while `doing` something, as a fencelock error.
     pub(crate) fn error(&self, e: etcd_client::Error, doing: &str) -> Error {
-        map_error(&self.url, &self.raw_url, e, doing)
+        map_error(&self.inner.url, &self.inner.raw_url, e, doing)
     }
 }
 
@@ -352,6 +478,13 @@ fn map_error(shown: &str, raw: &str, e: etcd_client::Error, doing: &str) -> Erro
         detail,
         source: e,
     }
+}
+
+/// Whether `e` says the request never left: the connection to the member
+/// could not be made.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    let text = full_text(e);
+    text.contains("tcp connect error") || text.contains("error trying to connect")
 }
 
 /// Whether `e` is an outage that may pass: the member is unreachable, the

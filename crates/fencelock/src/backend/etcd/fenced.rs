@@ -170,7 +170,6 @@ async fn write_now(
             .or_else([TxnOp::get(key, None)]);
     }
     let reply = conn
-        .client()
         .txn(txn)
         .await
         .map_err(|e| conn.error(e, "writing a fenced key"))?;
@@ -207,7 +206,6 @@ async fn write_now(
 /// Reads a fenced key.
 pub(crate) async fn read_key(conn: &EtcdConn, key: &str) -> Result<Stored> {
     let reply = conn
-        .client()
         .get(key, None)
         .await
         .map_err(|e| conn.error(e, "reading a fenced key"))?;

@@ -36,12 +36,10 @@ impl EtcdConn {
 
     async fn keep_alive_now(&self, g: &Granted) -> Result<Checked> {
         let held = held(g)?;
-        let mut leases = self.client();
-        let mut kv = self.client();
         let key = g.keys.lock.as_str();
         let (alive, read) = tokio::join!(
-            leases.lease_keep_alive(held.lease),
-            kv.get(key, Some(GetOptions::new().with_keys_only()))
+            self.lease_keep_alive(held.lease),
+            self.get(key, Some(GetOptions::new().with_keys_only()))
         );
         match alive {
             Ok(_) => {}
@@ -74,9 +72,7 @@ impl EtcdConn {
                 held.revision,
             )])
             .and_then([TxnOp::delete(key, None)]);
-        let mut kv = self.client();
-        let mut leases = self.client();
-        let (deleted, revoked) = tokio::join!(kv.txn(txn), leases.lease_revoke(held.lease));
+        let (deleted, revoked) = tokio::join!(self.txn(txn), self.lease_revoke(held.lease));
         match (deleted, revoked) {
             (Ok(reply), _) if reply.succeeded() => Ok(Checked::Done),
             (_, Ok(_)) => Ok(Checked::Done),
@@ -99,7 +95,6 @@ impl EtcdConn {
 
     async fn inspect_now(&self, lock_prefix: &str, opts: &LockOptions) -> Result<(LockState, u64)> {
         let reply = self
-            .client()
             .get(
                 lock_prefix,
                 Some(
@@ -114,7 +109,7 @@ impl EtcdConn {
             return Ok((LockState::Free { last_fence: None }, 0));
         };
         let waiters = u64::try_from(reply.kvs().len() - 1).unwrap_or(u64::MAX);
-        let remaining = match self.client().lease_time_to_live(owner.lease(), None).await {
+        let remaining = match self.lease_time_to_live(owner.lease()).await {
             Ok(ttl) if ttl.ttl() >= 0 => Some(Duration::from_secs(ttl.ttl().unsigned_abs())),
             Ok(_) => Some(Duration::ZERO),
             Err(e) if is_lease_gone(&e) => Some(Duration::ZERO),
@@ -142,7 +137,6 @@ impl EtcdConn {
     /// How many keys wait behind the holder of the lock at `lock_prefix`.
     pub(crate) async fn waiters(&self, lock_prefix: &str) -> Result<u64> {
         let reply = self
-            .client()
             .get(
                 lock_prefix,
                 Some(GetOptions::new().with_prefix().with_count_only()),
@@ -160,7 +154,6 @@ impl EtcdConn {
         pattern: &str,
     ) -> Result<Vec<String>> {
         let reply = self
-            .client()
             .get(
                 names_prefix,
                 Some(GetOptions::new().with_prefix().with_keys_only()),
