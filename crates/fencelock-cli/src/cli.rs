@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "fencelock",
     version,
     about = "Distributed locks with fencing tokens on Redis or etcd",
-    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock doctor              # is this Redis fit for locks?\n  fencelock --url etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 run job -- ./job.sh\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable\n       (or its #! interpreter is missing), 127 not found, 75 lock not acquired\n       (--conflict-exit-code), 76 lock lost while the command ran\n  write, update, read --register: 0 done, 3 rejected as stale (nothing written)\n  doctor: 0 every check passed, 1 warnings, 2 failures\n  update: the command's own code if it failed, 65 its output is not text\n  all: 64 usage, 69 Redis unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a missing ACL permission, a key of the wrong type, a\n       database that does not exist, redis-server missing)"
+    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock doctor              # is this Redis fit for locks?\n  fencelock --url etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 run job -- ./job.sh\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable\n       (or its #! interpreter is missing), 127 not found, 75 lock not acquired\n       (--conflict-exit-code), 76 lock lost while the command ran\n  write, update, read --register: 0 done, 3 rejected as stale (nothing written)\n  doctor: 0 every check passed, 1 warnings, 2 failures\n  update: the command's own code if it failed, 65 its output is not text\n  all: 64 usage, 69 Redis or etcd unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a missing ACL permission, a key of the wrong type, a\n       database that does not exist, redis-server missing)"
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -188,6 +188,15 @@ pub(crate) enum Command {
         after_help = "Examples:\n  fencelock demo\n  fencelock demo --fence-mode clock\n  fencelock --redis redis://127.0.0.1:7000 demo"
     )]
     Demo(DemoArgs),
+
+    /// Safety harness: worker processes, faults (pauses, kills, restarts,
+    /// a faulty network) and history checkers C1-C7; exit 1 on a violation.
+    #[command(after_help = crate::torture::HELP)]
+    Torture(crate::torture::TortureArgs),
+
+    /// A worker process of `fencelock torture` (internal).
+    #[command(name = "torture-worker", hide = true)]
+    TortureWorker,
 }
 
 const RUN_HELP: &str = "\
@@ -349,9 +358,9 @@ pub(crate) struct RunArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) kill_grace: Duration,
 
-    /// Do not pass FENCELOCK_REDIS_URL to the command: it holds the Redis
-    /// password if the URL has one. A `fencelock` inside then needs --redis
-    /// (or its own FENCELOCK_REDIS_URL).
+    /// Do not pass FENCELOCK_URL (nor FENCELOCK_REDIS_URL) to the command:
+    /// it holds the password if the URL has one. A `fencelock` inside then
+    /// needs --url (or its own FENCELOCK_URL).
     #[arg(long)]
     pub(crate) no_url_env: bool,
 
@@ -445,11 +454,10 @@ pub(crate) struct ReadArgs {
     pub(crate) json: bool,
 }
 
-/// Options of `update`.
+/// Who writes a fenced resource: inside `fencelock run`, the lock's own
+/// fence and token by default.
 #[derive(Debug, Args)]
-pub(crate) struct UpdateArgs {
-    /// The resource's Redis key.
-    pub(crate) resource: String,
+pub(crate) struct Writer {
     /// The writer's fence (inside `fencelock run`: the lock's own).
     #[arg(
         long,
@@ -466,6 +474,16 @@ pub(crate) struct UpdateArgs {
         value_name = "TOKEN"
     )]
     pub(crate) holder: String,
+}
+
+/// Options of `update`.
+#[derive(Debug, Args)]
+pub(crate) struct UpdateArgs {
+    /// The resource's Redis key.
+    pub(crate) resource: String,
+    /// The writer's fence and holder token.
+    #[command(flatten)]
+    pub(crate) writer: Writer,
     /// Print one JSON object on stdout instead of a line of text.
     #[arg(long)]
     pub(crate) json: bool,
@@ -482,22 +500,9 @@ pub(crate) struct WriteArgs {
     pub(crate) resource: String,
     /// The value to store.
     pub(crate) value: String,
-    /// The writer's fence (inside `fencelock run`: the lock's own).
-    #[arg(
-        long,
-        env = "FENCELOCK_FENCE",
-        hide_env_values = true,
-        value_name = "N"
-    )]
-    pub(crate) fence: fencelock::Fence,
-    /// The writer's holder token (inside `fencelock run`: the lock's own).
-    #[arg(
-        long,
-        env = "FENCELOCK_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
-    pub(crate) holder: String,
+    /// The writer's fence and holder token.
+    #[command(flatten)]
+    pub(crate) writer: Writer,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,

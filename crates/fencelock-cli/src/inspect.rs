@@ -221,8 +221,9 @@ pub(crate) async fn update(global: &Global, args: &UpdateArgs) -> anyhow::Result
     let hash = Resource::of(&client, &args.resource)?;
     // Register first: from here on, no stale holder's write can land between
     // our read and our write.
-    if let WriteOutcome::Rejected { current_fence, .. } =
-        hash.register(args.fence, &args.holder).await?
+    if let WriteOutcome::Rejected { current_fence, .. } = hash
+        .register(args.writer.fence, &args.writer.holder)
+        .await?
     {
         return Ok(rejected(args, "register", current_fence));
     }
@@ -231,18 +232,21 @@ pub(crate) async fn update(global: &Global, args: &UpdateArgs) -> anyhow::Result
         Ok(new) => new,
         Err(code) => return Ok(code),
     };
-    match hash.write(args.fence, &args.holder, &new).await? {
+    match hash
+        .write(args.writer.fence, &args.writer.holder, &new)
+        .await?
+    {
         WriteOutcome::Accepted => {
             if args.json {
                 println!(
                     "{}",
                     json!({
-                        "resource": args.resource, "accepted": true, "fence": args.fence.get(),
+                        "resource": args.resource, "accepted": true, "fence": args.writer.fence.get(),
                         "value": new,
                     })
                 );
             } else {
-                println!("{}: updated (fence {})", args.resource, args.fence);
+                println!("{}: updated (fence {})", args.resource, args.writer.fence);
             }
             Ok(exit::OK)
         }
@@ -257,14 +261,14 @@ fn rejected(args: &UpdateArgs, what: &str, current_fence: Option<Fence>) -> u8 {
         println!(
             "{}",
             json!({
-                "resource": args.resource, "accepted": false, "fence": args.fence.get(),
+                "resource": args.resource, "accepted": false, "fence": args.writer.fence.get(),
                 "current_fence": current_fence.map(|f| f.get()),
             })
         );
     }
     eprintln!(
         "fencelock: {}",
-        stale(&args.resource, what, args.fence, current_fence)
+        stale(&args.resource, what, args.writer.fence, current_fence)
     );
     REJECTED
 }
@@ -343,13 +347,13 @@ async fn compute(
 pub(crate) async fn write(global: &Global, args: &WriteArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
     let outcome = Resource::of(&client, &args.resource)?
-        .write(args.fence, &args.holder, &args.value)
+        .write(args.writer.fence, &args.writer.holder, &args.value)
         .await?;
     let (accepted, current_fence, current_holder) = match &outcome {
         WriteOutcome::Accepted => (
             true,
-            Some(args.fence),
-            Some(fencelock::holder_id(&args.holder)),
+            Some(args.writer.fence),
+            Some(fencelock::holder_id(&args.writer.holder)),
         ),
         WriteOutcome::Rejected {
             current_fence,
@@ -361,17 +365,17 @@ pub(crate) async fn write(global: &Global, args: &WriteArgs) -> anyhow::Result<u
         println!(
             "{}",
             json!({
-                "resource": args.resource, "accepted": accepted, "fence": args.fence.get(),
+                "resource": args.resource, "accepted": accepted, "fence": args.writer.fence.get(),
                 "current_fence": current_fence.map(|f| f.get()), "current_holder": current_holder,
             })
         );
     } else if accepted {
-        println!("{}: accepted (fence {})", args.resource, args.fence);
+        println!("{}: accepted (fence {})", args.resource, args.writer.fence);
     } else {
         println!(
             "{}: REJECTED as stale: fence {} is older than the resource's {} (a newer holder wrote)",
             args.resource,
-            args.fence,
+            args.writer.fence,
             current_fence.map_or("?".into(), |f| f.to_string())
         );
     }

@@ -16,6 +16,8 @@
 //! | `private_redis` | a private redis-server for commands run without `--redis` |
 //! | `bench` | `fencelock bench`: speed and fairness next to Redis's own round trip |
 //! | `demo` | `fencelock demo`: the guide's scenario with a printed timeline |
+//! | `torture` | `fencelock torture`: the safety harness (engine: `fencelock-torture`) and its hidden `torture-worker` |
+//! | `torture_topology` | the private single redis-server topology of `torture` |
 
 // A command-line tool prints its results on stdout.
 #![allow(clippy::print_stdout)]
@@ -33,6 +35,8 @@ mod private_redis;
 mod redact;
 mod run;
 mod top;
+mod torture;
+mod torture_topology;
 mod watchdog;
 
 use std::process::ExitCode;
@@ -92,6 +96,8 @@ fn main() -> ExitCode {
             Command::Doctor(args) => doctor::run(&cli.global, args).await,
             Command::Bench(args) => bench::run(&cli.global, args).await,
             Command::Demo(args) => demo::run(&cli.global, args).await,
+            Command::Torture(args) => torture::run(&cli.global, args).await,
+            Command::TortureWorker => torture::worker().await,
         }
     });
     match result {

@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, RedisResult, Value};
 use tempfile::TempDir;
@@ -317,6 +317,36 @@ impl RedisServer {
             self.config.password.as_deref(),
             false,
         )
+    }
+
+    /// Starts a plaintext replica of this server (`--replicaof`) and waits
+    /// until its link is up.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the replica cannot start or does not link within 10 s.
+    pub fn start_replica(&self) -> RedisServer {
+        let mut config = RedisConfig::default()
+            .with_arg("--replicaof")
+            .with_arg("127.0.0.1")
+            .with_arg(self.port.to_string());
+        if let Some(password) = &self.config.password {
+            config = config.with_arg("--masterauth").with_arg(password.clone());
+        }
+        let replica = RedisServer::start_with(config);
+        let give_up = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info: String = replica.query(&["INFO", "replication"]);
+            if info.contains("master_link_status:up") {
+                return replica;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "the replica of port {} never linked:\n{info}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Whether the server listens on TLS ([`RedisConfig::tls`]).
@@ -622,6 +652,9 @@ fn launch(
     if kind == Kind::Server {
         command
             .args(["--enable-debug-command", "yes"])
+            // Debian's default diskless-sync delay (5 s) would hold back
+            // every replica that links to this server.
+            .args(["--repl-diskless-sync-delay", "0"])
             .args(config.persistence.args());
     }
     if let Some(password) = &config.password {

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::Backend;
-use crate::backend::ops::{Grant, GrantReply, Leave, Mint, PassOn};
+use crate::backend::ops::{Checked, Grant, GrantReply, Leave, Mint, PassOn};
 use crate::backend::wire::{QueueMember, wake_channel};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
@@ -278,7 +278,9 @@ impl Engine {
                 }
             }
             if let Some(refused_at) = refused_at
-                && let Some(lease) = self.handed_over(name, keys, &token, fence, opts, refused_at)
+                && let Some(lease) = self
+                    .handed_over(name, keys, &token, fence, opts, refused_at)
+                    .await
             {
                 queued.disarm();
                 return Ok(lease);
@@ -365,8 +367,17 @@ impl Engine {
     }
 
     /// A lease for a lock that a release handed over to this waiter (see
-    /// [`handover_deadline`]). The keeper renews it to the full ttl at once.
-    fn handed_over(
+    /// [`handover_deadline`]), once confirmed.
+    ///
+    /// The wake-up may be older than the waiter's last refused attempt (its
+    /// process was paused with the message queued), and the hand-over may
+    /// have ended meanwhile: a local deadline counted from that later
+    /// attempt would outlive the lock in Redis. So the lock is first
+    /// confirmed with a compare-and-pexpire to the full ttl, and the lease's
+    /// deadline starts when that confirmation was sent. Anything else (gone,
+    /// taken, no reply) leaves the waiter waiting. (Found by `fencelock
+    /// torture`, checker C4.)
+    async fn handed_over(
         &self,
         name: &str,
         keys: &LockKeys,
@@ -375,15 +386,17 @@ impl Engine {
         opts: &LockOptions,
         refused_at: Instant,
     ) -> Option<Lease> {
-        let provisional = opts.handover_lease();
-        let deadline = handover_deadline(refused_at, provisional, Instant::now())?;
-        let state = self.lease_state(name, keys, token, fence, opts, deadline);
+        handover_deadline(refused_at, opts.handover_lease(), Instant::now())?;
+        // Not valid until confirmed: the deadline moves to the
+        // confirmation's send time + ttl - drift.
+        let state = self.lease_state(name, keys, token, fence, opts, Instant::now());
+        if !matches!(state.extend_once().await, Ok(Checked::Done))
+            || arrived_too_late(state.deadline(), opts.ttl, Instant::now())
+        {
+            return None;
+        }
         tracing::debug!(lock = %name, %fence, "acquired by hand-over");
-        Some(Lease::start(
-            state,
-            opts.renewal_interval(),
-            provisional < opts.ttl,
-        ))
+        Some(Lease::start(state, opts.renewal_interval(), false))
     }
 
     fn lease_state(

@@ -18,6 +18,7 @@ mod run;
 mod secrets;
 mod support;
 mod topologies;
+mod torture;
 mod tree;
 mod update;
 mod usage;

@@ -1,7 +1,8 @@
 //! Redis passwords never reach the output, with the built binary and a real
 //! redis-server that requires one: `--help`, errors, `--verbose`, logs, the
 //! metrics endpoint, `top`, every `--json`; in the three URL forms that
-//! carry a password (`redis://:PW@`, `redis://USER:PW@`, `unix://…?pass=PW`).
+//! carry a password (`redis://:PW@`, `redis://USER:PW@`, `unix://…?pass=PW`),
+//! and in Sentinel, Cluster, TLS and malformed URLs.
 //! The command of `run` gets the URL (documented) unless `--no-url-env`.
 
 use std::io::Read;
@@ -229,5 +230,51 @@ fn passwords_never_reach_the_output() {
                 );
             }
         }
+    }
+}
+
+/// The URL forms of the other topologies, with a password in every place one
+/// can sit (userinfo, `sentinel_password`, `pass`), and malformed URLs around
+/// a password: unreachable or refused, never shown.
+#[test]
+fn passwords_in_topology_urls_and_malformed_urls_never_reach_the_output() {
+    let unreachable = [
+        format!("redis+sentinel://:{PASSWORD}@127.0.0.1:1/mymaster"),
+        format!(
+            "redis+sentinel://alice:{PASSWORD}@127.0.0.1:1,127.0.0.1:2/mymaster?sentinel_password={WRONG}"
+        ),
+        format!("redis+sentinel://127.0.0.1:1/m?sentinel_pass={WRONG}&db=0"),
+        format!("redis+cluster://:{PASSWORD}@127.0.0.1:1,127.0.0.1:2"),
+        format!("rediss://alice:{PASSWORD}@127.0.0.1:1/0"),
+        format!("redis+unix:///nonexistent/redis.sock?user=alice&password={PASSWORD}"),
+    ];
+    for url in &unreachable {
+        let out = output(url, &["status", "job"]);
+        assert_eq!(out.status.code(), Some(69), "{}", all_of(&out));
+        assert_clean(url, &all_of(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("***"),
+            "the URL is named, redacted: {}",
+            all_of(&out)
+        );
+    }
+    let malformed = [
+        format!("redis://:{PASSWORD}@"),
+        format!("redis://:{PASSWORD}@127.0.0.1:notaport"),
+        format!("redis+sentinel://:{PASSWORD}@127.0.0.1:1"),
+        format!("redis://:{PASSWORD}@127.0.0.1:1/notadb"),
+        format!("redis://:pa/ss?{PASSWORD}#x@127.0.0.1:1"),
+        format!("bogus://:{PASSWORD}@127.0.0.1:1"),
+        format!("redis+sentinel://127.0.0.1:1/m?SENTINEL_PASS={WRONG}"),
+    ];
+    for url in &malformed {
+        let out = output(url, &["status", "job"]);
+        let code = out.status.code();
+        assert!(
+            matches!(code, Some(64 | 69 | 78)),
+            "{url}: exit {code:?}: {}",
+            all_of(&out)
+        );
+        assert_clean(url, &all_of(&out));
     }
 }

@@ -25,7 +25,7 @@ use redis::{
 };
 
 use super::ops::{Publish, ScriptCall};
-use super::sentinel::{SentinelLink, failover_suspect};
+use super::sentinel::SentinelLink;
 use super::target::{Nodes, Target};
 use super::tls::{self, TlsFiles};
 use super::url::{redact, redact_url_in};
@@ -195,17 +195,11 @@ impl RedisConn {
             Link::Standalone { conn, .. } => invocation.invoke_async(&mut conn.clone()).await,
             Link::Cluster { conn, .. } => invocation.invoke_async(&mut conn.clone()).await,
             Link::Sentinel(link) => {
-                let master = link.current();
-                match invocation.invoke_async(&mut master.conn.clone()).await {
-                    Err(e) if failover_suspect(&e) => {
-                        if link.follow(master.generation).await.is_err() {
-                            Err(e)
-                        } else {
-                            invocation.invoke_async(&mut link.current().conn).await
-                        }
-                    }
-                    reply => reply,
-                }
+                let invocation = &invocation;
+                link.on_master(
+                    move |mut conn| async move { invocation.invoke_async(&mut conn).await },
+                )
+                .await
             }
         }
         .map_err(|e| self.map_error(e, &keys))
@@ -282,17 +276,8 @@ impl RedisConn {
                 T::from_redis_value(redis::Value::Array(values)).map_err(RedisError::from)
             }
             Link::Sentinel(link) => {
-                let master = link.current();
-                match pipe.query_async(&mut master.conn.clone()).await {
-                    Err(e) if failover_suspect(&e) => {
-                        if link.follow(master.generation).await.is_err() {
-                            Err(e)
-                        } else {
-                            pipe.query_async(&mut link.current().conn).await
-                        }
-                    }
-                    reply => reply,
-                }
+                link.on_master(move |mut conn| async move { pipe.query_async(&mut conn).await })
+                    .await
             }
         }
     }
@@ -431,17 +416,8 @@ impl RedisConn {
                 T::from_redis_value(value).map_err(RedisError::from)
             }
             Link::Sentinel(link) => {
-                let master = link.current();
-                match cmd.query_async(&mut master.conn.clone()).await {
-                    Err(e) if failover_suspect(&e) => {
-                        if link.follow(master.generation).await.is_err() {
-                            Err(e)
-                        } else {
-                            cmd.query_async(&mut link.current().conn).await
-                        }
-                    }
-                    reply => reply,
-                }
+                link.on_master(move |mut conn| async move { cmd.query_async(&mut conn).await })
+                    .await
             }
         }
     }

@@ -135,6 +135,28 @@ impl SentinelLink {
             .clone()
     }
 
+    /// Runs `op` on the current master's connection; when it fails the way
+    /// a failover explains, follows the master and runs it once more (every
+    /// fencelock call is safe to repeat). If following fails, the first
+    /// error stands.
+    pub(crate) async fn on_master<T, F, Fut>(&self, op: F) -> RedisResult<T>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = RedisResult<T>>,
+    {
+        let master = self.current();
+        match op(master.conn).await {
+            Err(e) if failover_suspect(&e) => {
+                if self.follow(master.generation).await.is_err() {
+                    Err(e)
+                } else {
+                    op(self.current().conn).await
+                }
+            }
+            reply => reply,
+        }
+    }
+
     /// Asks the sentinels again, unless another task already did since
     /// generation `seen` failed, and switches to the master they name.
     pub(crate) async fn follow(&self, seen: u64) -> RedisResult<()> {
@@ -247,7 +269,7 @@ async fn resolve(
 
 /// Whether `e` may mean the master moved: the connection broke or timed
 /// out, or the node no longer accepts writes as a master.
-pub(crate) fn failover_suspect(e: &RedisError) -> bool {
+fn failover_suspect(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()

@@ -1,14 +1,22 @@
 //! URLs as they may be shown: without credentials.
 //!
 //! A password can sit in the userinfo (`redis://user:PASSWORD@host`) or in
-//! the query (`unix:///run/redis.sock?pass=PASSWORD`, `?password=`); both are
-//! replaced by `***`. Everything before the last `@` of the part after the
-//! scheme is taken as userinfo, even when a raw (not percent-encoded)
-//! password contains `/`, `?` or `#`: a URL that fails to parse is shown in
-//! the error, so it must be redacted too.
+//! the query (`unix:///run/redis.sock?pass=PASSWORD`, `?password=`,
+//! `?sentinel_password=`); all are replaced by `***`. Everything before the
+//! last `@` of the part after the scheme is taken as userinfo, even when a
+//! raw (not percent-encoded) password contains `/`, `?` or `#`: a URL that
+//! fails to parse is shown in the error, so it must be redacted too.
 
-/// Query parameters that carry a password.
-const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
+/// Whether a query parameter carries a password: `pass`, `password` and any
+/// name ending in one of them (`sentinel_password`, `sentinel_pass`), in any
+/// case. A suffix rule rather than a list, so that a parameter a future URL
+/// form adds is hidden too.
+fn is_secret_param(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["pass", "password", "passwd"]
+        .iter()
+        .any(|suffix| name.ends_with(suffix))
+}
 
 /// `url` with every password replaced by `***` (the user name is kept), so it
 /// can be shown in errors, logs and output: the rule every fencelock error
@@ -50,7 +58,7 @@ fn redact_query(text: &str) -> String {
     let params: Vec<String> = query
         .split('&')
         .map(|param| match param.split_once('=') {
-            Some((name, _)) if SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str()) => {
+            Some((name, _)) if is_secret_param(name) => {
                 format!("{name}=***")
             }
             _ => param.to_owned(),
@@ -83,7 +91,7 @@ fn secrets(url: &str) -> Vec<String> {
     if let Some((_, query)) = location.split_once('?') {
         for param in query.split(['&', '#']) {
             if let Some((name, value)) = param.split_once('=')
-                && SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str())
+                && is_secret_param(name)
             {
                 found.push(value.to_owned());
             }
@@ -162,6 +170,14 @@ mod tests {
             "redis+unix:///s?user=u&Password=***#x"
         );
         assert_eq!(redact("no scheme?pass=x"), "no scheme?pass=***");
+        assert_eq!(
+            redact("redis+sentinel://:pw@a:1,b:2/m?sentinel_password=S&db=1"),
+            "redis+sentinel://:***@a:1,b:2/m?sentinel_password=***&db=1"
+        );
+        assert_eq!(
+            redact("redis+sentinel://a:1/m?SENTINEL_PASS=S"),
+            "redis+sentinel://a:1/m?SENTINEL_PASS=***"
+        );
     }
 
     #[test]
@@ -189,6 +205,13 @@ mod tests {
                 "unix:///s?pass=one1&password=two2"
             ),
             "unix:///s?pass=***&password=***, ***, ***"
+        );
+        assert_eq!(
+            redact_url_in(
+                "sentinel auth s3ntinel refused",
+                "redis+sentinel://a:1/m?sentinel_password=s3ntinel"
+            ),
+            "sentinel auth *** refused"
         );
         assert_eq!(
             redact_url_in("refused", "redis://127.0.0.1:7000/"),

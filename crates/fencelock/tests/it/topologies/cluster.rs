@@ -12,14 +12,14 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use fencelock::{Fence, KeyLayout, LockClient, LockState, ReleaseOutcome, WaitMode, WriteOutcome};
+use fencelock::{KeyLayout, LockClient, LockState, ReleaseOutcome, WaitMode};
 use fencelock_testkit::{RedisCluster, RedisServer};
-use tokio::sync::Mutex;
 use tokio::time::Instant;
+
+use super::{CounterWorkers, counter_value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_locks_spread_over_every_shard_and_wake_ups_are_sharded() -> Result<()> {
@@ -116,45 +116,21 @@ async fn cluster_locks_spread_over_every_shard_and_wake_ups_are_sharded() -> Res
 async fn heavy_cluster_failover_of_the_lock_shard_under_load() -> Result<()> {
     let cluster = Arc::new(RedisCluster::start());
     let resource = RedisServer::start();
-    let lock_key = "lock:{ctr}";
-    let shard = cluster.owner_of_key(lock_key);
-    let grants: Arc<Mutex<Vec<(Instant, Fence)>>> = Arc::default();
-    let acknowledged = Arc::new(Mutex::new(0_u64));
-    let stop = Arc::new(AtomicBool::new(false));
+    let shard = cluster.owner_of_key("lock:{ctr}");
     let mut workers = Vec::new();
     for _ in 0..6 {
         let locks = LockClient::connect(&cluster.cluster_url()).await?;
-        let store = LockClient::connect(&resource.url()).await?;
-        let (grants, acknowledged, stop) = (grants.clone(), acknowledged.clone(), stop.clone());
-        workers.push(tokio::spawn(async move {
-            let counter = store.fenced_hash("counter")?;
-            let opts = locks
-                .options()
-                .ttl(Duration::from_millis(1500))
-                .wait(Duration::from_secs(15));
-            while !stop.load(Ordering::Relaxed) {
-                let Ok(lease) = locks.acquire("ctr", &opts).await else {
-                    continue;
-                };
-                grants.lock().await.push((Instant::now(), lease.fence()));
-                let updated = counter
-                    .update(lease.fence(), lease.token(), |v| {
-                        (v.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1).to_string()
-                    })
-                    .await;
-                if let Ok(WriteOutcome::Accepted) = updated {
-                    *acknowledged.lock().await += 1;
-                }
-                let _ = lease.release().await;
-            }
-            anyhow::Ok(())
-        }));
+        let counter = LockClient::connect(&resource.url())
+            .await?
+            .fenced_hash("counter")?;
+        workers.push((locks, counter));
     }
+    let workers = CounterWorkers::spawn(workers);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let paused_at = Instant::now();
     cluster.pause(shard);
     // The testkit waits until a replica has taken the shard over.
-    let replaced = tokio::task::spawn_blocking({
+    tokio::task::spawn_blocking({
         let cluster = cluster.clone();
         move || cluster.wait_replaced(shard)
     })
@@ -162,40 +138,16 @@ async fn heavy_cluster_failover_of_the_lock_shard_under_load() -> Result<()> {
     let failed_over = Instant::now();
     cluster.resume(shard);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.store(true, Ordering::Relaxed);
-    for worker in workers {
-        worker.await??;
-    }
-    let grants = grants.lock().await;
-    let max_before = grants
-        .iter()
-        .filter(|(at, _)| *at < paused_at)
-        .map(|(_, f)| *f)
-        .max()
-        .context("no grant before the failover")?;
-    let after: Vec<Fence> = grants
-        .iter()
-        .filter(|(at, _)| *at > failed_over)
-        .map(|(_, f)| *f)
-        .collect();
-    ensure!(
-        !after.is_empty(),
-        "no grant after {replaced} took the shard over"
-    );
-    ensure!(after.iter().all(|f| *f > max_before));
-    let store = LockClient::connect(&resource.url()).await?;
-    let final_value: u64 = store
-        .fenced_hash("counter")?
-        .read()
+    let tally = workers.stop().await?;
+    tally.check_fences_across(paused_at, failed_over)?;
+    let counter = LockClient::connect(&resource.url())
         .await?
-        .value
-        .as_deref()
-        .unwrap_or("0")
-        .parse()?;
-    let acknowledged = *acknowledged.lock().await;
+        .fenced_hash("counter")?;
+    let final_value = counter_value(&counter).await?;
     ensure!(
-        final_value == acknowledged,
-        "acknowledged {acknowledged} increments, the counter holds {final_value}"
+        final_value == tally.acknowledged,
+        "acknowledged {} increments, the counter holds {final_value}",
+        tally.acknowledged
     );
     Ok(())
 }

@@ -7,42 +7,14 @@ use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
 use fencelock::{Error, LockClient};
-use fencelock_testkit::{RedisConfig, RedisServer};
+use fencelock_testkit::RedisServer;
 
 use crate::support::Keys;
 
-/// A primary and one replica, linked.
-pub(crate) fn primary_with_a_replica() -> (RedisServer, RedisServer) {
-    // Debian's default diskless-sync delay (5 s) would hold the link back.
-    let primary = RedisServer::start_with(
-        RedisConfig::default()
-            .with_arg("--repl-diskless-sync-delay")
-            .with_arg("0"),
-    );
-    let replica = RedisServer::start_with(
-        RedisConfig::default()
-            .with_arg("--replicaof")
-            .with_arg("127.0.0.1")
-            .with_arg(primary.port().to_string()),
-    );
-    let give_up = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let info: String = replica.query(&["INFO", "replication"]);
-        if info.contains("master_link_status:up") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < give_up,
-            "the replica never linked: {info}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (primary, replica)
-}
-
 #[tokio::test]
 async fn grants_and_writes_wait_for_their_replicas() -> Result<()> {
-    let (primary, replica) = primary_with_a_replica();
+    let primary = RedisServer::start();
+    let replica = primary.start_replica();
     let client = LockClient::connect(&primary.url()).await?;
     let one = client
         .options()

@@ -16,17 +16,17 @@
 //!   holder-aware rule refuses the second.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use fencelock::{Fence, FenceMode, KeyLayout, LockClient, LockState, Renewal, WriteOutcome};
+use fencelock::{Fence, FenceMode, KeyLayout, LockClient, LockState, Renewal};
 use fencelock_testkit::{
     RedisConfig, RedisSentinel, RedisSentinelConfig, RedisServer, SentinelNode,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use super::{CounterWorkers, counter_value};
 use crate::support::{GUIDE_FENCED_WRITE, connect};
 
 /// Data nodes that refuse writes without a replica within 1 s of lag: a
@@ -41,72 +41,29 @@ fn guarded() -> RedisSentinelConfig {
     )
 }
 
-/// What the workers saw.
-#[derive(Debug, Default)]
-struct Seen {
-    /// (when granted, fence) of every grant.
-    grants: Vec<(Instant, Fence)>,
-    acknowledged: u64,
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_sentinel_failover_under_load_keeps_fences_and_increments() -> Result<()> {
     let sentinel = RedisSentinel::start_with(guarded());
     let old = sentinel.primary();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let failures = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..8 {
         let client = LockClient::connect(&sentinel.url()).await?;
-        let (seen, stop, failures) = (seen.clone(), stop.clone(), failures.clone());
-        workers.push(tokio::spawn(async move {
-            // Both replicas: the sentinels promote the replica that was most
-            // up to date at their last look, which may be a moment old, so
-            // a write only one replica has could be lost.
-            let counter = client
-                .fenced_hash("counter")?
-                .wait_for_replicas(2, Duration::from_millis(500));
-            let opts = client
-                .options()
-                .ttl(Duration::from_millis(1500))
-                .wait(Duration::from_secs(10));
-            while !stop.load(Ordering::Relaxed) {
-                let lease = match client.acquire("ctr", &opts).await {
-                    Ok(lease) => lease,
-                    Err(_) => {
-                        failures.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                };
-                seen.lock()
-                    .await
-                    .grants
-                    .push((Instant::now(), lease.fence()));
-                let updated = counter
-                    .update(lease.fence(), lease.token(), |v| {
-                        (v.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1).to_string()
-                    })
-                    .await;
-                match updated {
-                    Ok(WriteOutcome::Accepted) => seen.lock().await.acknowledged += 1,
-                    Ok(_) | Err(_) => {
-                        failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                let _ = lease.release().await;
-            }
-            anyhow::Ok(())
-        }));
+        // Both replicas: the sentinels promote the replica that was most up
+        // to date at their last look, which may be a moment old, so a write
+        // only one replica has could be lost.
+        let counter = client
+            .fenced_hash("counter")?
+            .wait_for_replicas(2, Duration::from_millis(500));
+        workers.push((client, counter));
     }
+    let workers = CounterWorkers::spawn(workers);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = seen.lock().await.grants.len();
-    ensure!(before > 0, "no grant before the failover");
+    ensure!(workers.grants().await > 0, "no grant before the failover");
 
     // Freeze the primary past down-after; the sentinels promote a replica.
     let paused_at = Instant::now();
     sentinel.pause(SentinelNode::Data(old));
-    let new = tokio::task::spawn_blocking({
+    tokio::task::spawn_blocking({
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         let addrs = sentinel.sentinel_urls();
         move || wait_new_primary(&addrs, deadline)
@@ -119,8 +76,7 @@ async fn heavy_sentinel_failover_under_load_keeps_fences_and_increments() -> Res
     // it has recounted its good replicas (its replication cron runs every
     // second: until then it still counts the ones it had before the pause).
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let direct = LockClient::connect(&sentinel.data_node(old).url()).await;
-    if let Ok(direct) = direct {
+    if let Ok(direct) = LockClient::connect(&sentinel.data_node(old).url()).await {
         let granted = direct
             .try_acquire("split", &direct.options().renewal(Renewal::Off))
             .await;
@@ -128,45 +84,14 @@ async fn heavy_sentinel_failover_under_load_keeps_fences_and_increments() -> Res
     }
 
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.store(true, Ordering::Relaxed);
-    for worker in workers {
-        worker.await??;
-    }
-    let seen = seen.lock().await;
-    let after: Vec<Fence> = seen
-        .grants
-        .iter()
-        .filter(|(at, _)| *at > failed_over)
-        .map(|(_, f)| *f)
-        .collect();
-    ensure!(
-        !after.is_empty(),
-        "no grant after the failover ({new} is the new primary)"
-    );
-    let max_before = seen
-        .grants
-        .iter()
-        .filter(|(at, _)| *at < paused_at)
-        .map(|(_, f)| *f)
-        .max()
-        .context("grants before the pause")?;
-    ensure!(
-        after.iter().all(|f| *f > max_before),
-        "a fence after the failover is not above {max_before}"
-    );
-    let mut fences: Vec<Fence> = seen.grants.iter().map(|(_, f)| *f).collect();
-    fences.sort();
-    let n = fences.len();
-    fences.dedup();
-    ensure!(fences.len() == n, "a fence was granted twice");
-
+    let tally = workers.stop().await?;
+    tally.check_fences_across(paused_at, failed_over)?;
     let reader = LockClient::connect(&sentinel.url()).await?;
-    let state = reader.fenced_hash("counter")?.read().await?;
-    let final_value: u64 = state.value.as_deref().unwrap_or("0").parse()?;
+    let final_value = counter_value(&reader.fenced_hash("counter")?).await?;
     ensure!(
-        final_value == seen.acknowledged,
+        final_value == tally.acknowledged,
         "acknowledged {} increments, the counter holds {final_value}",
-        seen.acknowledged
+        tally.acknowledged
     );
     Ok(())
 }

@@ -1,0 +1,375 @@
+//! What a run does: [`Config`], the nemeses ([`NemesisKind`]) and the
+//! negative controls ([`Variant`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fencelock::{FenceMode, KeyLayout, WaitMode};
+
+/// A fault the run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum NemesisKind {
+    /// SIGSTOP the lock server for 1.2–2.5 ttl, then SIGCONT.
+    PauseServer,
+    /// kill -9 the lock server and restart it with its data (AOF,
+    /// `appendfsync always`).
+    KillRestart,
+    /// kill -9 the lock server and restart it empty: a Redis without
+    /// persistence. Mutual exclusion is not promised across it (DESIGN.md
+    /// §9); fences stay monotonic in clock mode.
+    KillWipe,
+    /// `DEBUG SLEEP` for 0.5–2 ttl.
+    DebugSleep,
+    /// `CLIENT PAUSE` (WRITE or ALL) for 1–2 ttl.
+    ClientPause,
+    /// `SCRIPT FLUSH`.
+    ScriptFlush,
+    /// `CLIENT KILL` of one worker's (or every worker's) connections, found
+    /// by their addresses at the proxy.
+    ClientKill,
+    /// SIGSTOP a worker for 1.2–3 ttl: preferably one between its read and
+    /// its write, else one holding a lease.
+    PauseWorker,
+    /// The proxy delays one worker's replies by 1.2–2 ttl for 3–6 ttl.
+    ProxyDelay,
+    /// The proxy stalls one worker's traffic both ways for 1–3 ttl (bytes
+    /// are kept, as TCP would retransmit them).
+    ProxyBlackhole,
+    /// The proxy drops the next reply to one worker (after Redis executed
+    /// the command) and resets that connection.
+    ProxySwallow,
+    /// The proxy resets every connection of one worker.
+    ProxyReset,
+}
+
+impl NemesisKind {
+    /// Every nemesis, in the order they are documented.
+    pub const ALL: [NemesisKind; 12] = [
+        NemesisKind::PauseServer,
+        NemesisKind::KillRestart,
+        NemesisKind::KillWipe,
+        NemesisKind::DebugSleep,
+        NemesisKind::ClientPause,
+        NemesisKind::ScriptFlush,
+        NemesisKind::ClientKill,
+        NemesisKind::PauseWorker,
+        NemesisKind::ProxyDelay,
+        NemesisKind::ProxyBlackhole,
+        NemesisKind::ProxySwallow,
+        NemesisKind::ProxyReset,
+    ];
+
+    /// The name on the command line and in the history.
+    pub fn name(self) -> &'static str {
+        match self {
+            NemesisKind::PauseServer => "pause-server",
+            NemesisKind::KillRestart => "kill-restart",
+            NemesisKind::KillWipe => "kill-wipe",
+            NemesisKind::DebugSleep => "debug-sleep",
+            NemesisKind::ClientPause => "client-pause",
+            NemesisKind::ScriptFlush => "script-flush",
+            NemesisKind::ClientKill => "client-kill",
+            NemesisKind::PauseWorker => "pause-worker",
+            NemesisKind::ProxyDelay => "proxy-delay",
+            NemesisKind::ProxyBlackhole => "proxy-blackhole",
+            NemesisKind::ProxySwallow => "proxy-swallow",
+            NemesisKind::ProxyReset => "proxy-reset",
+        }
+    }
+
+    /// Parses a name of [`NemesisKind::name`].
+    pub fn parse(s: &str) -> Option<Self> {
+        NemesisKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Whether it needs control of the server (its process or its
+    /// administrative commands): refused against a deployment given with
+    /// `--redis`.
+    pub fn needs_server_control(self) -> bool {
+        matches!(
+            self,
+            NemesisKind::PauseServer
+                | NemesisKind::KillRestart
+                | NemesisKind::KillWipe
+                | NemesisKind::DebugSleep
+                | NemesisKind::ClientPause
+                | NemesisKind::ScriptFlush
+        )
+    }
+
+    /// Whether it needs the fault-injecting proxy between the workers and
+    /// Redis.
+    pub fn needs_proxy(self) -> bool {
+        matches!(
+            self,
+            NemesisKind::ClientKill
+                | NemesisKind::ProxyDelay
+                | NemesisKind::ProxyBlackhole
+                | NemesisKind::ProxySwallow
+                | NemesisKind::ProxyReset
+        )
+    }
+}
+
+/// A negative control: a deliberately broken lock or resource that the
+/// checkers must catch. Never the default; reachable only through
+/// `Config::variant`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Variant {
+    /// The guide's two-command acquire: `SET NX PX`, then `INCR` of the
+    /// fence key (guide layout, no check of the validity left).
+    TwoCommandAcquire,
+    /// The guide's resource check `fence >= stored`, without the holder
+    /// (run in counter mode, where a restart without persistence re-issues
+    /// fences).
+    GeCheck,
+    /// Read-modify-write with the fence checked on the write only (no
+    /// registration before the read).
+    WriteOnlyCheck,
+    /// Release with a plain `DEL`, without the owner check.
+    UncheckedRelease,
+    /// Renewal that re-creates an absent key (`SET PX` when the lock is
+    /// gone, as redlock-rb #36), sent by a renewal task that the release
+    /// does not stop first (Redisson #7272).
+    RecreatingRenewal,
+}
+
+impl Variant {
+    /// Every control, in the order they are documented.
+    pub const ALL: [Variant; 5] = [
+        Variant::TwoCommandAcquire,
+        Variant::GeCheck,
+        Variant::WriteOnlyCheck,
+        Variant::UncheckedRelease,
+        Variant::RecreatingRenewal,
+    ];
+
+    /// The name on the command line and in the history.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::TwoCommandAcquire => "two-command-acquire",
+            Variant::GeCheck => "ge-check",
+            Variant::WriteOnlyCheck => "write-only-check",
+            Variant::UncheckedRelease => "unchecked-release",
+            Variant::RecreatingRenewal => "recreating-renewal",
+        }
+    }
+
+    /// Parses a name of [`Variant::name`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Variant::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// The nemeses that expose this control, used when none are given: a
+    /// default-length run then meets the conditions it breaks under often
+    /// enough to be caught.
+    pub fn nemeses(self) -> &'static [NemesisKind] {
+        match self {
+            // A holder whose SET reply is late mints its fence after the
+            // next holder's.
+            Variant::TwoCommandAcquire => &[NemesisKind::ProxyDelay],
+            Variant::GeCheck => &[NemesisKind::KillWipe],
+            Variant::WriteOnlyCheck | Variant::UncheckedRelease => &[NemesisKind::PauseWorker],
+            Variant::RecreatingRenewal => &[NemesisKind::PauseWorker, NemesisKind::ProxyDelay],
+        }
+    }
+
+    /// How many nemeses the control's own schedule injects (`None`: as many
+    /// as fit). `ge-check` needs exactly one restart without persistence:
+    /// after it the counter re-issues every fence already written, and
+    /// another restart before it gets there would start it over.
+    pub fn nemesis_limit(self) -> Option<usize> {
+        match self {
+            Variant::GeCheck => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The least work between read and write the control runs with.
+    /// `write-only-check` works up to two ttls (a slow read-modify-write),
+    /// so that a holder paused past its lease resumes while the next holder
+    /// is between its read and its write.
+    pub fn min_hold(self, ttl: Duration) -> Duration {
+        match self {
+            Variant::WriteOnlyCheck => ttl * 2,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// The fence mode the control runs in (`None`: as configured).
+    pub fn fence_mode(self) -> Option<FenceMode> {
+        match self {
+            // Equal fences from two holders only exist where fences repeat.
+            Variant::GeCheck => Some(FenceMode::Counter),
+            Variant::TwoCommandAcquire => Some(FenceMode::Counter),
+            _ => None,
+        }
+    }
+
+    /// The key layout the control's lock uses.
+    pub fn layout(self) -> KeyLayout {
+        match self {
+            // The guide's keys: lock value = bare token, INCR fence key.
+            Variant::TwoCommandAcquire => KeyLayout::Guide,
+            _ => KeyLayout::HashTagged,
+        }
+    }
+
+    /// Whether the lock itself is broken (the worker uses the control's own
+    /// lock instead of fencelock's).
+    pub fn breaks_the_lock(self) -> bool {
+        matches!(
+            self,
+            Variant::TwoCommandAcquire | Variant::UncheckedRelease | Variant::RecreatingRenewal
+        )
+    }
+}
+
+/// The protected resource the workers update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResourceKind {
+    /// A Redis hash per name (`fence`, `holder`, `value`) and an audit list,
+    /// written by one script.
+    Redis,
+    /// A Postgres table (one row per name, fenced by fencelock's
+    /// `FencedTable`) and an audit table, written in one transaction.
+    Postgres {
+        /// The database URL (password included; never shown).
+        url: String,
+    },
+}
+
+impl ResourceKind {
+    /// `redis` or `postgres`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ResourceKind::Redis => "redis",
+            ResourceKind::Postgres { .. } => "postgres",
+        }
+    }
+}
+
+/// Everything a run needs besides its topology.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How long the workload and the nemeses run.
+    pub duration: Duration,
+    /// Worker processes.
+    pub workers: usize,
+    /// Lock names (each with its own resource).
+    pub names: usize,
+    /// Lease ttl.
+    pub ttl: Duration,
+    /// How long a worker works between its read and its write, at most
+    /// (uniform from zero).
+    pub hold: Duration,
+    /// Wait mode of the workers' acquisitions.
+    pub mode: WaitMode,
+    /// Fence mode.
+    pub fence_mode: FenceMode,
+    /// The resource.
+    pub resource: ResourceKind,
+    /// The nemeses to inject (`None`: every one the topology supports, or
+    /// the control's own).
+    pub nemeses: Option<Vec<NemesisKind>>,
+    /// Mean time between two nemeses (each gap is uniform in ½–1½ of it).
+    pub nemesis_interval: Duration,
+    /// The seed of the nemesis schedule and the workers' choices.
+    pub seed: u64,
+    /// The negative control to run instead of fencelock, if any.
+    pub variant: Option<Variant>,
+    /// Stop as soon as the checkers find a violation (checked every 2 s).
+    pub stop_on_violation: bool,
+    /// The key prefix: every key the run writes starts with it.
+    pub prefix: String,
+    /// Where to write the history as it is recorded.
+    pub history: Option<PathBuf>,
+}
+
+impl Config {
+    /// The defaults of `fencelock torture`: 30 s, 8 workers, one name, ttl
+    /// 300 ms, hold up to 50 ms, notify, clock fences, the Redis resource,
+    /// every nemesis, one every second, seed 1.
+    pub fn new() -> Self {
+        Config {
+            duration: Duration::from_secs(30),
+            workers: 8,
+            names: 1,
+            ttl: Duration::from_millis(300),
+            hold: Duration::from_millis(50),
+            mode: WaitMode::Notify,
+            fence_mode: FenceMode::Clock,
+            resource: ResourceKind::Redis,
+            nemeses: None,
+            nemesis_interval: Duration::from_secs(1),
+            seed: 1,
+            variant: None,
+            stop_on_violation: false,
+            prefix: "torture:".to_string(),
+            history: None,
+        }
+    }
+
+    /// The longest work between read and write in effect (a control may
+    /// need more).
+    pub fn effective_hold(&self) -> Duration {
+        self.variant
+            .map_or(self.hold, |v| self.hold.max(v.min_hold(self.ttl)))
+    }
+
+    /// The renewal interval of the workers' leases (a third of the ttl).
+    pub fn renewal(&self) -> Duration {
+        self.ttl / 3
+    }
+
+    /// The fence mode in effect (a control may impose its own).
+    pub fn effective_fence_mode(&self) -> FenceMode {
+        self.variant
+            .and_then(Variant::fence_mode)
+            .unwrap_or(self.fence_mode)
+    }
+
+    /// The key layout in effect.
+    pub fn layout(&self) -> KeyLayout {
+        self.variant.map_or(KeyLayout::HashTagged, Variant::layout)
+    }
+
+    /// The lock names: `t0`, `t1`, …
+    pub fn lock_names(&self) -> Vec<String> {
+        (0..self.names).map(|i| format!("t{i}")).collect()
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::new()
+    }
+}
+
+/// `poll`, `notify` or `fair`.
+pub(crate) fn mode_name(mode: WaitMode) -> &'static str {
+    match mode {
+        WaitMode::Poll => "poll",
+        WaitMode::Fair => "fair",
+        _ => "notify",
+    }
+}
+
+/// `clock` or `counter`.
+pub(crate) fn fence_mode_name(mode: FenceMode) -> &'static str {
+    match mode {
+        FenceMode::Counter => "counter",
+        _ => "clock",
+    }
+}
+
+/// `default` or `guide`.
+pub(crate) fn layout_name(layout: KeyLayout) -> &'static str {
+    match layout {
+        KeyLayout::Guide => "guide",
+        _ => "default",
+    }
+}

@@ -1,0 +1,60 @@
+//! # fencelock-torture
+//!
+//! The engine of `fencelock torture`: a Jepsen-style safety harness for
+//! fencelock on one machine. Worker processes take leases and do fenced
+//! read-modify-writes on a resource that audits every accepted write in the
+//! same script or transaction; nemeses pause, kill, stall and cut the
+//! servers and the workers on a seeded schedule; an observer records the
+//! lock keys as Redis holds them; and at the end the checkers C1–C7 read
+//! the whole history and say whether anything unsafe happened. Negative
+//! controls (`--unsafe`) run deliberately broken variants, which the same
+//! checkers must catch.
+//!
+//! [`run`] carries out a [`Config`] on a [`Topology`] and returns a
+//! [`Report`]; [`Report::from_history`] checks a saved [`History`] the same
+//! way; a report renders as text or one JSON object ([`Report::to_text`],
+//! [`Report::to_json`]). [`worker::main`] is the worker process's entry
+//! point (the CLI's hidden `torture-worker` command).
+//!
+//! | module | concern |
+//! |---|---|
+//! | `config` | [`Config`], [`NemesisKind`], [`Variant`], [`ResourceKind`] |
+//! | `topology` | [`Topology`], the seam to the servers; [`Remote`] for `--redis URL` |
+//! | `run` | the coordinator: setup, workers, nemeses, shutdown, [`Launcher`], [`Progress`] |
+//! | `schedule` | the seeded nemesis plan ([`schedule::plan`]) |
+//! | `worker` | the worker process: lease cycles, history lines on stdout |
+//! | `resource` | the audited resource (Redis hash + list, Postgres row + audit table) |
+//! | `controls` | the negative controls' lock and resource scripts (never on the safe path) |
+//! | `proxy` | the fault-injecting TCP proxy (delay, blackhole, swallowed reply, reset) |
+//! | `observer` | polls the lock keys: Redis's own view of the holders |
+//! | `history` | [`Event`], [`Entry`], [`History`]: the JSON-lines history |
+//! | `check` | C1–C7 ([`check::check`], [`CheckResult`]) |
+//! | `report` | [`Report`] and its [`Figures`] |
+//! | `render` | text and JSON, the only place either is written |
+//! | `clock` | the shared monotonic clock ([`clock::RunClock`]) |
+//! | `error` | [`Error`], [`ErrorKind`] |
+
+pub mod check;
+pub mod clock;
+mod config;
+mod controls;
+mod error;
+pub mod history;
+mod observer;
+mod proxy;
+mod render;
+mod report;
+mod resource;
+mod run;
+pub mod schedule;
+mod topology;
+pub mod worker;
+
+pub use check::{CheckResult, Violation};
+pub use config::{Config, NemesisKind, ResourceKind, Variant};
+pub use error::{Error, ErrorKind, Result};
+pub use history::{Entry, Event, History};
+pub use render::Format;
+pub use report::{Figures, Report};
+pub use run::{Launcher, Progress, Status, run};
+pub use topology::{Remote, Topology};

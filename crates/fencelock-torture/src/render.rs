@@ -1,0 +1,169 @@
+//! Showing a [`Report`]: the human summary or one JSON object — the only
+//! place either is written.
+
+use serde_json::{Value, json};
+
+use crate::check::CheckResult;
+use crate::report::Report;
+
+/// How a report is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// A readable summary.
+    Text,
+    /// One JSON object.
+    Json,
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.0} ms"))
+}
+
+fn check_json(c: &CheckResult) -> Value {
+    json!({
+        "id": c.id,
+        "rule": c.rule,
+        "checked": c.checked,
+        "violations": c.violations,
+        "excused": c.excused,
+        "passed": c.passed(),
+        "first_violation": c.first.as_ref().map(|v| json!({
+            "at_s": v.at as f64 / 1e6,
+            "message": v.message,
+            "context": v.context.iter()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap_or(Value::String(l.clone())))
+                .collect::<Vec<_>>(),
+        })),
+    })
+}
+
+impl Report {
+    /// The report as one JSON object (snake_case fields that carry their
+    /// unit).
+    pub fn to_json(&self) -> Value {
+        let f = &self.figures;
+        let h = self.header.as_ref();
+        json!({
+            "topology": h.map(|h| h.topology.clone()),
+            "seed": h.map(|h| h.seed),
+            "unsafe": h.and_then(|h| h.unsafe_variant.clone()),
+            "workers": h.map(|h| h.workers),
+            "names": h.map(|h| h.names.len()),
+            "ttl_ms": h.map(|h| h.ttl_ms),
+            "mode": h.map(|h| h.mode.clone()),
+            "fence_mode": h.map(|h| h.fence_mode.clone()),
+            "resource": h.map(|h| h.resource.clone()),
+            "nemeses": h.map(|h| h.nemeses.clone()),
+            "duration_s": (f.duration_s * 10.0).round() / 10.0,
+            "ended": self.ended,
+            "ops_attempted": f.ops_attempted,
+            "ops_acknowledged": f.ops_acknowledged,
+            "ops_rejected_stale": f.ops_rejected_stale,
+            "ops_failed": f.ops_failed,
+            "grants": f.grants,
+            "losses": f.losses,
+            "nemesis_events": f.nemesis_events,
+            "loss_signal_latency_ms_p50": f.loss_signal_latency_ms_p50,
+            "loss_signal_latency_ms_p99": f.loss_signal_latency_ms_p99,
+            "unavailability_ms_max": f.unavailability_ms_max.round(),
+            "violations": self.violations(),
+            "caught_by": self.caught_by(),
+            "first_violation_s": self.first_violation_s(),
+            "checkers": self.checks.iter().map(check_json).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The readable summary.
+    pub fn to_text(&self) -> String {
+        let f = &self.figures;
+        let mut out = String::new();
+        if let Some(h) = &self.header {
+            out += &format!(
+                "fencelock torture: {} topology, {} workers, {} name(s), ttl {} ms, {} wait, {} fences, {} resource, seed {}\n",
+                h.topology,
+                h.workers,
+                h.names.len(),
+                h.ttl_ms,
+                h.mode,
+                h.fence_mode,
+                h.resource,
+                h.seed
+            );
+            if let Some(v) = &h.unsafe_variant {
+                out += &format!(
+                    "NEGATIVE CONTROL {v}: a deliberately broken variant, not fencelock\n"
+                );
+            }
+        }
+        out += &format!("ran {:.1} s ({})\n", f.duration_s, self.ended);
+        out += &format!(
+            "operations: {} attempted, {} acknowledged, {} rejected as stale, {} failed\n",
+            f.ops_attempted, f.ops_acknowledged, f.ops_rejected_stale, f.ops_failed
+        );
+        out += &format!(
+            "grants {}, losses {}; loss signal after the loss was observable: p50 {}, p99 {}; longest unavailability {:.0} ms\n",
+            f.grants,
+            f.losses,
+            ms(f.loss_signal_latency_ms_p50),
+            ms(f.loss_signal_latency_ms_p99),
+            f.unavailability_ms_max
+        );
+        let nemeses: Vec<String> = f
+            .nemesis_events
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        out += &format!(
+            "nemeses: {}\n\n",
+            if nemeses.is_empty() {
+                "none".to_string()
+            } else {
+                nemeses.join(", ")
+            }
+        );
+        out += "check  checked  violations  excused  rule\n";
+        for c in &self.checks {
+            out += &format!(
+                "{:<5}  {:>7}  {:>10}  {:>7}  {}\n",
+                c.id, c.checked, c.violations, c.excused, c.rule
+            );
+        }
+        for c in self.checks.iter().filter(|c| !c.passed()) {
+            if let Some(v) = &c.first {
+                out += &format!(
+                    "\n{} first violation at {:.3} s: {}\n",
+                    c.id,
+                    v.at as f64 / 1e6,
+                    v.message
+                );
+                for line in &v.context {
+                    out += &format!("  {line}\n");
+                }
+            }
+        }
+        out += "\n";
+        out += &self.verdict();
+        out += "\n";
+        out
+    }
+
+    /// One line: no violation, or which checkers found some.
+    pub fn verdict(&self) -> String {
+        let control = self.header.as_ref().and_then(|h| h.unsafe_variant.clone());
+        match (self.violations(), control) {
+            (0, None) => "verdict: no violation".to_string(),
+            (0, Some(v)) => {
+                format!("verdict: negative control {v} NOT CAUGHT: the checkers found nothing")
+            }
+            (n, None) => format!(
+                "verdict: {n} VIOLATION(S) found by {}",
+                self.caught_by().join(", ")
+            ),
+            (n, Some(v)) => format!(
+                "verdict: negative control {v} caught by {} ({n} violation(s), the first at {:.1} s)",
+                self.caught_by().join(", "),
+                self.first_violation_s().unwrap_or(0.0)
+            ),
+        }
+    }
+}

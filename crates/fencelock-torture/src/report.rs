@@ -1,0 +1,183 @@
+//! The report of a run: its configuration, the figures, and each checker's
+//! result. Built from the history alone ([`Report::from_history`]), so a
+//! saved history gives the same report as the run that wrote it.
+
+use std::collections::BTreeMap;
+
+use crate::check::{self, CheckResult};
+use crate::history::{Entry, Header, History, Outcome};
+
+/// What a run found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The configuration (the history's header).
+    pub header: Option<Header>,
+    /// The figures.
+    pub figures: Figures,
+    /// C1–C7.
+    pub checks: Vec<CheckResult>,
+    /// Why the run ended.
+    pub ended: String,
+}
+
+/// The figures of a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Figures {
+    /// Time from the first to the last event, in s.
+    pub duration_s: f64,
+    /// Lease cycles started (acquire, register, read, write, release).
+    pub ops_attempted: u64,
+    /// Cycles whose write the resource accepted.
+    pub ops_acknowledged: u64,
+    /// Cycles whose registration or write the resource refused as stale.
+    pub ops_rejected_stale: u64,
+    /// Cycles that failed otherwise (no lock, an error, an unknown outcome).
+    pub ops_failed: u64,
+    /// Locks granted.
+    pub grants: u64,
+    /// Leases lost (loss signal, or a release that found the lock gone).
+    pub losses: u64,
+    /// Nemeses injected, by kind.
+    pub nemesis_events: BTreeMap<String, u64>,
+    /// Loss signal − moment the loss was observable, median, in ms
+    /// (negative: the holder knew before Redis showed it).
+    pub loss_signal_latency_ms_p50: Option<f64>,
+    /// The same, 99th percentile.
+    pub loss_signal_latency_ms_p99: Option<f64>,
+    /// The longest time a name had no usable holder while workers tried to
+    /// acquire it, in ms.
+    pub unavailability_ms_max: f64,
+}
+
+fn percentile(sorted: &[i64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    Some(sorted[i.min(sorted.len() - 1)] as f64 / 1e3)
+}
+
+impl Report {
+    /// Checks `history` and computes its figures.
+    pub fn from_history(history: &History) -> Report {
+        let checks = check::check(history);
+        let mut f = Figures::default();
+        let first = history.events.first().map_or(0, |e| e.t);
+        let last = history.events.last().map_or(0, |e| e.t);
+        f.duration_s = (last - first).max(0) as f64 / 1e6;
+        let mut ended = String::from("unknown (no end event)");
+        let mut cycles: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+        // Per name: (grant time, when that holder stopped being usable).
+        let mut held: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
+        let mut lease_end: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
+        for e in &history.events {
+            match &e.e {
+                Entry::Acquire { op, .. } => {
+                    f.ops_attempted += 1;
+                    cycles.insert(op, (false, false));
+                }
+                Entry::Granted { op, name, .. } => {
+                    f.grants += 1;
+                    lease_end.insert(op, (e.t, name));
+                    held.entry(name).or_default().push((e.t, i64::MAX));
+                }
+                Entry::Registered { op, outcome } | Entry::Written { op, outcome } => {
+                    if let Some(c) = cycles.get_mut(op.as_str()) {
+                        match outcome {
+                            Outcome::Accepted if matches!(e.e, Entry::Written { .. }) => c.0 = true,
+                            Outcome::Stale => c.1 = true,
+                            _ => {}
+                        }
+                    }
+                }
+                Entry::Lost { op, .. } | Entry::Release { op, .. } => {
+                    if let Entry::Lost { .. } = &e.e {
+                        f.losses += 1;
+                    }
+                    if let Some(&(granted, name)) = lease_end.get(op.as_str())
+                        && let Some(h) = held.get_mut(name)
+                        && let Some(slot) = h.iter_mut().rev().find(|s| s.0 == granted)
+                    {
+                        slot.1 = slot.1.min(e.t);
+                    }
+                }
+                Entry::NemesisStart { kind, .. } => {
+                    *f.nemesis_events.entry(kind.clone()).or_default() += 1;
+                }
+                Entry::End { reason } => ended = reason.clone(),
+                _ => {}
+            }
+        }
+        // A release that found the lock gone is a loss the signal missed.
+        let signalled: std::collections::HashSet<&str> = history
+            .events
+            .iter()
+            .filter_map(|x| match &x.e {
+                Entry::Lost { op, .. } => Some(op.as_str()),
+                _ => None,
+            })
+            .collect();
+        for e in &history.events {
+            if let Entry::ReleaseDone {
+                op,
+                outcome: crate::history::Released::NotOurs,
+            } = &e.e
+                && !signalled.contains(op.as_str())
+            {
+                f.losses += 1;
+            }
+        }
+        for (acked, stale) in cycles.values() {
+            if *acked {
+                f.ops_acknowledged += 1;
+            } else if *stale {
+                f.ops_rejected_stale += 1;
+            } else {
+                f.ops_failed += 1;
+            }
+        }
+        for spans in held.values_mut() {
+            spans.sort();
+            for pair in spans.windows(2) {
+                let free_from = pair[0].1.max(pair[0].0);
+                let gap = pair[1].0 - free_from;
+                if gap > 0 {
+                    f.unavailability_ms_max = f.unavailability_ms_max.max(gap as f64 / 1e3);
+                }
+            }
+        }
+        let mut lat = check::loss_latencies(history);
+        lat.sort_unstable();
+        f.loss_signal_latency_ms_p50 = percentile(&lat, 0.5);
+        f.loss_signal_latency_ms_p99 = percentile(&lat, 0.99);
+        Report {
+            header: history.header().cloned(),
+            figures: f,
+            checks,
+            ended,
+        }
+    }
+
+    /// Violations over all checkers.
+    pub fn violations(&self) -> u64 {
+        self.checks.iter().map(|c| c.violations).sum()
+    }
+
+    /// The checkers that found a violation.
+    pub fn caught_by(&self) -> Vec<&'static str> {
+        self.checks
+            .iter()
+            .filter(|c| !c.passed())
+            .map(|c| c.id)
+            .collect()
+    }
+
+    /// When the earliest violation happened, in s since the start.
+    pub fn first_violation_s(&self) -> Option<f64> {
+        self.checks
+            .iter()
+            .filter_map(|c| c.first.as_ref().map(|v| v.at))
+            .min()
+            .map(|at| at as f64 / 1e6)
+    }
+}

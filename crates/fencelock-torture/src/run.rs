@@ -1,0 +1,805 @@
+//! The coordinator: starts the resource, the proxy, the observer and the
+//! worker processes, injects the scheduled nemeses, collects the history,
+//! then stops everything (bounded), reads the audit and checks.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::RunClock;
+use crate::config::{Config, NemesisKind, ResourceKind, fence_mode_name, layout_name, mode_name};
+use crate::error::{Error, Result};
+use crate::history::{Entry, Event, Header, History, HistoryFile};
+use crate::observer::Observer;
+use crate::proxy::Proxy;
+use crate::report::Report;
+use crate::resource::{ResourceSpec, Store};
+use crate::schedule::{self, Planned};
+use crate::topology::Topology;
+use crate::worker::WorkerSpec;
+
+/// Starts worker processes: the `fencelock` binary with its hidden
+/// `torture-worker` command, set up so that it dies with the coordinator.
+pub trait Launcher {
+    /// A command that runs one worker (stdin, stdout are set by the engine).
+    fn worker(&self) -> tokio::process::Command;
+}
+
+/// Follows a run while it goes.
+pub trait Progress {
+    /// Called about once a second.
+    fn tick(&mut self, status: &Status) {
+        let _ = status;
+    }
+}
+
+impl Progress for () {}
+
+/// Where a run is.
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    /// Time since the start.
+    pub elapsed: Duration,
+    /// The planned duration.
+    pub duration: Duration,
+    /// Cycles started.
+    pub ops: u64,
+    /// Writes accepted.
+    pub acknowledged: u64,
+    /// Nemeses injected.
+    pub nemeses: u64,
+    /// The last nemesis.
+    pub last_nemesis: Option<&'static str>,
+}
+
+/// What the coordinator tracks while events arrive.
+struct Live {
+    events: Vec<Event>,
+    file: Option<HistoryFile>,
+    /// Where each worker is in its cycle: 1 holding a lease, 2 between its
+    /// read and its write, 0 otherwise.
+    holding: HashMap<String, u8>,
+    status: Status,
+}
+
+impl Live {
+    fn push(&mut self, ev: Event) {
+        match &ev.e {
+            Entry::Acquire { .. } => self.status.ops += 1,
+            Entry::Granted { .. } | Entry::Write { .. } => {
+                self.holding.insert(ev.p.clone(), 1);
+            }
+            Entry::Read { .. } => {
+                self.holding.insert(ev.p.clone(), 2);
+            }
+            Entry::Release { .. } => {
+                self.holding.insert(ev.p.clone(), 0);
+            }
+            Entry::Written {
+                outcome: crate::history::Outcome::Accepted,
+                ..
+            } => self.status.acknowledged += 1,
+            Entry::NemesisStart { .. } => self.status.nemeses += 1,
+            _ => {}
+        }
+        if let Some(f) = &mut self.file {
+            f.write(&ev);
+        }
+        self.events.push(ev);
+    }
+}
+
+/// A worker process.
+struct WorkerProc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    pid: Pid,
+}
+
+/// The nemeses a run injects: as configured, else the control's own, else
+/// every one the topology supports.
+fn nemeses<T: Topology>(config: &Config, topology: &T) -> Result<Vec<NemesisKind>> {
+    let kinds = match (&config.nemeses, config.variant) {
+        (Some(list), _) => list.clone(),
+        (None, Some(v)) => v.nemeses().to_vec(),
+        (None, None) => NemesisKind::ALL
+            .into_iter()
+            .filter(|k| topology.supports(*k))
+            .collect(),
+    };
+    let refused: Vec<&str> = kinds
+        .iter()
+        .filter(|k| !topology.supports(**k))
+        .map(|k| k.name())
+        .collect();
+    if !refused.is_empty() {
+        let client_side: Vec<&str> = NemesisKind::ALL
+            .into_iter()
+            .filter(|k| !k.needs_server_control())
+            .map(NemesisKind::name)
+            .collect();
+        return Err(Error::usage(format!(
+            "--nemesis {}: needs control of the Redis server, which a deployment given with --redis never gives (client-side nemeses: {})",
+            refused.join(","),
+            client_side.join(", ")
+        )));
+    }
+    Ok(kinds)
+}
+
+/// `redis://[auth@]host:port[/db]` → (the same URL on 127.0.0.1:`port`, the
+/// upstream address), or `None` for URLs the proxy cannot stand in for
+/// (TLS, Unix sockets).
+type Rewrite = Box<dyn Fn(u16) -> String>;
+
+fn proxied(url: &str) -> Option<(Rewrite, SocketAddr)> {
+    let rest = url.strip_prefix("redis://")?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (auth, hostport) = match authority.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), authority),
+    };
+    let hostport = if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:6379")
+    };
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&hostport)
+        .ok()?
+        .next()?;
+    let tail = tail.to_string();
+    Some((
+        Box::new(move |port| format!("redis://{auth}127.0.0.1:{port}{tail}")),
+        addr,
+    ))
+}
+
+/// Runs the workload and the nemeses of `config` on `topology` and checks
+/// the history. `interrupt` ends the run early (the history so far is
+/// checked).
+///
+/// # Errors
+/// [`crate::ErrorKind::Usage`] for a configuration the topology cannot run,
+/// [`crate::ErrorKind::Unreachable`] when a server cannot be reached,
+/// [`crate::ErrorKind::Failed`] when workers cannot be started.
+pub async fn run<T: Topology>(
+    config: &Config,
+    topology: &mut T,
+    launcher: &dyn Launcher,
+    progress: &mut dyn Progress,
+    interrupt: CancellationToken,
+) -> Result<Report> {
+    if config.workers == 0 || config.names == 0 {
+        return Err(Error::usage("--workers and --names must be at least 1"));
+    }
+    if config.ttl < fencelock::MIN_TTL {
+        return Err(Error::usage(format!(
+            "--ttl must be at least {:?}",
+            fencelock::MIN_TTL
+        )));
+    }
+    let kinds = nemeses(config, topology)?;
+    let needs_proxy = kinds.iter().any(|k| k.needs_proxy());
+    let proxy_url = proxied(topology.lock_url());
+    if needs_proxy && proxy_url.is_none() {
+        return Err(Error::usage(
+            "the proxy nemeses (client-kill, proxy-*) need a redis:// URL (not TLS, not a Unix socket): choose others with --nemesis",
+        ));
+    }
+    let clock = RunClock::start();
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let prefix = format!("{}{run_id}:", config.prefix);
+    let names = config.lock_names();
+    let fence_mode = config.effective_fence_mode();
+    let layout = config.layout();
+    let header = Header {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        seed: config.seed,
+        topology: topology.name().to_string(),
+        workers: config.workers,
+        names: names.clone(),
+        ttl_ms: config.ttl.as_millis() as u64,
+        renewal_ms: config.renewal().as_millis() as u64,
+        mode: mode_name(config.mode).into(),
+        fence_mode: fence_mode_name(fence_mode).into(),
+        layout: layout_name(layout).into(),
+        resource: config.resource.name().into(),
+        unsafe_variant: config.variant.map(|v| v.name().to_string()),
+        nemeses: kinds.iter().map(|k| k.name().to_string()).collect(),
+        duration_ms: config.duration.as_millis() as u64,
+    };
+    let resource = match &config.resource {
+        ResourceKind::Redis => ResourceSpec::Redis {
+            url: topology.resource_url().to_string(),
+            prefix: prefix.clone(),
+        },
+        ResourceKind::Postgres { url } => ResourceSpec::Postgres {
+            url: url.clone(),
+            table: format!("torture_{run_id}"),
+        },
+    };
+    let store = Store::open(resource.clone(), names.clone()).await?;
+    let live = RefCell::new(Live {
+        events: Vec::new(),
+        file: config
+            .history
+            .as_deref()
+            .map(HistoryFile::create)
+            .transpose()?,
+        holding: HashMap::new(),
+        status: Status {
+            duration: config.duration,
+            ..Status::default()
+        },
+    });
+    live.borrow_mut().push(Event {
+        t: clock.now(),
+        p: "run".into(),
+        e: Entry::Header(header),
+    });
+    let (tx, mut rx) = unbounded_channel::<Event>();
+    let proxy = match (&proxy_url, needs_proxy) {
+        (Some((_, upstream)), true) => Some(Proxy::start(*upstream, config.workers)?),
+        _ => None,
+    };
+    let observer = Observer::start(
+        topology.lock_url(),
+        &prefix,
+        layout,
+        &names,
+        clock,
+        tx.clone(),
+    )?;
+    let mut workers = Vec::new();
+    for index in 0..config.workers {
+        let lock_url = match (&proxy, &proxy_url) {
+            (Some(p), Some((rewrite, _))) => rewrite(p.port(index)),
+            _ => topology.lock_url().to_string(),
+        };
+        let spec = WorkerSpec {
+            index,
+            origin: clock.origin,
+            lock_url,
+            resource: resource.clone(),
+            prefix: prefix.clone(),
+            names: names.clone(),
+            ttl_ms: config.ttl.as_millis() as u64,
+            wait_ms: (config.ttl * 10).as_millis() as u64,
+            hold_ms: config.effective_hold().as_millis() as u64,
+            mode: mode_name(config.mode).into(),
+            fence_mode: fence_mode_name(fence_mode).into(),
+            variant: config.variant.map(|v| v.name().to_string()),
+            seed: config.seed,
+        };
+        workers.push(spawn_worker(launcher, &spec, tx.clone()).await?);
+    }
+    let mut plan = schedule::plan(
+        config.seed,
+        &kinds,
+        config.ttl,
+        config.nemesis_interval,
+        config.duration,
+    );
+    if config.nemeses.is_none()
+        && let Some(limit) = config.variant.and_then(|v| v.nemesis_limit())
+    {
+        plan.truncate(limit);
+    }
+    let pids: Vec<Pid> = workers.iter().map(|w| w.pid).collect();
+    let mut admin = Admin::new(topology.admin_url());
+    let ended = {
+        let collect = async {
+            while let Some(ev) = rx.recv().await {
+                live.borrow_mut().push(ev);
+            }
+        };
+        let drive = drive(DriveCtx {
+            config,
+            plan: &plan,
+            topology: &mut *topology,
+            proxy: proxy.as_ref(),
+            admin: &mut admin,
+            pids: &pids,
+            live: &live,
+            clock,
+            tx: tx.clone(),
+            store: &store,
+            progress,
+            interrupt,
+        });
+        tokio::select! {
+            reason = drive => reason,
+            () = collect => "the event channel closed".to_string(),
+        }
+    };
+    // Heal every fault, then stop the workers (bounded), then the observer.
+    heal(&mut *topology, proxy.as_ref(), &pids).await;
+    stop_workers(workers, config).await;
+    observer.stop();
+    drop(proxy);
+    drop(tx);
+    while let Some(ev) = rx.recv().await {
+        live.borrow_mut().push(ev);
+    }
+    let t = clock.now();
+    let snapshot = store.snapshot(t).await;
+    let mut live = live.into_inner();
+    for ev in snapshot? {
+        live.push(ev);
+    }
+    live.push(Event {
+        t,
+        p: "run".into(),
+        e: Entry::End { reason: ended },
+    });
+    if let Some(f) = &mut live.file {
+        f.flush();
+    }
+    store.remove().await;
+    remove_lock_keys(topology.lock_url(), &prefix).await;
+    Ok(Report::from_history(&History::new(live.events)))
+}
+
+async fn spawn_worker(
+    launcher: &dyn Launcher,
+    spec: &WorkerSpec,
+    tx: UnboundedSender<Event>,
+) -> Result<WorkerProc> {
+    let mut cmd = launcher.worker();
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::failed(format!("cannot start a torture worker: {e}")))?;
+    let pid = Pid::from_raw(child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0));
+    let mut stdin = child.stdin.take();
+    if let Some(s) = &mut stdin {
+        let line = serde_json::to_string(spec).map_err(|e| Error::failed(e.to_string()))?;
+        s.write_all(format!("{line}\n").as_bytes()).await?;
+        s.flush().await?;
+    }
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(ev) = serde_json::from_str::<Event>(&line)
+                    && tx.send(ev).is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+    Ok(WorkerProc { child, stdin, pid })
+}
+
+/// Asks every worker to stop after its cycle; kills those that do not
+/// within the longest cycle (its wait plus two seconds).
+async fn stop_workers(workers: Vec<WorkerProc>, config: &Config) {
+    let bound = config.ttl * 10 + config.effective_hold() + Duration::from_secs(2);
+    let mut all = Vec::new();
+    for mut w in workers {
+        let _ = kill(w.pid, Signal::SIGCONT);
+        if let Some(mut stdin) = w.stdin.take() {
+            let _ = stdin.write_all(b"stop\n").await;
+            drop(stdin);
+        }
+        all.push(w);
+    }
+    let give_up = tokio::time::Instant::now() + bound;
+    for w in &mut all {
+        if tokio::time::timeout_at(give_up, w.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = w.child.kill().await;
+        }
+    }
+}
+
+/// Resumes the server and every worker, clears the proxy's faults.
+async fn heal<T: Topology>(topology: &mut T, proxy: Option<&Proxy>, pids: &[Pid]) {
+    if topology.controls_server() {
+        let _ = topology.resume().await;
+    }
+    for pid in pids {
+        let _ = kill(*pid, Signal::SIGCONT);
+    }
+    if let Some(p) = proxy {
+        p.heal();
+    }
+}
+
+/// Deletes every key under the run's prefix (SCAN, never KEYS).
+async fn remove_lock_keys(url: &str, prefix: &str) {
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return;
+    };
+    let pattern = format!("{prefix}*");
+    let mut cursor: u64 = 0;
+    for _ in 0..100_000 {
+        let reply: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await;
+        let Ok((next, keys)) = reply else { return };
+        if !keys.is_empty() {
+            let _: redis::RedisResult<()> =
+                redis::cmd("DEL").arg(&keys).query_async(&mut conn).await;
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
+    }
+}
+
+/// The administrative connection (`DEBUG SLEEP`, `CLIENT PAUSE`, …),
+/// reopened after a restart.
+struct Admin {
+    url: String,
+    conn: Option<redis::aio::MultiplexedConnection>,
+}
+
+impl Admin {
+    fn new(url: &str) -> Self {
+        Admin {
+            url: url.to_string(),
+            conn: None,
+        }
+    }
+
+    async fn cmd(&mut self, cmd: &redis::Cmd) -> std::result::Result<redis::Value, String> {
+        if self.conn.is_none() {
+            let client = redis::Client::open(self.url.as_str()).map_err(|e| e.to_string())?;
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(2)))
+                .set_response_timeout(Some(Duration::from_secs(15)));
+            self.conn = Some(
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err("no connection".into());
+        };
+        let reply = cmd.query_async(conn).await;
+        if reply.is_err() {
+            self.conn = None;
+        }
+        reply.map_err(|e| fencelock::redact_url_in(&e.to_string(), &self.url))
+    }
+}
+
+struct DriveCtx<'a, T: Topology> {
+    config: &'a Config,
+    plan: &'a [Planned],
+    topology: &'a mut T,
+    proxy: Option<&'a Proxy>,
+    admin: &'a mut Admin,
+    pids: &'a [Pid],
+    live: &'a RefCell<Live>,
+    clock: RunClock,
+    tx: UnboundedSender<Event>,
+    store: &'a Store,
+    progress: &'a mut dyn Progress,
+    interrupt: CancellationToken,
+}
+
+/// Injects the plan until the duration is over (or a violation is found
+/// with `stop_on_violation`, or the run is interrupted); returns why it
+/// ended. Progress and the early checks run between and during nemeses.
+async fn drive<T: Topology>(c: DriveCtx<'_, T>) -> String {
+    let DriveCtx {
+        config,
+        plan,
+        topology,
+        proxy,
+        admin,
+        pids,
+        live,
+        clock,
+        tx,
+        store,
+        progress,
+        interrupt,
+    } = c;
+    let mut inj = Injector {
+        topology,
+        proxy,
+        admin,
+        pids,
+        live,
+        clock,
+        tx,
+    };
+    let start = tokio::time::Instant::now();
+    let end = start + config.duration;
+    let nemeses = async {
+        for p in plan {
+            tokio::time::sleep(p.gap).await;
+            if tokio::time::Instant::now() >= end {
+                break;
+            }
+            inject(&mut inj, p).await;
+        }
+        // The plan covers the duration; wait for its end if it ran short.
+        tokio::time::sleep_until(end).await;
+    };
+    let watch = async {
+        let mut next_check = start + Duration::from_secs(2);
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            {
+                let mut live = live.borrow_mut();
+                live.status.elapsed = start.elapsed();
+                progress.tick(&live.status);
+                if let Some(f) = &mut live.file {
+                    f.flush();
+                }
+            }
+            if config.stop_on_violation && tokio::time::Instant::now() >= next_check {
+                next_check += Duration::from_secs(2);
+                if violation_so_far(live, store, clock).await {
+                    return;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = nemeses => "duration reached".to_string(),
+        () = watch => "violation found".to_string(),
+        () = interrupt.cancelled() => "interrupted".to_string(),
+    }
+}
+
+/// What injecting a nemesis needs.
+struct Injector<'a, T: Topology> {
+    topology: &'a mut T,
+    proxy: Option<&'a Proxy>,
+    admin: &'a mut Admin,
+    pids: &'a [Pid],
+    live: &'a RefCell<Live>,
+    clock: RunClock,
+    tx: UnboundedSender<Event>,
+}
+
+/// Whether the history so far (with the resource's audit as it is now)
+/// breaks a rule.
+async fn violation_so_far(live: &RefCell<Live>, store: &Store, clock: RunClock) -> bool {
+    let Ok(snapshot) = store.snapshot(clock.now()).await else {
+        return false;
+    };
+    let mut events = live.borrow().events.clone();
+    events.extend(snapshot);
+    Report::from_history(&History::new(events)).violations() > 0
+}
+
+impl<T: Topology> Injector<'_, T> {
+    fn emit(&self, e: Entry) {
+        let _ = self.tx.send(Event {
+            t: self.clock.now(),
+            p: "nemesis".into(),
+            e,
+        });
+    }
+
+    fn start(&self, kind: NemesisKind, target: Option<String>, detail: String) {
+        self.live.borrow_mut().status.last_nemesis = Some(kind.name());
+        self.emit(Entry::NemesisStart {
+            kind: kind.name().into(),
+            target,
+            detail,
+            data_loss: kind == NemesisKind::KillWipe,
+        });
+    }
+
+    fn end(&self, kind: NemesisKind, target: Option<String>) {
+        self.emit(Entry::NemesisEnd {
+            kind: kind.name().into(),
+            target,
+        });
+    }
+
+    /// A worker for `pick`: among those between their read and their write
+    /// now, else among those holding a lease, if any (`prefer_holders`).
+    fn pick_worker(&self, pick: u32, prefer_holders: bool) -> usize {
+        let n = self.pids.len();
+        if prefer_holders {
+            let live = self.live.borrow();
+            for phase in [2, 1] {
+                let found: Vec<usize> = (0..n)
+                    .filter(|i| live.holding.get(&format!("w{i}")).copied().unwrap_or(0) >= phase)
+                    .collect();
+                if !found.is_empty() {
+                    return found[pick as usize % found.len()];
+                }
+            }
+        }
+        pick as usize % n
+    }
+}
+
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
+    let kind = p.kind;
+    match kind {
+        NemesisKind::PauseServer => {
+            c.start(
+                kind,
+                None,
+                format!("SIGSTOP the lock server for {} ms", ms(p.length)),
+            );
+            let paused = c.topology.pause().await;
+            tokio::time::sleep(p.length).await;
+            let _ = c.topology.resume().await;
+            if let Err(e) = paused {
+                tracing::warn!("pause-server: {e}");
+            }
+            c.end(kind, None);
+        }
+        NemesisKind::KillRestart | NemesisKind::KillWipe => {
+            let keep = kind == NemesisKind::KillRestart;
+            c.start(
+                kind,
+                None,
+                format!(
+                    "kill -9, {} ms down, restart {}",
+                    ms(p.param),
+                    if keep {
+                        "with its data (AOF)"
+                    } else {
+                        "empty (no persistence)"
+                    }
+                ),
+            );
+            if let Err(e) = c.topology.restart(keep, p.param).await {
+                tracing::warn!("{}: {e}", kind.name());
+            }
+            c.end(kind, None);
+        }
+        NemesisKind::DebugSleep => {
+            let secs = p.length.as_secs_f64();
+            c.start(kind, None, format!("DEBUG SLEEP {secs:.3}"));
+            let _ = c
+                .admin
+                .cmd(redis::cmd("DEBUG").arg("SLEEP").arg(format!("{secs:.3}")))
+                .await;
+            c.end(kind, None);
+        }
+        NemesisKind::ClientPause => {
+            let mode = if p.param.is_zero() { "WRITE" } else { "ALL" };
+            c.start(kind, None, format!("CLIENT PAUSE {} {mode}", ms(p.length)));
+            let _ = c
+                .admin
+                .cmd(
+                    redis::cmd("CLIENT")
+                        .arg("PAUSE")
+                        .arg(ms(p.length) as u64)
+                        .arg(mode),
+                )
+                .await;
+            tokio::time::sleep(p.length).await;
+            c.end(kind, None);
+        }
+        NemesisKind::ScriptFlush => {
+            c.start(kind, None, "SCRIPT FLUSH".into());
+            let _ = c.admin.cmd(redis::cmd("SCRIPT").arg("FLUSH")).await;
+            c.end(kind, None);
+        }
+        NemesisKind::ClientKill => {
+            let Some(proxy) = c.proxy else { return };
+            let n = c.pids.len();
+            let all = p.pick as usize % (n + 1) == n;
+            let targets: Vec<usize> = if all {
+                (0..n).collect()
+            } else {
+                vec![p.pick as usize % n]
+            };
+            let target = (!all).then(|| format!("w{}", targets[0]));
+            let addrs: Vec<SocketAddr> = targets
+                .iter()
+                .flat_map(|w| proxy.upstream_addrs(*w))
+                .collect();
+            c.start(
+                kind,
+                target.clone(),
+                format!("CLIENT KILL ADDR of {} connection(s)", addrs.len()),
+            );
+            for a in addrs {
+                let _ = c
+                    .admin
+                    .cmd(
+                        redis::cmd("CLIENT")
+                            .arg("KILL")
+                            .arg("ADDR")
+                            .arg(a.to_string()),
+                    )
+                    .await;
+            }
+            c.end(kind, target);
+        }
+        NemesisKind::PauseWorker => {
+            let w = c.pick_worker(p.pick, true);
+            let target = Some(format!("w{w}"));
+            c.start(
+                kind,
+                target.clone(),
+                format!("SIGSTOP for {} ms", ms(p.length)),
+            );
+            let _ = kill(c.pids[w], Signal::SIGSTOP);
+            tokio::time::sleep(p.length).await;
+            let _ = kill(c.pids[w], Signal::SIGCONT);
+            c.end(kind, target);
+        }
+        NemesisKind::ProxyDelay => {
+            let Some(proxy) = c.proxy else { return };
+            let w = c.pick_worker(p.pick, false);
+            let target = Some(format!("w{w}"));
+            c.start(
+                kind,
+                target.clone(),
+                format!("replies {} ms late for {} ms", ms(p.param), ms(p.length)),
+            );
+            proxy.delay(w, p.param, p.length);
+            tokio::time::sleep(p.length + p.param).await;
+            c.end(kind, target);
+        }
+        NemesisKind::ProxyBlackhole => {
+            let Some(proxy) = c.proxy else { return };
+            let w = c.pick_worker(p.pick, false);
+            let target = Some(format!("w{w}"));
+            c.start(
+                kind,
+                target.clone(),
+                format!("no traffic for {} ms", ms(p.length)),
+            );
+            proxy.stall(w, p.length);
+            tokio::time::sleep(p.length).await;
+            c.end(kind, target);
+        }
+        NemesisKind::ProxySwallow => {
+            let Some(proxy) = c.proxy else { return };
+            let w = c.pick_worker(p.pick, true);
+            let target = Some(format!("w{w}"));
+            c.start(
+                kind,
+                target.clone(),
+                "drop the next reply, reset the connection".into(),
+            );
+            let _ = proxy.swallow(w, p.length).await;
+            c.end(kind, target);
+        }
+        NemesisKind::ProxyReset => {
+            let Some(proxy) = c.proxy else { return };
+            let w = c.pick_worker(p.pick, true);
+            let target = Some(format!("w{w}"));
+            c.start(kind, target.clone(), "reset every connection".into());
+            proxy.reset(w);
+            c.end(kind, target);
+        }
+    }
+}
