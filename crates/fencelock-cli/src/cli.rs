@@ -88,6 +88,13 @@ pub(crate) struct Global {
     /// or `counter` (1, 2, 3 … like the guide; needs a durable Redis).
     #[arg(long, global = true, value_enum)]
     pub(crate) fence_mode: Option<FenceModeArg>,
+
+    /// Fence epoch (0 to 1023): every fence is EPOCH × 2^53 + the
+    /// backend's fence. Default 0 on Redis, 1 on etcd; raise it by one each
+    /// time a lock moves between Redis and etcd (README, "Moving a lock
+    /// between Redis and etcd").
+    #[arg(long, global = true, env = "FENCELOCK_FENCE_EPOCH", hide_env_values = true, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1023))]
+    pub(crate) fence_epoch: Option<u16>,
 }
 
 /// Key layouts on the command line.

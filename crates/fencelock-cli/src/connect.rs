@@ -41,6 +41,9 @@ pub(crate) async fn client(global: &Global) -> anyhow::Result<LockClient> {
 /// A client builder for `url` with the prefix and TLS settings of `global`.
 pub(crate) fn builder(global: &Global, url: String) -> anyhow::Result<LockClientBuilder> {
     let mut builder = LockClient::builder(url).prefix(&global.prefix);
+    if let Some(epoch) = global.fence_epoch {
+        builder = builder.defaults(LockOptions::default().fence_epoch(epoch));
+    }
     if let Some(ca) = &global.tls_ca {
         builder = builder.tls_ca(ca);
     }

@@ -23,6 +23,10 @@ pub(crate) async fn run(global: &Global, args: &DoctorArgs) -> anyhow::Result<u8
                 .map_or(fencelock::FenceMode::Clock, Into::into),
         )
         .ttl(args.ttl);
+    let defaults = match global.fence_epoch {
+        Some(epoch) => defaults.fence_epoch(epoch),
+        None => defaults,
+    };
     let client = connect::builder(global, connect::url(global))?
         .defaults(defaults.clone())
         .connect()

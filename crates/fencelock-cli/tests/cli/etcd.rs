@@ -125,6 +125,20 @@ fn etcd_url_options_and_their_environment() {
     status(&mut fencelock(&["--redis", &url, "status", "job"]));
     status(fencelock(&["status", "job"]).env("FENCELOCK_URL", &url));
     status(fencelock(&["status", "job"]).env("FENCELOCK_REDIS_URL", &url));
+    // --fence-epoch 0: the bare create revision.
+    let (code, out, err) = output(&mut fencelock(&[
+        "--url",
+        &url,
+        "--fence-epoch",
+        "0",
+        "run",
+        "job",
+        "-c",
+        "echo $FENCELOCK_FENCE",
+    ]));
+    assert_eq!(code, Some(0), "{err}");
+    let fence: u64 = out.trim().parse().expect("a fence");
+    assert!(fence < fencelock::FENCE_EPOCH_SIZE, "{fence}");
     // FENCELOCK_URL wins over the old name.
     status(
         fencelock(&["status", "job"])
