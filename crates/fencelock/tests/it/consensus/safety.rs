@@ -17,7 +17,7 @@ use crate::support::etcd::{TestEtcd, keys_under};
 /// Grants to reach in the contended run.
 const GRANTS: usize = 10_000;
 /// Contending clients.
-const WORKERS: usize = 8;
+const WORKERS: usize = 4;
 /// Grants that also read the `ETCD_LOCK_REV` revision for the control (a
 /// read inside the critical section: the first ones suffice).
 const CONTROL_GRANTS: usize = 1_000;
