@@ -7,6 +7,13 @@ need_pkgs=()
 command -v redis-server   >/dev/null 2>&1 || need_pkgs+=(redis-server)
 command -v redis-sentinel >/dev/null 2>&1 || need_pkgs+=(redis-sentinel)
 command -v redis-cli      >/dev/null 2>&1 || need_pkgs+=(redis-tools)
+# The etcd tests (feature `etcd`) start etcd members themselves and talk to
+# them with etcdctl; building the etcd client compiles protobufs with protoc,
+# which needs the well-known .proto files of libprotobuf-dev.
+command -v etcd           >/dev/null 2>&1 || need_pkgs+=(etcd-server)
+command -v etcdctl        >/dev/null 2>&1 || need_pkgs+=(etcd-client)
+command -v protoc         >/dev/null 2>&1 || need_pkgs+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need_pkgs+=(libprotobuf-dev)
 # The Postgres tests (feature `postgres`) run initdb and postgres themselves.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
   || command -v initdb    >/dev/null 2>&1 || need_pkgs+=(postgresql)

@@ -31,10 +31,13 @@
 //! | `render` | [`Renderer`]: the human table and the JSON lines, the only place either is written |
 //! | `plot` | the `--plot` SVG |
 //! | `url` | the Redis URL under test, shown only redacted |
+//! | `etcd` | feature `etcd`: the scenarios on an etcd cluster, next to etcd's own read, write and bare-lock rates ([`run_etcd`], `EtcdReport`) |
 //! | `error` | [`Error`] and [`ErrorKind`] |
 
 mod conn;
 mod error;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod floor;
 mod measure;
 mod plot;
@@ -49,6 +52,8 @@ use fencelock::{LockOptions, WaitMode};
 
 pub use conn::{Tls, Topology};
 pub use error::{Error, ErrorKind, Result};
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdContended, EtcdMany, EtcdReport, EtcdUncontended, run_etcd};
 pub use measure::Spread;
 pub use render::{Format, Renderer};
 pub use report::{Header, Measurement, Record, Report};

@@ -1,6 +1,7 @@
 //! `fencelock bench`: the command line of the benchmark engine
 //! (`fencelock-bench`). Flags become a [`Config`], a private redis-server
-//! is started unless `--redis` names one, the report goes to stdout as it
+//! is started unless `--url` names one (an `etcd://` URL runs the
+//! scenarios on etcd, `fencelock_bench::run_etcd`), the report goes to stdout as it
 //! grows (progress to stderr when it is a terminal), then the `--plot` file;
 //! engine errors become exit codes.
 
@@ -52,7 +53,17 @@ pub(crate) async fn run(global: &Global, args: &BenchArgs) -> anyhow::Result<u8>
                 )
             })?;
     }
-    let (url, private) = PrivateRedis::unless_given(global.redis.as_deref()).await?;
+    if crate::connect::is_etcd(global) {
+        if args.plot.is_some() {
+            return Err(exit::fail(
+                exit::USAGE,
+                "--plot is for Redis runs: on etcd every wait mode waits in the same queue",
+            ));
+        }
+        return run_etcd(config(global, args, crate::connect::url(global)), args).await;
+    }
+    let (url, private) =
+        PrivateRedis::unless_given(crate::connect::given_url(global).as_deref()).await?;
     let result = run_on(config(global, args, url), args).await;
     if let Some(p) = private {
         p.stop().await;
@@ -115,6 +126,37 @@ async fn run_on(config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
         print!("{}", output.renderer.plot_written(path));
     }
     Ok(if report.overlaps() == 0 && report.leases_lost() == 0 {
+        exit::OK
+    } else {
+        exit::FAILED
+    })
+}
+
+/// The scenarios on etcd: one report at the end (progress on stderr).
+async fn run_etcd(mut config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
+    // The held scenario measures what a Redis client keeps per lease (one
+    // keeper, batched renewals); on etcd each lease is a server lease.
+    config.scenarios.retain(|s| *s != Scenario::Held);
+    if config.scenarios.is_empty() {
+        return Err(exit::fail(
+            exit::USAGE,
+            "--scenario held is measured on Redis only (on etcd every lease is a server-side lease of its own)",
+        ));
+    }
+    let format = if args.json {
+        Format::JsonLines
+    } else {
+        Format::Text
+    };
+    let mut output = Output {
+        renderer: Renderer::new(format),
+        progress: None,
+    };
+    let report = fencelock_bench::run_etcd(&config, &mut output)
+        .await
+        .map_err(failure)?;
+    print!("{}", report.render(format));
+    Ok(if report.overlaps() == 0 {
         exit::OK
     } else {
         exit::FAILED

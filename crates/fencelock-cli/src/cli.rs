@@ -4,13 +4,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Distributed locks with fencing tokens on Redis.
+/// Distributed locks with fencing tokens on Redis or etcd.
 #[derive(Debug, Parser)]
 #[command(
     name = "fencelock",
     version,
-    about = "Distributed locks with fencing tokens on Redis",
-    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock doctor              # is this Redis fit for locks?\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable\n       (or its #! interpreter is missing), 127 not found, 75 lock not acquired\n       (--conflict-exit-code), 76 lock lost while the command ran\n  write, update, read --register: 0 done, 3 rejected as stale (nothing written)\n  doctor: 0 every check passed, 1 warnings, 2 failures\n  update: the command's own code if it failed, 65 its output is not text\n  all: 64 usage, 69 Redis unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a missing ACL permission, a key of the wrong type, a\n       database that does not exist, redis-server missing)"
+    about = "Distributed locks with fencing tokens on Redis or etcd",
+    after_help = "Examples:\n  fencelock run nightly-report -- ./report.sh --date today\n  fencelock run --no-wait migrate -- sqlx migrate run\n  fencelock status nightly-report\n  fencelock doctor              # is this Redis fit for locks?\n  fencelock --url etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 run job -- ./job.sh\n  fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"\n  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'\n  fencelock demo                # the guide's scenario on a private redis-server\n\nExit codes:\n  run: the command's own code, 128+N if it died of signal N, 126 not executable\n       (or its #! interpreter is missing), 127 not found, 75 lock not acquired\n       (--conflict-exit-code), 76 lock lost while the command ran\n  write, update, read --register: 0 done, 3 rejected as stale (nothing written)\n  doctor: 0 every check passed, 1 warnings, 2 failures\n  update: the command's own code if it failed, 65 its output is not text\n  all: 64 usage, 69 Redis or etcd unreachable, 70 internal error, 78 bad configuration\n       (wrong password, a missing ACL permission, a key of the wrong type, a\n       database that does not exist, redis-server missing)"
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -22,22 +22,26 @@ pub(crate) struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// Redis URL: `redis://[user:password@]host:port[/db]` (a Cluster node
-    /// given this way is detected), `rediss://` for TLS,
+    /// The store's URL. Redis: `redis://[user:password@]host:port[/db]` (a
+    /// Cluster node given this way is detected), `rediss://` for TLS,
     /// `unix:///path/to/socket[?db=N&pass=PASSWORD]`,
     /// `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER[?db=N]`,
     /// `redis+cluster://[user:password@]host:port[,host:port…]`
-    /// (`rediss+sentinel://`, `rediss+cluster://` for TLS) (default:
-    /// `redis://127.0.0.1:6379`; `demo` and `bench` start a private
-    /// redis-server instead). Passwords are never printed.
+    /// (`rediss+sentinel://`, `rediss+cluster://` for TLS). etcd:
+    /// `etcd://[user:password@]host:port[,host:port…][?prefix=NAMESPACE]`,
+    /// `etcds://` for TLS. Default: `redis://127.0.0.1:6379` (`demo` and
+    /// `bench` start a private redis-server instead); also read from
+    /// FENCELOCK_REDIS_URL when FENCELOCK_URL is unset. Passwords are never
+    /// printed.
     #[arg(
-        long,
+        long = "url",
+        visible_alias = "redis",
         global = true,
-        env = "FENCELOCK_REDIS_URL",
+        env = "FENCELOCK_URL",
         hide_env_values = true,
         value_name = "URL"
     )]
-    pub(crate) redis: Option<String>,
+    pub(crate) url: Option<String>,
 
     /// CA certificate (PEM) to trust for TLS URLs instead of the system's
     /// roots (sentinels and data nodes alike).
@@ -84,6 +88,13 @@ pub(crate) struct Global {
     /// or `counter` (1, 2, 3 … like the guide; needs a durable Redis).
     #[arg(long, global = true, value_enum)]
     pub(crate) fence_mode: Option<FenceModeArg>,
+
+    /// Fence epoch (0 to 1023): every fence is EPOCH × 2^53 + the
+    /// backend's fence. Default 0 on Redis, 1 on etcd; raise it by one each
+    /// time a lock moves between Redis and etcd (README, "Moving a lock
+    /// between Redis and etcd").
+    #[arg(long, global = true, env = "FENCELOCK_FENCE_EPOCH", hide_env_values = true, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1023))]
+    pub(crate) fence_epoch: Option<u16>,
 }
 
 /// Key layouts on the command line.
@@ -155,22 +166,25 @@ pub(crate) enum Command {
     Update(UpdateArgs),
 
     /// Show the locks under a pattern, live: name, holder, fence, ttl left and
-    /// waiters (found with SCAN, never KEYS).
+    /// waiters (found with SCAN, never KEYS; on etcd, one range read).
     #[command(
         after_help = "Examples:\n  fencelock top                 # every lock, redrawn every second\n  fencelock top 'invoice:*' --interval 500ms\n  fencelock top 'invoice:*' --once --json\n\nPATTERN is a Redis glob on lock names (default *)."
     )]
     Top(TopArgs),
 
-    /// Audit the Redis deployment: version, role, replication, eviction,
-    /// persistence, clocks, the user's permissions and the round trip; one
-    /// line per check (OK, WARN or FAIL, what was found, what to change).
+    /// Audit the deployment: on Redis version, role, replication, eviction,
+    /// persistence, clocks, the user's permissions and the round trip; on
+    /// etcd members, health, leader, version, database size, the shortest
+    /// lease and the round trip. One line per check (OK, WARN or FAIL, what
+    /// was found, what to change).
     #[command(after_help = DOCTOR_HELP)]
     Doctor(DoctorArgs),
 
     /// Measure speed and fairness against a real Redis (a private one unless
-    /// --redis is given), next to that Redis's own round-trip rate.
+    /// --url is given), next to that Redis's own round-trip rate; or against
+    /// etcd (--url etcd://…), next to etcd's read, write and bare-lock rates.
     #[command(
-        after_help = "Examples:\n  fencelock bench\n  fencelock bench --scenario uncontended,many --duration 2s --repeat 5 --json\n  fencelock bench --scenario held --leases 1000,10000,100000\n  fencelock bench --redis redis+cluster://127.0.0.1:7000 --scenario uncontended,many\n  fencelock bench --redis rediss://127.0.0.1:6380 --tls-ca ca.pem --scenario uncontended,many\n  fencelock bench --scenario contended --mode notify,fair --workers 32 --json\n  fencelock bench --scenario contended --plot waits.svg\n\nExit code 1 if two holders ever overlapped or a held lease was lost."
+        after_help = "Examples:\n  fencelock bench\n  fencelock bench --scenario uncontended,many --duration 2s --repeat 5 --json\n  fencelock bench --scenario held --leases 1000,10000,100000\n  fencelock bench --url redis+cluster://127.0.0.1:7000 --scenario uncontended,many\n  fencelock bench --url rediss://127.0.0.1:6380 --tls-ca ca.pem --scenario uncontended,many\n  fencelock bench --scenario contended --mode notify,fair --workers 32 --json\n  fencelock bench --scenario contended --plot waits.svg\n  fencelock --url etcd://127.0.0.1:2379 bench --duration 5s\n\nOn etcd every wait mode waits in the same queue: contended is measured once\n(--mode and --plot are for Redis).\n\nExit code 1 if two holders ever overlapped or a held lease was lost."
     )]
     Bench(BenchArgs),
 
@@ -195,14 +209,16 @@ pub(crate) enum Command {
 const RUN_HELP: &str = "\
 The command gets these environment variables:
   FENCELOCK_NAME, FENCELOCK_KEY, FENCELOCK_TOKEN, FENCELOCK_FENCE,
-  FENCELOCK_TTL_MS, FENCELOCK_REDIS_URL
+  FENCELOCK_TTL_MS, FENCELOCK_URL (and its old name FENCELOCK_REDIS_URL)
 Pass FENCELOCK_FENCE with every write the lock protects (`fencelock write`
-and `fencelock update` use it and FENCELOCK_TOKEN by default).
-FENCELOCK_TOKEN is the holder's secret (whoever has it can write as the
-holder), and FENCELOCK_REDIS_URL includes the Redis password if the URL
-has one: the command and every process it starts can read them (so can
-anyone allowed to read its /proc/PID/environ). --no-url-env leaves
-FENCELOCK_REDIS_URL out.
+and `fencelock update` use it and FENCELOCK_TOKEN by default; on etcd they
+write a fenced etcd key). FENCELOCK_TOKEN is the holder's secret (whoever
+has it can write as the holder), and FENCELOCK_URL includes the password
+if the URL has one: the command and every process it starts can read them
+(so can anyone allowed to read its /proc/PID/environ). --no-url-env leaves
+FENCELOCK_URL and FENCELOCK_REDIS_URL out. On etcd, FENCELOCK_KEY is the
+holder's etcd key and FENCELOCK_FENCE its create revision in fence epoch 1
+(2^53 + revision).
 
 The lock is held (and renewed) until every process of the command's tree
 has exited, not only the command: background jobs, pipelines, double forks.
@@ -246,6 +262,17 @@ Checks (advisory ones only ever warn):
                ups, fenced hashes, top or INFO refused)
   rtt          median of 5 PINGs under 1/20 of --ttl (advisory)
 --fence-mode, --prefix and --layout say what to check for.
+
+On etcd (--url etcd://…) the checks are:
+  members      an odd number, at least 3 (WARN: one member, or an even number)
+  health       every member answers (WARN: a minority does not; FAIL: no quorum)
+  leader       all members agree on one leader (FAIL: none, or disagreement)
+  version      etcd 3.4 or newer on every member (WARN: older, or mixed)
+  db size      under 80 % of the quota (WARN: above; FAIL: a NOSPACE or
+               CORRUPT alarm)
+  lease        etcd's shortest lease at most --ttl (WARN: a crashed holder's
+               lock lasts that long, not the ttl)
+  rtt          median of 5 linearizable reads under 1/20 of --ttl (advisory)
 
 Exit codes: 0 every check passed, 1 warnings, 2 failures; 69 Redis
 unreachable, 78 refused (credentials, or the user may not run PING).
@@ -338,9 +365,9 @@ pub(crate) struct RunArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) kill_grace: Duration,
 
-    /// Do not pass FENCELOCK_REDIS_URL to the command: it holds the Redis
-    /// password if the URL has one. A `fencelock` inside then needs --redis
-    /// (or its own FENCELOCK_REDIS_URL).
+    /// Do not pass FENCELOCK_URL (nor FENCELOCK_REDIS_URL) to the command:
+    /// it holds the password if the URL has one. A `fencelock` inside then
+    /// needs --url (or its own FENCELOCK_URL).
     #[arg(long)]
     pub(crate) no_url_env: bool,
 

@@ -1,24 +1,49 @@
 //! Turning the global options into a connected client and lock options.
 
-use fencelock::{FenceMode, LockClient, LockOptions};
+use fencelock::{FenceMode, LockClient, LockClientBuilder, LockOptions};
 
 use crate::cli::Global;
 
-/// The Redis URL used when neither `--redis` nor `FENCELOCK_REDIS_URL` is set.
+/// The URL used when neither `--url` (`--redis`), `FENCELOCK_URL` nor
+/// `FENCELOCK_REDIS_URL` is set.
 pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
-/// The Redis URL these options name, password included: pass it to
-/// clients, never print it (print [`crate::redact::url`] of it).
-pub(crate) fn url(global: &Global) -> String {
+/// The old name of `FENCELOCK_URL`, still read when it is unset.
+pub(crate) const LEGACY_URL_ENV: &str = "FENCELOCK_REDIS_URL";
+
+/// The URL given, if any: `--url`/`--redis`, `FENCELOCK_URL` (both through
+/// clap), then `FENCELOCK_REDIS_URL`.
+pub(crate) fn given_url(global: &Global) -> Option<String> {
     global
-        .redis
+        .url
         .clone()
-        .unwrap_or_else(|| DEFAULT_URL.to_string())
+        .or_else(|| std::env::var(LEGACY_URL_ENV).ok().filter(|u| !u.is_empty()))
 }
 
-/// Connects to the Redis these options name.
+/// The URL these options name, password included: pass it to clients,
+/// never print it (print [`crate::redact::url`] of it).
+pub(crate) fn url(global: &Global) -> String {
+    given_url(global).unwrap_or_else(|| DEFAULT_URL.to_string())
+}
+
+/// Whether these options name an etcd cluster.
+pub(crate) fn is_etcd(global: &Global) -> bool {
+    let url = url(global);
+    let lower = url.get(..8).unwrap_or(&url).to_ascii_lowercase();
+    lower.starts_with("etcd://") || lower.starts_with("etcds://")
+}
+
+/// Connects to the store these options name.
 pub(crate) async fn client(global: &Global) -> anyhow::Result<LockClient> {
-    let mut builder = LockClient::builder(url(global)).prefix(&global.prefix);
+    Ok(builder(global, url(global))?.connect().await?)
+}
+
+/// A client builder for `url` with the prefix and TLS settings of `global`.
+pub(crate) fn builder(global: &Global, url: String) -> anyhow::Result<LockClientBuilder> {
+    let mut builder = LockClient::builder(url).prefix(&global.prefix);
+    if let Some(epoch) = global.fence_epoch {
+        builder = builder.defaults(LockOptions::default().fence_epoch(epoch));
+    }
     if let Some(ca) = &global.tls_ca {
         builder = builder.tls_ca(ca);
     }
@@ -32,7 +57,7 @@ pub(crate) async fn client(global: &Global) -> anyhow::Result<LockClient> {
             ));
         }
     }
-    Ok(builder.connect().await?)
+    Ok(builder)
 }
 
 /// Lock options from the global flags (layout, fence mode).

@@ -40,6 +40,12 @@ struct ASaw {
 }
 
 pub(crate) async fn run(global: &Global, args: &DemoArgs) -> anyhow::Result<u8> {
+    if crate::connect::is_etcd(global) {
+        return Err(exit::fail(
+            exit::USAGE,
+            "demo reproduces the guide's scenario on Redis (a 300 ms lease; etcd's shortest is a second or more): leave out --url, or give a Redis URL",
+        ));
+    }
     if args.pause <= args.ttl {
         return Err(exit::fail(
             exit::USAGE,
@@ -49,7 +55,8 @@ pub(crate) async fn run(global: &Global, args: &DemoArgs) -> anyhow::Result<u8> 
             ),
         ));
     }
-    let (url, private) = PrivateRedis::unless_given(global.redis.as_deref()).await?;
+    let (url, private) =
+        PrivateRedis::unless_given(crate::connect::given_url(global).as_deref()).await?;
     let outcome = scenario(global, args, &url, private.is_some()).await;
     if let Some(p) = private {
         p.stop().await;

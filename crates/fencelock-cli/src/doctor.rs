@@ -23,8 +23,11 @@ pub(crate) async fn run(global: &Global, args: &DoctorArgs) -> anyhow::Result<u8
                 .map_or(fencelock::FenceMode::Clock, Into::into),
         )
         .ttl(args.ttl);
-    let client = LockClient::builder(connect::url(global))
-        .prefix(&global.prefix)
+    let defaults = match global.fence_epoch {
+        Some(epoch) => defaults.fence_epoch(epoch),
+        None => defaults,
+    };
+    let client = connect::builder(global, connect::url(global))?
         .defaults(defaults.clone())
         .connect()
         .await?;
@@ -52,12 +55,21 @@ fn settings(client: &LockClient, opts: &LockOptions) -> String {
     format!(
         "prefix {}, {} fences, ttl {}",
         client.prefix(),
-        match opts.fence_mode_value() {
-            fencelock::FenceMode::Counter => "counter",
-            _ => "clock",
-        },
+        fence_mode(client, opts),
         humantime::format_duration(opts.ttl_value())
     )
+}
+
+/// The fences the audit assumed: `clock` or `counter` on Redis, `revision`
+/// (create revisions) on etcd.
+fn fence_mode(client: &LockClient, opts: &LockOptions) -> &'static str {
+    if client.backend_kind() == "etcd" {
+        return "revision";
+    }
+    match opts.fence_mode_value() {
+        fencelock::FenceMode::Counter => "counter",
+        _ => "clock",
+    }
 }
 
 /// A header, one line per check (`STATUS  NAME  found; fix: …`), a summary.
@@ -127,10 +139,8 @@ fn to_json(audit: &Audit, client: &LockClient, opts: &LockOptions) -> serde_json
     json!({
         "url": audit.url(),
         "prefix": client.prefix(),
-        "fence_mode": match opts.fence_mode_value() {
-            fencelock::FenceMode::Counter => "counter",
-            _ => "clock",
-        },
+        "backend": client.backend_kind(),
+        "fence_mode": fence_mode(client, opts),
         "ttl_ms": u64::try_from(opts.ttl_value().as_millis()).unwrap_or(u64::MAX),
         "status": audit.worst().as_str(),
         "checks": checks,

@@ -4,7 +4,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 
-use fencelock::{Fence, LockState, WriteOutcome};
+use fencelock::{Fence, LockClient, LockState, WriteOutcome};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -14,13 +14,83 @@ use crate::{child, connect, exit};
 /// Exit code of a write rejected as stale.
 pub(crate) const REJECTED: u8 = 3;
 
+/// The fenced resource a shell command names: a Redis hash, or on etcd a
+/// fenced etcd key (`FencedKey`), with the same operations and rule. One
+/// per command: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Resource {
+    Hash(fencelock::FencedHash),
+    Key(fencelock::FencedKey),
+}
+
+/// What a resource holds.
+struct Held {
+    value: Option<String>,
+    fence: Option<Fence>,
+    holder: Option<String>,
+}
+
+impl Resource {
+    fn of(client: &LockClient, name: &str) -> anyhow::Result<Self> {
+        Ok(if client.backend_kind() == "etcd" {
+            Resource::Key(client.fenced_key(name)?)
+        } else {
+            Resource::Hash(client.fenced_hash(name)?)
+        })
+    }
+
+    async fn write(
+        &self,
+        fence: Fence,
+        holder: &str,
+        value: &str,
+    ) -> fencelock::Result<WriteOutcome> {
+        match self {
+            Resource::Hash(h) => h.write(fence, holder, value).await,
+            Resource::Key(k) => k.write(fence, holder, value).await,
+        }
+    }
+
+    async fn register(&self, fence: Fence, holder: &str) -> fencelock::Result<WriteOutcome> {
+        match self {
+            Resource::Hash(h) => h.register(fence, holder).await,
+            Resource::Key(k) => k.register(fence, holder).await,
+        }
+    }
+
+    async fn read(&self) -> fencelock::Result<Held> {
+        Ok(match self {
+            Resource::Hash(h) => {
+                let s = h.read().await?;
+                Held {
+                    value: s.value,
+                    fence: s.fence,
+                    holder: s.holder,
+                }
+            }
+            Resource::Key(k) => {
+                let s = k.read().await?;
+                Held {
+                    value: s.value,
+                    fence: s.fence,
+                    holder: s.holder,
+                }
+            }
+        })
+    }
+}
+
 pub(crate) async fn status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
     let layout = global.layout.into();
     let key = client.keys(&args.name, layout)?.lock;
     let state = client.inspect(&args.name, layout).await?;
+    // Waiters: every etcd waiter; on Redis the notify and fair queue (left
+    // out if the user may not read it).
+    let waiters = client.waiters(&args.name, layout).await.ok();
+    let backend = client.backend_kind();
     if args.json {
-        let object = match &state {
+        let mut object = match &state {
             LockState::Held {
                 holder,
                 fence,
@@ -36,15 +106,24 @@ pub(crate) async fn status(global: &Global, args: &StatusArgs) -> anyhow::Result
             }),
             other => json!({ "name": args.name, "key": key, "state": format!("{other:?}") }),
         };
+        object["backend"] = backend.into();
+        if let Some(waiters) = waiters {
+            object["waiters"] = waiters.into();
+        }
         println!("{object}");
     } else {
+        let queue = match waiters {
+            Some(0) | None => String::new(),
+            Some(1) => ", 1 waiter".to_owned(),
+            Some(n) => format!(", {n} waiters"),
+        };
         match &state {
             LockState::Held {
                 holder,
                 fence,
                 remaining,
             } => println!(
-                "{}: held by {}, fence {}, {} left",
+                "{}: held by {}, fence {}, {} left{queue}",
                 args.name,
                 holder,
                 fence.map_or("unknown".into(), |f| f.to_string()),
@@ -63,7 +142,7 @@ pub(crate) async fn status(global: &Global, args: &StatusArgs) -> anyhow::Result
 
 pub(crate) async fn read(global: &Global, args: &ReadArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
-    let hash = client.fenced_hash(&args.resource)?;
+    let hash = Resource::of(&client, &args.resource)?;
     if args.register {
         let fence = args.fence.ok_or_else(|| {
             exit::fail(
@@ -139,7 +218,7 @@ pub(crate) async fn update(global: &Global, args: &UpdateArgs) -> anyhow::Result
         ));
     };
     let client = connect::client(global).await?;
-    let hash = client.fenced_hash(&args.resource)?;
+    let hash = Resource::of(&client, &args.resource)?;
     // Register first: from here on, no stale holder's write can land between
     // our read and our write.
     if let WriteOutcome::Rejected { current_fence, .. } = hash
@@ -267,8 +346,7 @@ async fn compute(
 
 pub(crate) async fn write(global: &Global, args: &WriteArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
-    let outcome = client
-        .fenced_hash(&args.resource)?
+    let outcome = Resource::of(&client, &args.resource)?
         .write(args.writer.fence, &args.writer.holder, &args.value)
         .await?;
     let (accepted, current_fence, current_holder) = match &outcome {

@@ -94,12 +94,15 @@ pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
     if args.no_url_env {
-        // Also one inherited from our own environment.
-        cmd.env_remove("FENCELOCK_REDIS_URL");
+        // Also ones inherited from our own environment.
+        cmd.env_remove("FENCELOCK_URL")
+            .env_remove(connect::LEGACY_URL_ENV);
     } else {
         // With its password, if it has one: nested `fencelock write` and
-        // `update` need it to reach the same Redis.
-        cmd.env("FENCELOCK_REDIS_URL", connect::url(global));
+        // `update` need it to reach the same store. Both names: the old one
+        // for commands written against it.
+        cmd.env("FENCELOCK_URL", connect::url(global))
+            .env(connect::LEGACY_URL_ENV, connect::url(global));
     }
     // SAFETY: between fork and exec, one async-signal-safe sigprocmask call.
     unsafe {

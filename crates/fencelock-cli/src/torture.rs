@@ -343,7 +343,13 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
     if args.workers == 0 || args.names == 0 {
         return Err(usage("--workers and --names must be at least 1"));
     }
-    if let (Some(t), Some(_)) = (args.topology, &global.redis) {
+    if crate::connect::is_etcd(global) {
+        return Err(usage(
+            "torture runs against Redis (its audited resource, checkers and server nemeses use Redis); on etcd, the library's etcd tests cover the same properties",
+        ));
+    }
+    let given = crate::connect::given_url(global);
+    if let (Some(t), Some(_)) = (args.topology, &given) {
         return Err(usage(format!(
             "--topology {} conflicts with --redis: --topology starts private servers for the run, --redis URL runs against the deployment given (client-side nemeses only); choose one",
             t.name()
@@ -357,7 +363,7 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
         .unsafe_variants
         .as_ref()
         .is_some_and(|l| l.iter().any(|n| n == "all"));
-    if all && kinds.is_none() && global.redis.is_none() {
+    if all && kinds.is_none() && given.is_none() {
         let (replicas, proxyable) = topology.shape();
         runs.retain(
             |v| match v.and_then(|v| v.refusal(replicas, proxyable).map(|w| (v, w))) {
@@ -375,7 +381,7 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
             );
         }
     }
-    if global.redis.is_none() {
+    if given.is_none() {
         refuse_before_start(topology, kinds.as_deref(), &runs)?;
     }
     let resource = match (args.resource, &args.pg_url) {
@@ -388,7 +394,7 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
         }
     };
     if let Some(list) = &kinds
-        && global.redis.is_some()
+        && given.is_some()
         && let Some(k) = list.iter().find(|k| k.needs_server_control())
     {
         return Err(usage(format!(
@@ -450,7 +456,7 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
         };
         let progress = progress.as_mut();
         let interrupt = interrupt.clone();
-        let report = match (&global.redis, topology) {
+        let report = match (&given, topology) {
             (Some(url), _) => {
                 let mut remote = Remote::new(url.clone()).with_replicas(args.replicas.unwrap_or(0));
                 fencelock_torture::run(&config, &mut remote, &SelfLauncher, progress, interrupt)

@@ -1,5 +1,6 @@
 //! Test support for `fencelock`: real `redis-server` processes — single,
-//! TLS, Cluster and Sentinel — and PostgreSQL servers with fault injection,
+//! TLS, Cluster and Sentinel —, etcd clusters and PostgreSQL servers with
+//! fault injection,
 //! and child processes that cannot outlive the test.
 //!
 //! # Module map
@@ -70,6 +71,22 @@
 //!   let new = sentinel.wait_new_primary(old); // ~3 s
 //!   # let _ = (new, sentinel.url());
 //!   ```
+//! - [`etcd`]: [`EtcdCluster`] — one ([`EtcdCluster::single`]) or three
+//!   ([`EtcdCluster::start`]) `etcd` members on free client and peer ports,
+//!   ready when every member reports healthy; the `etcd://` URL, the
+//!   leader, pause/resume/kill/restart of any member, and
+//!   [`EtcdCluster::move_leader`]. [`EtcdConfig::with_tls`] makes clients
+//!   use TLS (`etcds://`). Admin calls go through `etcdctl`.
+//!
+//!   ```no_run
+//!   use fencelock_testkit::EtcdCluster;
+//!
+//!   let mut cluster = EtcdCluster::start();
+//!   let leader = cluster.leader();
+//!   cluster.kill(leader);
+//!   let new_leader = cluster.wait_new_leader(leader); // about a second
+//!   # let _ = (new_leader, cluster.url());
+//!   ```
 //! - [`acl`]: [`RedisServer::acl_user`] creates an ACL user with an exact
 //!   rule; [`acl::readme_acl_rule`] is the rule the README recommends for a
 //!   fencelock user, read from the README.
@@ -102,10 +119,13 @@
 //! [`FENCELOCK_REDIS_SERVER_BIN`](redis_server::REDIS_SERVER_BIN_ENV)
 //! environment variable; `redis-cli` (for clusters) from next to it, `PATH`,
 //! or [`FENCELOCK_REDIS_CLI_BIN`](redis_server::REDIS_CLI_BIN_ENV). Sentinels
-//! run as `redis-server sentinel.conf --sentinel`. Linux only.
+//! run as `redis-server sentinel.conf --sentinel`. `etcd` and `etcdctl` are
+//! taken from `PATH`, or from [`FENCELOCK_ETCD_BIN`](etcd::ETCD_BIN_ENV) and
+//! [`FENCELOCK_ETCDCTL_BIN`](etcd::ETCDCTL_BIN_ENV). Linux only.
 
 pub mod acl;
 pub mod cluster;
+pub mod etcd;
 pub mod postgres;
 pub mod process;
 pub mod redis_server;
@@ -118,6 +138,7 @@ pub mod worker;
 use std::net::TcpListener;
 
 pub use cluster::{FailoverMode, RedisCluster, RedisClusterConfig};
+pub use etcd::{EtcdCluster, EtcdConfig, MemberPausedGuard};
 pub use postgres::{PgPausedGuard, PgServer, remove_leftovers};
 pub use process::{GuardedChild, process_alive, spawn_guarded, try_spawn_guarded};
 pub use redis_server::{Persistence, RedisConfig, RedisServer};

@@ -106,9 +106,9 @@ pub(crate) struct Engine {
     /// Per-family counters since connect, shared with leases and resources.
     pub(crate) stats: StatsHandle,
     /// Renews every lease of the client (one task, batched renewals).
-    keeper: Arc<Keeper>,
+    pub(crate) keeper: Arc<Keeper>,
     /// `backend`, shared by the client's leases (one copy, not one each).
-    lease_backend: Arc<Backend>,
+    pub(crate) lease_backend: Arc<Backend>,
 }
 
 impl Engine {
@@ -130,6 +130,15 @@ impl Engine {
         keys: LockKeys,
         opts: &LockOptions,
     ) -> Result<Lease> {
+        #[cfg(feature = "etcd")]
+        if let Backend::Etcd(conn) = &self.backend {
+            // Boxed: etcd's request futures are large, and this one would
+            // otherwise sit on the caller's stack.
+            let attempt = Box::pin(crate::backend::etcd::acquire(
+                self, conn, name, &keys, opts, false,
+            ));
+            return self.recorded(name, opts, attempt).await;
+        }
         let attempt = async {
             let token = new_token();
             self.grant(name, &keys, &token, opts, None, false).await
@@ -144,6 +153,13 @@ impl Engine {
         keys: LockKeys,
         opts: &LockOptions,
     ) -> Result<Lease> {
+        #[cfg(feature = "etcd")]
+        if let Backend::Etcd(conn) = &self.backend {
+            let attempt = Box::pin(crate::backend::etcd::acquire(
+                self, conn, name, &keys, opts, true,
+            ));
+            return self.recorded(name, opts, attempt).await;
+        }
         self.recorded(name, opts, self.wait_for(name, &keys, opts))
             .await
     }

@@ -24,8 +24,9 @@ pub const DEFAULT_PREFIX: &str = "lock:";
 /// Longest accepted key prefix, in bytes.
 pub const MAX_PREFIX_LEN: usize = 128;
 
-/// A handle to one Redis for taking locks. Cheap to clone; clones share one
-/// multiplexed, auto-reconnecting connection.
+/// A handle to one Redis deployment (or, with the `etcd` feature, one etcd
+/// cluster) for taking locks. Cheap to clone; clones share one multiplexed,
+/// auto-reconnecting connection.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), fencelock::Error> {
@@ -189,7 +190,11 @@ impl LockClient {
     ///   failovers (`rediss+sentinel://` for TLS to sentinels and data
     ///   nodes; `sentinel_password=` if the sentinels have their own);
     /// - `redis+cluster://[user:password@]host:port[,host:port…]` — Redis
-    ///   Cluster (`rediss+cluster://` for TLS).
+    ///   Cluster (`rediss+cluster://` for TLS);
+    /// - `etcd://[user:password@]host[:port][,host[:port]…][?prefix=NAMESPACE]`
+    ///   — an etcd cluster (feature `etcd`; `etcds://` for TLS; port 2379 by
+    ///   default; `prefix` is put in front of every key the client touches).
+    ///   The same API, with etcd's guarantees: see the crate docs, "etcd".
     ///
     /// TLS trusts the system's roots unless [`LockClientBuilder::tls_ca`]
     /// names a CA.
@@ -207,28 +212,56 @@ impl LockClient {
         self.inner.defaults.clone()
     }
 
+    /// The store behind this client.
+    #[cfg(all(feature = "testing", feature = "etcd"))]
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.inner.engine.backend
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
     }
 
-    /// The Redis URL, without its password.
+    /// The URL, without its password.
     pub fn url(&self) -> &str {
         self.inner.engine.backend.url()
     }
 
-    /// The Redis keys of lock `name` in `layout`.
+    /// The keys of lock `name` in `layout`.
+    ///
+    /// On etcd, `lock` is the prefix of the lock's keys
+    /// (`NAMESPACE PREFIX NAME/`, `/` and `%` in the name escaped): each
+    /// holder or waiter has the key `lock` + its lease id in hex; the other
+    /// fields are empty (etcd needs no fence key, queue or channel).
     ///
     /// # Errors
     /// [`Error::InvalidName`].
     pub fn keys(&self, name: &str, layout: KeyLayout) -> Result<LockKeys> {
+        #[cfg(feature = "etcd")]
+        if let Some(conn) = self.inner.engine.backend.etcd() {
+            crate::backend::etcd::validate_name(name)?;
+            return Ok(LockKeys {
+                lock: crate::backend::etcd::lock_prefix(conn.namespace(), &self.inner.prefix, name),
+                fence: String::new(),
+                queue: String::new(),
+                waiters: String::new(),
+                wake_prefix: String::new(),
+            });
+        }
         LockKeys::new(&self.inner.prefix, layout, name)
     }
 
     /// The keys of lock `name` for a call on this client's deployment: the
     /// guide layout is refused on a Cluster, where its keys would land in
-    /// different slots.
+    /// different slots, and on etcd, which has no such layout.
     fn lock_keys(&self, name: &str, layout: KeyLayout) -> Result<LockKeys> {
+        #[cfg(feature = "etcd")]
+        if layout == KeyLayout::Guide && self.inner.engine.backend.etcd().is_some() {
+            return Err(Error::InvalidOption(
+                "the guide layout (lock:NAME in Redis) does not exist on etcd: use the default layout".into(),
+            ));
+        }
         if layout == KeyLayout::Guide && self.inner.engine.backend.is_cluster() {
             return Err(Error::InvalidOption(
                 "the guide layout (lock:NAME) cannot be used on Redis Cluster: a lock's keys would land in different slots; use the default layout (lock:{NAME})".into(),
@@ -241,13 +274,44 @@ impl LockClient {
     /// is used as given, without the lock prefix).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for an empty, oversized or malformed key.
+    /// [`Error::InvalidName`] for an empty, oversized or malformed key;
+    /// [`Error::InvalidOption`] on an etcd client (use
+    /// [`LockClient::fenced_key`] there, or a Redis client for the hash:
+    /// fences from any backend work with it).
     pub fn fenced_hash(&self, key: &str) -> Result<FencedHash> {
         FencedHash::new(
-            self.inner.engine.backend.redis().clone(),
+            self.inner.engine.backend.redis()?.clone(),
             key,
             Some(self.inner.engine.stats.clone()),
         )
+    }
+
+    /// A fenced key in this client's etcd (feature `etcd`): `key` is used as
+    /// given, after the URL's namespace (`?prefix=`), without the lock
+    /// prefix.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty, oversized or malformed key;
+    /// [`Error::InvalidOption`] on a Redis client (use
+    /// [`LockClient::fenced_hash`] there).
+    #[cfg(feature = "etcd")]
+    pub fn fenced_key(&self, key: &str) -> Result<crate::FencedKey> {
+        let Some(conn) = self.inner.engine.backend.etcd() else {
+            return Err(Error::InvalidOption(
+                "fenced keys live in etcd, but this client is connected to Redis: use fenced_hash"
+                    .into(),
+            ));
+        };
+        crate::FencedKey::new(conn.clone(), key, Some(self.inner.engine.stats.clone()))
+    }
+
+    /// The kind of store behind this client: `"redis"` or `"etcd"`.
+    pub fn backend_kind(&self) -> &'static str {
+        match &self.inner.engine.backend {
+            Backend::Redis(_) => "redis",
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => "etcd",
+        }
     }
 
     /// Per-family counters since this client connected (shared by its
@@ -351,16 +415,22 @@ impl LockClient {
 
     /// The names of the held locks whose names match `pattern` (a Redis
     /// glob such as `invoice:*`) in `layout`, sorted; found with `SCAN` on
-    /// every master (never `KEYS`, which blocks the server).
+    /// every master (never `KEYS`, which blocks the server). On etcd: one
+    /// keys-only range read of the prefix, the glob applied here.
     ///
     /// # Errors
     /// Connection errors.
     pub async fn lock_names(&self, pattern: &str, layout: KeyLayout) -> Result<Vec<String>> {
+        #[cfg(feature = "etcd")]
+        if let Some(conn) = self.inner.engine.backend.etcd() {
+            let names_prefix = format!("{}{}", conn.namespace(), self.inner.prefix);
+            return conn.lock_names(&names_prefix, pattern).await;
+        }
         let keys = self
             .inner
             .engine
             .backend
-            .redis()
+            .redis()?
             .scan(
                 &lock_key_pattern(&self.inner.prefix, layout, pattern),
                 "string",
@@ -373,16 +443,21 @@ impl LockClient {
             .collect())
     }
 
-    /// How many waiters are queued for lock `name` (notify and fair modes).
+    /// How many waiters are queued for lock `name` (notify and fair modes;
+    /// on etcd, every waiter: the keys behind the holder's).
     ///
     /// # Errors
     /// [`Error::InvalidName`], [`Error::WrongType`] and connection errors.
     pub async fn waiters(&self, name: &str, layout: KeyLayout) -> Result<u64> {
         let keys = self.lock_keys(name, layout)?;
+        #[cfg(feature = "etcd")]
+        if let Some(conn) = self.inner.engine.backend.etcd() {
+            return conn.waiters(&keys.lock).await;
+        }
         self.inner
             .engine
             .backend
-            .redis()
+            .redis()?
             .cmd(&keys.queue, redis::cmd("ZCARD").arg(&keys.queue))
             .await
     }
@@ -412,26 +487,41 @@ impl LockClient {
         .await
     }
 
-    /// Reads the current state of lock `name` (one atomic script).
+    /// Reads the current state of lock `name` (one atomic script). Fences
+    /// are shown in the fence epoch of the client's default options.
+    ///
+    /// On etcd: the holder is the key with the lowest create revision (its
+    /// value is the holder id), the fence its create revision, `remaining`
+    /// its lease's time to live (whole seconds); `last_fence` of a free lock
+    /// is `None`, etcd keeps no fence per name.
     ///
     /// # Errors
     /// [`Error::InvalidName`], [`Error::WrongType`] and connection errors.
     pub async fn inspect(&self, name: &str, layout: KeyLayout) -> Result<LockState> {
         let keys = self.lock_keys(name, layout)?;
+        #[cfg(feature = "etcd")]
+        if let Some(conn) = self.inner.engine.backend.etcd() {
+            return Ok(conn.inspect(&keys.lock, &self.inner.defaults).await?.0);
+        }
+        let base = self.inner.defaults.fence_base(0);
+        let epoch = |f: Fence| Fence::new(f.get().saturating_add(base));
         let reply = self
             .inner
             .engine
             .backend
             .run(&Inspect { keys: &keys })
             .await?;
-        let last_fence = reply.last_fence.and_then(|f| f.parse::<Fence>().ok());
+        let last_fence = reply
+            .last_fence
+            .and_then(|f| f.parse::<Fence>().ok())
+            .map(epoch);
         Ok(match reply.value {
             None => LockState::Free { last_fence },
             Some(value) => {
                 let (token, fence) = wire::parse_lock_value(&value, layout);
                 LockState::Held {
                     holder: crate::holder::holder_id(token),
-                    fence: fence.or(match layout {
+                    fence: fence.map(epoch).or(match layout {
                         KeyLayout::HashTagged => None,
                         KeyLayout::Guide => last_fence,
                     }),

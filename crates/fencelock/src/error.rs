@@ -121,10 +121,11 @@ pub enum Error {
         fix: String,
     },
 
-    /// A TLS connection to Redis could not be set up: the server's
-    /// certificate is not trusted, not valid for the host or expired, a
-    /// client certificate is required, or the port does not speak TLS.
-    #[error("TLS with Redis at {url} failed: {detail}")]
+    /// A TLS connection to Redis (or etcd) could not be set up: the
+    /// server's certificate is not trusted, not valid for the host or
+    /// expired, a client certificate is required, or the port does not
+    /// speak TLS.
+    #[error("TLS with {url} failed: {detail}")]
     Tls {
         /// The URL, with any password removed.
         url: String,
@@ -160,6 +161,22 @@ pub enum Error {
         /// The underlying client error.
         #[source]
         source: redis::RedisError,
+    },
+
+    /// etcd could not be reached, had no leader, refused a request or failed
+    /// it (feature `etcd`). [`Error::is_connection`] is true for an outage
+    /// that may pass (unreachable, no leader, timed out, leader changed),
+    /// [`Error::is_config`] for refused credentials or roles.
+    #[cfg(feature = "etcd")]
+    #[error("etcd at {url}: {detail}")]
+    Etcd {
+        /// The URL, with any password removed.
+        url: String,
+        /// What failed, and what to do.
+        detail: String,
+        /// The etcd client's error.
+        #[source]
+        source: etcd_client::Error,
     },
 
     /// Any other error reported by Redis or the client.
@@ -207,12 +224,14 @@ pub enum Error {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LossReason {
-    /// Renewal found the lock expired (absent) in Redis.
+    /// Renewal found the lock expired (absent) in the store: the Redis key,
+    /// or the etcd lease.
     Expired,
-    /// Renewal or release found another holder's token in the lock.
+    /// Renewal or release found another holder's token in the lock (on
+    /// etcd: the holder's key deleted or re-created while its lease lived).
     TakenOver,
     /// The local monotonic deadline passed before a renewal succeeded
-    /// (Redis slow or unreachable, or this process was paused).
+    /// (the store slow or unreachable, or this process was paused).
     DeadlinePassed,
 }
 
@@ -226,7 +245,7 @@ fn lease_left(remaining: &Option<Duration>) -> String {
 impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            LossReason::Expired => "the lock expired in Redis",
+            LossReason::Expired => "the lock expired in the store",
             LossReason::TakenOver => "another holder took the lock",
             LossReason::DeadlinePassed => "the lease deadline passed before renewal succeeded",
         })
@@ -250,6 +269,8 @@ impl Error {
             Error::Redis(e) => is_transient(e),
             #[cfg(feature = "postgres")]
             Error::Postgres(e) => pg_is_transient(e),
+            #[cfg(feature = "etcd")]
+            Error::Etcd { source, .. } => crate::backend::etcd::is_transient(source),
             _ => false,
         }
     }
@@ -279,6 +300,8 @@ impl Error {
             Error::Redis(e) => is_transient(e),
             #[cfg(feature = "postgres")]
             Error::Postgres(e) => pg_is_connection(e),
+            #[cfg(feature = "etcd")]
+            Error::Etcd { source, .. } => crate::backend::etcd::is_transient(source),
             _ => false,
         }
     }
@@ -287,14 +310,16 @@ impl Error {
     /// refused credentials, a missing permission, a key that holds data
     /// fencelock did not write, a database that does not exist.
     pub fn is_config(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Error::Auth { .. }
-                | Error::NoPermission { .. }
-                | Error::Config { .. }
-                | Error::Tls { .. }
-                | Error::WrongType { .. }
-        )
+            | Error::NoPermission { .. }
+            | Error::Config { .. }
+            | Error::Tls { .. }
+            | Error::WrongType { .. } => true,
+            #[cfg(feature = "etcd")]
+            Error::Etcd { source, .. } => crate::backend::etcd::is_config(source),
+            _ => false,
+        }
     }
 
     /// True when a fenced resource is not set up for fencing or lacks the

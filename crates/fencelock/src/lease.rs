@@ -80,7 +80,8 @@ impl LeaseHandle {
         crate::holder::holder_id(self.state.grant.token())
     }
 
-    /// The Redis key holding the lease.
+    /// The key holding the lease: the Redis lock key, or on etcd the
+    /// holder's own key (`PREFIX NAME/LEASE`).
     pub fn key(&self) -> &str {
         &self.state.grant.lock
     }

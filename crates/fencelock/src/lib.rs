@@ -1,6 +1,7 @@
 //! # fencelock
 //!
-//! A distributed lock on Redis with **fencing tokens**. A lease alone cannot
+//! A distributed lock on Redis (and, with the `etcd` feature, on etcd) with
+//! **fencing tokens**. A lease alone cannot
 //! stop a worker that paused past its lease (GC, a blocked event loop, a slow
 //! call) from writing after someone else took over; a fence checked by the
 //! storage can. fencelock gives you both halves:
@@ -65,6 +66,8 @@
 //! | `holder` | the secret token and the public [`holder_id`] |
 //! | `resource` | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`] |
 //! | `resource::postgres` | feature `postgres`: fenced Postgres rows, `FencedTable`, `SetClause`, `RowKey` (sqlx) |
+//! | `resource::etcd_key` | feature `etcd`: `FencedKey`, a fenced key in etcd |
+//! | `backend::etcd` | feature `etcd`: the lock on etcd — URL and connection, keys, the grant transaction and the wait, keep-alive and release, `FencedKey`'s transactions |
 //! | `error` | [`Error`] and [`LossReason`] |
 //! | [`audit`] | the deployment audit ([`LockClient::audit`], `fencelock doctor`): [`audit::Audit`], its [`audit::Check`] rows and their [`audit::Status`] |
 //! | [`metrics`] | diagnostics: metric names, the family rule for labels, recording helpers, the [`Stats`] snapshot |
@@ -129,6 +132,39 @@
 //! no queue. Every mode also retries when the holder's lease runs out, so a
 //! lost message or a crashed holder never stalls a waiter.
 //!
+//! ## etcd
+//!
+//! With the `etcd` feature, `LockClient::connect("etcd://host:2379,…")`
+//! (`etcds://` for TLS) gives the same API on etcd: `acquire`,
+//! `try_acquire`, `with_lock`, [`Lease`], the loss signal, metrics and
+//! stats. What differs:
+//!
+//! - **Mutual exclusion survives failures**: etcd commits every grant to a
+//!   majority of its members (Raft) before answering; no failover loses a
+//!   granted lock.
+//! - **A lease per holder**, kept alive at ttl/3 by the same keeper task;
+//!   etcd leases count whole seconds (the ttl is rounded up, and etcd may
+//!   raise it to its shortest lease, 1.5 election timeouts): the local
+//!   deadline stays the ttl, etcd's expiry can only be later.
+//! - **The fence is the holder key's create revision** (in fence epoch 1:
+//!   2^53 + revision, see [`LockOptions::fence_epoch`]). Revisions grow
+//!   with every write cluster-wide and survive leader changes. Not the
+//!   response-header revision that `etcdctl lock` exports as
+//!   `ETCD_LOCK_REV`: the two must not be mixed. A snapshot restore rewinds
+//!   revisions unless it is done with `etcdutl snapshot restore
+//!   --bump-revision … --mark-compacted`; raise the fence epoch after
+//!   restoring without.
+//! - **Waiting** watches the key just ahead in the queue: first come, first
+//!   served, whatever the [`WaitMode`]; no polling.
+//! - **Release** deletes the holder's key and revokes its lease.
+//! - Resources: every resource takes etcd fences; `FencedKey` keeps state
+//!   in etcd and can check in the same transaction that the writer still
+//!   holds its lock (`FencedKey::write_held`).
+//! - Not on etcd: the guide layout, fence modes (ignored), waiting for
+//!   replicas, fenced hashes on the etcd client (use a Redis client).
+//!
+//! The protocol, step by step, is in `backend/etcd/mod.rs`.
+//!
 //! ## Diagnostics
 //!
 //! Acquisitions, renewals, losses, releases and fenced writes are counted
@@ -176,14 +212,17 @@ pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
 pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};
 pub use options::{
-    DEFAULT_WAITER_LEASE, FENCE_RETENTION, FenceMode, LockOptions, MAX_TTL, MIN_TTL,
-    NOTIFY_HANDOVER_LEASE, Renewal, Replication, STARVATION_THRESHOLD, WaitMode,
+    DEFAULT_WAITER_LEASE, ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, FENCE_RETENTION, FenceMode,
+    LockOptions, MAX_FENCE_EPOCH, MAX_TTL, MIN_TTL, NOTIFY_HANDOVER_LEASE, Renewal, Replication,
+    STARVATION_THRESHOLD, WaitMode,
 };
 #[cfg(feature = "postgres")]
 pub use resource::postgres::{
     FENCE_COLUMN, FencedRow, FencedTable, HOLDER_COLUMN, RowFence, RowKey, SetClause,
 };
 pub use resource::{Fenced, FencedHash, HashState, WriteOutcome, fence_accepts};
+#[cfg(feature = "etcd")]
+pub use resource::{FencedKey, KeyState};
 /// The sqlx version fencelock's Postgres resource is built on (feature
 /// `postgres`), so a `PgPool` from it always fits [`FencedTable::new`].
 #[cfg(feature = "postgres")]
@@ -234,6 +273,26 @@ pub mod testing {
         ttl: std::time::Duration,
     ) -> redis::ScriptInvocation<'static> {
         crate::backend::invocation(&crate::backend::ops::Extend { key, value, ttl })
+    }
+
+    /// The etcd grant transaction for lock `name` and the existing lease
+    /// `lease`, on an etcd `client` (feature `etcd`), as an acquisition
+    /// sends it (and sends it again when its reply was lost): creates the
+    /// lease's key unless it exists. Returns the key's create revision and
+    /// how many keys the lock has.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidOption`] for a Redis client; etcd errors.
+    #[cfg(feature = "etcd")]
+    pub async fn etcd_grant_txn(
+        client: &crate::LockClient,
+        name: &str,
+        lease: i64,
+    ) -> crate::Result<(i64, usize)> {
+        let Some(conn) = client.backend().etcd() else {
+            return Err(crate::Error::InvalidOption("not an etcd client".into()));
+        };
+        crate::backend::etcd::grant_txn(conn, client.prefix(), name, lease).await
     }
 }
 

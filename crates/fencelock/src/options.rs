@@ -111,6 +111,25 @@ pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(1);
 /// while queued holds up the ones behind it for no longer than this.
 pub const NOTIFY_HANDOVER_LEASE: Duration = Duration::from_millis(100);
 
+/// The size of one fence epoch: 2^53. A lease's fence is `epoch × 2^53 +`
+/// the backend's own fence (a Redis fence, or an etcd revision), and every
+/// backend fence is below 2^53 (Redis fences are minted by Lua, whose numbers
+/// are doubles; an etcd revision that large is refused). So every fence of
+/// an epoch is above every fence of the epochs before it: moving a lock to
+/// another backend in the next epoch makes every resource refuse the old
+/// backend's fences as soon as it has seen one of the new
+/// ([`LockOptions::fence_epoch`]; the README's "Redis or etcd?").
+pub const FENCE_EPOCH_SIZE: u64 = 1 << 53;
+
+/// The highest fence epoch: fences stay below 2^63, so a Postgres `bigint`
+/// column holds every one.
+pub const MAX_FENCE_EPOCH: u16 = 1023;
+
+/// The fence epoch of etcd locks unless set: 1, so an etcd fence is above
+/// every fence Redis can issue (epoch 0) and a lock moved from Redis to etcd
+/// by changing its URL is safe at the resource.
+pub const ETCD_DEFAULT_FENCE_EPOCH: u16 = 1;
+
 /// How many replicas must acknowledge a grant (or a fenced write), and for
 /// how long to wait for them: Redis `WAIT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +179,7 @@ pub struct LockOptions {
     pub(crate) waiter_lease: Duration,
     pub(crate) metrics_family: Option<String>,
     pub(crate) replication: Option<Replication>,
+    pub(crate) fence_epoch: Option<u16>,
 }
 
 impl Default for LockOptions {
@@ -176,6 +196,7 @@ impl Default for LockOptions {
             waiter_lease: DEFAULT_WAITER_LEASE,
             metrics_family: None,
             replication: None,
+            fence_epoch: None,
         }
     }
 }
@@ -216,6 +237,42 @@ impl LockOptions {
     pub fn fence_mode(mut self, mode: FenceMode) -> Self {
         self.fence_mode = mode;
         self
+    }
+
+    /// Sets the fence epoch: every lease's fence becomes `epoch ×`
+    /// [`FENCE_EPOCH_SIZE`] `+` the backend's fence, so the fences of a
+    /// higher epoch are above every fence of a lower one, whatever the
+    /// backends (at most [`MAX_FENCE_EPOCH`]). The default is 0 on Redis and
+    /// [`ETCD_DEFAULT_FENCE_EPOCH`] (1) on etcd.
+    ///
+    /// Raise it by one each time a lock moves to another backend (Redis to
+    /// etcd and back), for every worker of the lock: the resources then
+    /// refuse every fence of the old backend once they have accepted one of
+    /// the new, however the two backends number their fences. Use one epoch
+    /// for all workers of a name on one backend.
+    ///
+    /// ```
+    /// use fencelock::{FENCE_EPOCH_SIZE, LockOptions};
+    ///
+    /// // Back from etcd (epoch 1) to Redis: epoch 2.
+    /// let opts = LockOptions::default().fence_epoch(2);
+    /// assert_eq!(opts.fence_epoch_value(), Some(2));
+    /// assert_eq!(opts.fence_base(0), 2 * FENCE_EPOCH_SIZE);
+    /// ```
+    pub fn fence_epoch(mut self, epoch: u16) -> Self {
+        self.fence_epoch = Some(epoch);
+        self
+    }
+
+    /// The fence epoch set with [`LockOptions::fence_epoch`], if any.
+    pub fn fence_epoch_value(&self) -> Option<u16> {
+        self.fence_epoch
+    }
+
+    /// What these options add to a backend's fence: the epoch set, or
+    /// `backend_default` when none is, times [`FENCE_EPOCH_SIZE`].
+    pub fn fence_base(&self, backend_default: u16) -> u64 {
+        u64::from(self.fence_epoch.unwrap_or(backend_default)) * FENCE_EPOCH_SIZE
     }
 
     /// Sets how `acquire` waits.
@@ -358,6 +415,13 @@ impl LockOptions {
                 self.ttl
             )));
         }
+        if let Some(epoch) = self.fence_epoch
+            && epoch > MAX_FENCE_EPOCH
+        {
+            return Err(Error::InvalidOption(format!(
+                "fence epoch {epoch} is above the maximum of {MAX_FENCE_EPOCH}: fences must stay below 2^63"
+            )));
+        }
         if let Renewal::Every(every) = self.renewal
             && (every.is_zero() || every >= self.ttl)
         {
@@ -402,6 +466,18 @@ mod tests {
                 .validate()
                 .is_err()
         );
-        assert!(base.ttl(MIN_TTL).validate().is_ok());
+        assert!(base.clone().ttl(MIN_TTL).validate().is_ok());
+        assert!(base.clone().fence_epoch(MAX_FENCE_EPOCH).validate().is_ok());
+        assert!(base.fence_epoch(MAX_FENCE_EPOCH + 1).validate().is_err());
+    }
+
+    #[test]
+    fn fence_epochs_order_every_backend_fence() {
+        let base = LockOptions::default();
+        assert_eq!(base.fence_base(0), 0);
+        assert_eq!(base.fence_base(ETCD_DEFAULT_FENCE_EPOCH), FENCE_EPOCH_SIZE);
+        // The largest fence of the highest epoch is still a bigint.
+        let top = base.fence_epoch(MAX_FENCE_EPOCH).fence_base(0) + (FENCE_EPOCH_SIZE - 1);
+        assert!(i64::try_from(top).is_ok());
     }
 }

@@ -44,7 +44,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
-use crate::backend::ops::{Checked, ExtendMany};
+use crate::backend::ops::Checked;
 use crate::error::{Error, LossReason, Result};
 use crate::state::LeaseState;
 
@@ -423,17 +423,9 @@ async fn renew_batch(keeper: Arc<Keeper>, ttl: Duration, batch: Batch) {
         return;
     };
     let backend = first.backend.clone();
-    let leases: Vec<(&str, &str)> = batch
-        .iter()
-        .map(|(_, s)| (s.grant.lock.as_str(), s.grant.value.as_str()))
-        .collect();
+    let leases: Vec<&crate::state::Granted> = batch.iter().map(|(_, s)| &s.grant).collect();
     let sent = Instant::now();
-    let reply = backend
-        .run(&ExtendMany {
-            leases: &leases,
-            ttl,
-        })
-        .await;
+    let reply = backend.renew_many(&leases, ttl).await;
     drop(leases);
     keeper.settle(&batch, sent, reply);
 }

@@ -1,6 +1,7 @@
 //! The shared state of one held lease: what was granted, the local monotonic
-//! deadline, the loss signal, and the two calls that act on the lock in
-//! Redis for it (renew and release). Owned together by the [`Lease`] guard,
+//! deadline, the loss signal, and the two calls that act on the lock in the
+//! store for it (renew and release; on etcd, a lease keep-alive and a
+//! delete-and-revoke, in `backend::etcd`). Owned together by the [`Lease`] guard,
 //! its handles and the client's keeper (`crate::renew`).
 //!
 //! [`Lease`]: crate::Lease
@@ -38,10 +39,15 @@ pub(crate) struct Granted {
     /// the token is its first `token_len` bytes.
     pub(crate) value: String,
     token_len: usize,
+    /// The fence the holder is given: the backend's fence plus the fence
+    /// epoch's base ([`LockOptions::fence_epoch`]).
     pub(crate) fence: Fence,
     pub(crate) ttl: Duration,
     /// How fences are minted for the name: a release may hand the lock over.
     pub(crate) mint: Mint,
+    /// On etcd: the holder's lease and its key's create revision.
+    #[cfg(feature = "etcd")]
+    pub(crate) etcd: Option<crate::backend::etcd::Held>,
 }
 
 impl Granted {
@@ -57,9 +63,37 @@ impl Granted {
             value: wire::lock_value(token, fence, opts.layout),
             token_len: token.len(),
             lock: keys.lock.clone(),
+            // The fence the holder is given: the backend's plus the fence
+            // epoch's base; the stored value keeps the backend's.
+            fence: Fence::new(fence.get().saturating_add(opts.fence_base(0))),
+            ttl: opts.ttl,
+            mint: Mint::new(opts),
+            #[cfg(feature = "etcd")]
+            etcd: None,
+        }
+    }
+
+    /// A grant on etcd: the holder's key `lock` (which stores the holder id,
+    /// not the token: `value` is the token alone), its lease and create
+    /// revision in `held`, and the `fence` already in its epoch.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn on_etcd(
+        name: &str,
+        lock: String,
+        token: String,
+        fence: Fence,
+        opts: &LockOptions,
+        held: crate::backend::etcd::Held,
+    ) -> Self {
+        Granted {
+            name: name.to_owned(),
+            lock,
+            token_len: token.len(),
+            value: token,
             fence,
             ttl: opts.ttl,
             mint: Mint::new(opts),
+            etcd: Some(held),
         }
     }
 
@@ -138,14 +172,20 @@ impl LeaseState {
     pub(crate) async fn extend_once(&self) -> Result<Checked> {
         let sent = Instant::now();
         let g = &self.grant;
-        let reply = self
-            .backend
-            .run(&Extend {
-                key: &g.lock,
-                value: &g.value,
-                ttl: g.ttl,
-            })
-            .await;
+        let reply = match &*self.backend {
+            Backend::Redis(_) => {
+                self.backend
+                    .run(&Extend {
+                        key: &g.lock,
+                        value: &g.value,
+                        ttl: g.ttl,
+                    })
+                    .await
+            }
+            // A keep-alive of the holder's own lease.
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(conn) => conn.keep_alive(g).await,
+        };
         self.metrics.renewal(matches!(reply, Ok(Checked::Done)));
         let reply = reply?;
         if reply == Checked::Done {
@@ -166,18 +206,25 @@ impl LeaseState {
     #[tracing::instrument(name = "release", level = "debug", skip_all, fields(lock = %self.grant.name, fence = %self.grant.fence, outcome))]
     pub(crate) async fn release_once(&self) -> Result<Checked> {
         let g = &self.grant;
-        let keys = g.keys();
-        let reply = self
-            .backend
-            .run(&Release {
-                keys: &keys,
-                mint: g.mint,
-                pass_on: PassOn {
-                    publish: self.backend.publish(),
-                },
-                value: &g.value,
-            })
-            .await?;
+        let reply = match &*self.backend {
+            Backend::Redis(_) => {
+                let keys = g.keys();
+                self.backend
+                    .run(&Release {
+                        keys: &keys,
+                        mint: g.mint,
+                        pass_on: PassOn {
+                            publish: self.backend.publish(),
+                        },
+                        value: &g.value,
+                    })
+                    .await?
+            }
+            // Delete the holder's key if it is still its own, then revoke
+            // its lease.
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(conn) => conn.release(g).await?,
+        };
         if reply == Checked::Done {
             tracing::Span::current().record("outcome", "released");
         } else {

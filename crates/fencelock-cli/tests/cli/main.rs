@@ -1,6 +1,7 @@
 //! Tests of the `fencelock` binary, one test binary (each area used to link
-//! one of its own). Every test starts its own redis-server through
-//! `fencelock_testkit`; `support` holds what they share.
+//! one of its own). Every test starts its own redis-server (or etcd) through
+//! `fencelock_testkit`; `support` holds what they share. Tests on etcd have
+//! `etcd` in their names and run one at a time, like the `heavy_` ones.
 //!
 //! Tests whose assertions are timing windows, or that take more than a few
 //! seconds, carry `heavy_` in their name, so nextest runs them one at a time
@@ -12,6 +13,7 @@ mod config;
 mod demo;
 mod diagnostics;
 mod doctor;
+mod etcd;
 mod run;
 mod secrets;
 mod support;

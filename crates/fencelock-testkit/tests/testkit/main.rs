@@ -1,10 +1,11 @@
 //! The testkit's own tests, one test binary: single servers (start, pause,
-//! restart, kill, drop), TLS servers, Cluster and Sentinel topologies.
+//! restart, kill, drop), TLS servers, Cluster, Sentinel and etcd topologies.
 //!
-//! Tests of topologies carry `cluster` or `sentinel` in their names, so
-//! nextest runs them one at a time (see `.config/nextest.toml`).
+//! Tests of topologies carry `cluster`, `sentinel` or `etcd` in their names,
+//! so nextest runs them one at a time (see `.config/nextest.toml`).
 
 mod cluster;
+mod etcd;
 mod sentinel;
 mod servers;
 mod tls;

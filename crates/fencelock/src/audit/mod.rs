@@ -1,7 +1,8 @@
 //! The deployment audit: [`LockClient::audit`](crate::LockClient::audit)
 //! checks whether the Redis behind a client provides what fencelock's
 //! guarantees assume, and says what to change where it does not. The
-//! `fencelock doctor` command prints the same audit.
+//! `fencelock doctor` command prints the same audit. An etcd cluster gets
+//! rows of its own (feature `etcd`; see "On etcd" below).
 //!
 //! | check | reads | OK | WARN | FAIL |
 //! |---|---|---|---|---|
@@ -34,12 +35,27 @@
 //! `role@10.0.0.5:6379`; deployment-wide rows such as a Sentinel quorum
 //! get names of their own) without changing what a row is.
 //!
+//! ## On etcd
+//!
+//! | check | reads | OK | WARN | FAIL |
+//! |---|---|---|---|---|
+//! | `members` | `MemberList` | an odd number, at least 3 | one member (no fault tolerance), or an even number | |
+//! | `health` | `Status` of every member's client URL | every member answers | a minority does not | a majority does not: no quorum, no locks |
+//! | `leader` | `Status` of every member | all agree on one leader | | no leader, or members disagree |
+//! | `version` | `Status` | etcd 3.4 or newer on every member | older, or mixed versions | |
+//! | `db size` | `Status`, `Alarm` | under 80 % of the quota (2 GiB unless set) | above | a `NOSPACE` or `CORRUPT` alarm: writes refused |
+//! | `lease` | a 1 s lease granted and revoked | etcd's shortest lease is at most the ttl | longer: a crashed holder's lock lasts that long, not the ttl | |
+//! | `rtt` | median of 5 linearizable reads | under 1/20 of the ttl | more (advisory) | |
+//!
 //! | module | concern |
 //! |---|---|
 //! | `checks` | each row from what the server reported: pure functions, tested without Redis |
 //! | `probe` | the permission probe: fencelock's operations on a probe lock, and what was refused |
+//! | `etcd` | the rows of an etcd cluster (feature `etcd`) |
 
 mod checks;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod probe;
 
 use std::fmt;
@@ -218,7 +234,14 @@ fn reading<T>(result: Result<T>) -> Result<Reading<T>> {
 /// Runs the audit of the deployment behind `backend` for locks under
 /// `prefix` taken with `opts` (its fence mode, layout and ttl).
 pub(crate) async fn run(backend: &Backend, prefix: &str, opts: &LockOptions) -> Result<Audit> {
-    let conn = backend.redis();
+    #[cfg(feature = "etcd")]
+    if let Some(conn) = backend.etcd() {
+        return Ok(Audit {
+            url: backend.url().to_owned(),
+            checks: etcd::run(conn, opts).await?,
+        });
+    }
+    let conn = backend.redis()?;
     let rtt = round_trips(conn).await?;
     // The rows of every master: one server, the master behind Sentinel, or
     // each master of a Cluster (its rows named `CHECK@HOST:PORT`).

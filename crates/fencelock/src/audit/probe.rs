@@ -150,7 +150,7 @@ pub(super) async fn run(
     prefix: &str,
     opts: &LockOptions,
 ) -> Result<ProbeReport> {
-    let conn = backend.redis();
+    let conn = backend.redis()?;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let keys = LockKeys::new(prefix, opts.layout, &format!("fencelock-doctor-{id}"))?;
     // Under the prefix, and no other lock's key in either layout.
@@ -359,7 +359,7 @@ async fn wakeups(
     };
     report.note(
         backend
-            .redis()
+            .redis()?
             .cmd::<u64>(&channel, redis::cmd(publish).arg(&channel).arg("0"))
             .await,
         Need::Feature(WAKEUPS),

@@ -17,20 +17,26 @@
 //! | `errors` | server errors as typed errors that name the one key, command or setting in the way |
 //! | `url` | URLs without their credentials |
 //!
-//! [`Backend`] is where a second kind of store (etcd) plugs in: the engine
-//! runs every lock operation through [`Backend::run`], which a Redis backend
-//! runs as a script call.
+//! [`Backend`] is where a second kind of store plugs in: the engine runs
+//! every Redis lock operation through [`Backend::run`], a script call. The
+//! etcd backend (`etcd`, feature `etcd`) has its own grant and wait
+//! (`etcd::acquire`, called by the engine for an etcd client), and the lease
+//! state renews and releases through it (`EtcdConn::keep_alive`,
+//! `EtcdConn::release`); what needs Redis itself (scripts, pub/sub, fenced
+//! hashes) refuses an etcd client with an error that says so.
 
 mod audit;
 mod conn;
 mod errors;
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 pub(crate) mod ops;
 mod pubsub;
 mod scripts;
 mod sentinel;
 mod target;
-mod tls;
-mod url;
+pub(crate) mod tls;
+pub(crate) mod url;
 pub(crate) mod wire;
 
 pub(crate) use audit::{info_field, memory_policy};
@@ -41,26 +47,50 @@ pub(crate) use errors::without_script_internals;
 pub(crate) use pubsub::{Event, PubSub};
 pub use url::{redact, redact_url_in};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use ops::{Publish, ScriptCall};
 
 /// The store that holds the locks.
+// The etcd connection is one pointer; the Redis one is not boxed, to keep
+// every Redis call free of an indirection (one backend per client, cloned
+// per lease).
+#[cfg_attr(feature = "etcd", allow(clippy::large_enum_variant))]
 #[derive(Debug, Clone)]
 pub(crate) enum Backend {
     /// Redis: the operations are Lua scripts.
     Redis(RedisConn),
+    /// etcd: leases, transactions and watches (feature `etcd`).
+    #[cfg(feature = "etcd")]
+    Etcd(etcd::EtcdConn),
+}
+
+/// Whether `url` names an etcd cluster (`etcd://`, `etcds://`).
+pub(crate) fn is_etcd_url(url: &str) -> bool {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    lower.starts_with("etcd://") || lower.starts_with("etcds://")
 }
 
 impl Backend {
     /// Connects to the store `url` names.
     pub(crate) async fn connect(url: &str, settings: &ConnSettings) -> Result<Self> {
+        if is_etcd_url(url) {
+            #[cfg(feature = "etcd")]
+            return Ok(Backend::Etcd(etcd::EtcdConn::connect(url, settings).await?));
+            #[cfg(not(feature = "etcd"))]
+            return Err(Error::InvalidOption(format!(
+                "{} is an etcd URL, but this build of fencelock has no etcd support: enable the `etcd` feature of the fencelock crate",
+                redact(url)
+            )));
+        }
         Ok(Backend::Redis(RedisConn::connect(url, settings).await?))
     }
 
-    /// Runs one lock operation.
+    /// Runs one Redis lock operation (the engine never sends one to etcd).
     pub(crate) async fn run<C: ScriptCall>(&self, call: &C) -> Result<C::Reply> {
         match self {
             Backend::Redis(conn) => conn.run(call).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(needs_redis("a Redis script")),
         }
     }
 
@@ -68,6 +98,8 @@ impl Backend {
     pub(crate) fn publish(&self) -> Publish {
         match self {
             Backend::Redis(conn) => conn.publish(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Publish::Publish,
         }
     }
 
@@ -75,6 +107,8 @@ impl Backend {
     pub(crate) fn url(&self) -> &str {
         match self {
             Backend::Redis(conn) => conn.url(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(conn) => conn.url(),
         }
     }
 
@@ -85,6 +119,8 @@ impl Backend {
     ) -> Result<PubSub> {
         match self {
             Backend::Redis(conn) => PubSub::connect(conn, on_event).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(needs_redis("pub/sub wake-ups")),
         }
     }
 
@@ -99,6 +135,10 @@ impl Backend {
     ) -> Result<(C::Reply, u32)> {
         match self {
             Backend::Redis(conn) => conn.run_replicated(call, replicas, timeout).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(needs_redis(
+                "waiting for replicas (etcd commits every grant to a majority)",
+            )),
         }
     }
 
@@ -107,6 +147,39 @@ impl Backend {
     pub(crate) fn batch_group(&self, key: &str) -> Option<redis::cluster_routing::Slot> {
         match self {
             Backend::Redis(conn) => conn.batch_group(key),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => None,
+        }
+    }
+
+    /// Renews a batch of leases of one ttl (one [`Backend::batch_group`]):
+    /// on Redis one compare-and-pexpire script call for all; on etcd one
+    /// keep-alive per holder's lease, all sent at once. One code per lease,
+    /// in order; an error fails the batch (each lease retries).
+    pub(crate) async fn renew_many(
+        &self,
+        leases: &[&crate::state::Granted],
+        ttl: std::time::Duration,
+    ) -> Result<Vec<ops::Checked>> {
+        match self {
+            Backend::Redis(conn) => {
+                let leases: Vec<(&str, &str)> = leases
+                    .iter()
+                    .map(|g| (g.lock.as_str(), g.value.as_str()))
+                    .collect();
+                conn.run(&ops::ExtendMany {
+                    leases: &leases,
+                    ttl,
+                })
+                .await
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(conn) => {
+                futures_util::future::join_all(leases.iter().map(|g| conn.keep_alive(g)))
+                    .await
+                    .into_iter()
+                    .collect()
+            }
         }
     }
 
@@ -114,13 +187,38 @@ impl Backend {
     pub(crate) fn is_cluster(&self) -> bool {
         match self {
             Backend::Redis(conn) => conn.topology() == Topology::Cluster,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => false,
         }
     }
 
-    /// The Redis connection, for resources kept in Redis.
-    pub(crate) fn redis(&self) -> &RedisConn {
+    /// The Redis connection, for what lives in Redis (fenced hashes, scans,
+    /// the Redis audit).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] on etcd, naming what needs Redis.
+    pub(crate) fn redis(&self) -> Result<&RedisConn> {
         match self {
-            Backend::Redis(conn) => conn,
+            Backend::Redis(conn) => Ok(conn),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(needs_redis("this operation")),
         }
     }
+
+    /// The etcd connection, if the store is etcd.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn etcd(&self) -> Option<&etcd::EtcdConn> {
+        match self {
+            Backend::Etcd(conn) => Some(conn),
+            Backend::Redis(_) => None,
+        }
+    }
+}
+
+/// The error for `what`, which exists only on Redis, asked of an etcd client.
+#[cfg(feature = "etcd")]
+fn needs_redis(what: &str) -> Error {
+    Error::InvalidOption(format!(
+        "{what} needs Redis, but this client is connected to etcd (on etcd, use FencedKey for fenced state, and a separate Redis client for fenced hashes)"
+    ))
 }

@@ -10,14 +10,21 @@
 //! error: they mean a holder outlived its lease and the resource protected
 //! the newer holder's work.
 //!
-//! Ready-made resources: [`FencedHash`] (a Redis hash) and, with the
-//! `postgres` feature, `FencedTable` (rows of a Postgres table). Anything
-//! else that can do a conditional write implements [`Fenced`].
+//! Ready-made resources: [`FencedHash`] (a Redis hash), with the `postgres`
+//! feature `FencedTable` (rows of a Postgres table), and with the `etcd`
+//! feature `FencedKey` (a key in etcd, which can also check that the writer
+//! still holds its etcd lock). Anything else that can do a conditional
+//! write implements [`Fenced`]. Each takes fences from any backend: a
+//! Redis lock can guard an etcd key and an etcd lock a Redis hash.
 
+#[cfg(feature = "etcd")]
+mod etcd_key;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod redis_hash;
 
+#[cfg(feature = "etcd")]
+pub use etcd_key::{FencedKey, KeyState};
 pub use redis_hash::{FencedHash, HashState};
 
 use std::future::Future;

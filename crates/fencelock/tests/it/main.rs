@@ -11,6 +11,8 @@
 mod acl;
 mod audit;
 mod bad_input;
+#[cfg(feature = "etcd")]
+mod consensus;
 mod exclusion;
 mod fences;
 mod guide_scenario;

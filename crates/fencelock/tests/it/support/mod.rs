@@ -2,6 +2,8 @@
 //! keys as they are in Redis, polling with a deadline, the guide's scripts,
 //! process entry points, and the lock worker process.
 
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod worker;

@@ -13,6 +13,9 @@
 //!   them the client's defaults apply.
 //! - `write RESOURCE VALUE` (with the held fence and token) → `accepted` or
 //!   `rejected CURRENT_FENCE`
+//! - on etcd, `write-key RESOURCE VALUE` (a `FencedKey` written with the
+//!   held fence and token) and `write-held RESOURCE VALUE` (the same, only
+//!   while the lease holds its lock) → as `write`
 //! - `lost` → `lost REASON` or `held REMAINING_MS`
 //! - `wait-lost TIMEOUT_MS` → `lost REASON` or `held REMAINING_MS`
 //! - `release` → `released` or `not-ours REASON`
@@ -147,6 +150,19 @@ async fn serve(url: String, layout: KeyLayout, mode: FenceMode) {
                     Err(e) => reply(format!("error {e}")),
                 }
             }
+            #[cfg(feature = "etcd")]
+            [op @ ("write-key" | "write-held"), resource, value] => {
+                let Some(l) = &lease else {
+                    reply("error no lease");
+                    continue;
+                };
+                let outcome = match client.fenced_key(resource) {
+                    Ok(r) if *op == "write-held" => r.write_held(l, value).await,
+                    Ok(r) => r.write(l.fence(), l.token(), value).await,
+                    Err(e) => Err(e),
+                };
+                reply(outcome_line(outcome));
+            }
             ["lost"] => reply(lost_line(lease.as_ref())),
             ["wait-lost", timeout] => {
                 if let (Some(l), Ok(ms)) = (&lease, timeout.parse::<u64>()) {
@@ -184,6 +200,19 @@ fn acquire_extras(mut opts: LockOptions, words: &[&str]) -> Result<LockOptions, 
         }
     }
     Ok(opts)
+}
+
+#[cfg(feature = "etcd")]
+fn outcome_line(outcome: fencelock::Result<WriteOutcome>) -> String {
+    match outcome {
+        Ok(WriteOutcome::Accepted) => "accepted".into(),
+        Ok(WriteOutcome::Rejected { current_fence, .. }) => format!(
+            "rejected {}",
+            current_fence.map(|f| f.to_string()).unwrap_or_default()
+        ),
+        Ok(other) => format!("error {other:?}"),
+        Err(e) => format!("error {e}"),
+    }
 }
 
 fn lost_line(lease: Option<&Lease>) -> String {

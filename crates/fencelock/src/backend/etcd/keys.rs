@@ -1,0 +1,246 @@
+//! Lock names as etcd keys, and back.
+//!
+//! The keys of lock `NAME` are `NAMESPACE PREFIX ENCODED-NAME / LEASE`: one
+//! per holder or waiter, `LEASE` being its lease id in lowercase hex, as
+//! etcd's own lock recipe names them. With an empty namespace and prefix,
+//! a name without `/` and `%` therefore has the keys `etcdctl lock NAME`
+//! uses, and the two exclude each other (fencelock's fences are create
+//! revisions, not `etcdctl`'s `ETCD_LOCK_REV`).
+//!
+//! `ENCODED-NAME` is the name with `%` written `%25` and `/` written `%2F`,
+//! so the prefix of one name is never a prefix of another name's keys (the
+//! keys of `a` start with `a/`, those of `a/b` with `a%2Fb/`): two names
+//! never share a key or a queue.
+
+use std::borrow::Cow;
+
+use crate::error::{Error, Result};
+use crate::keys::{MAX_NAME_LEN, key_text_problem};
+
+/// Checks a lock name for etcd: not empty, at most [`MAX_NAME_LEN`] bytes,
+/// no control or invisible characters. Any other character is fine (`/`,
+/// `{`, `:fence` included).
+///
+/// # Errors
+/// [`Error::InvalidName`].
+pub(crate) fn validate_name(name: &str) -> Result<()> {
+    let reject = |reason| {
+        Err(Error::InvalidName {
+            name: name.chars().take(64).collect(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return reject("the name is empty");
+    }
+    if name.len() > MAX_NAME_LEN {
+        return reject("the name is longer than 512 bytes");
+    }
+    match key_text_problem(name, MAX_NAME_LEN) {
+        Some(problem) => reject(problem),
+        None => Ok(()),
+    }
+}
+
+/// `name` with `%` and `/` escaped.
+pub(crate) fn encode_name(name: &str) -> Cow<'_, str> {
+    if !name.contains(['%', '/']) {
+        return Cow::Borrowed(name);
+    }
+    Cow::Owned(name.replace('%', "%25").replace('/', "%2F"))
+}
+
+/// The name `encoded` stands for, if it is an encoding [`encode_name`]
+/// makes.
+pub(crate) fn decode_name(encoded: &str) -> Option<String> {
+    if encoded.contains('/') {
+        return None;
+    }
+    let mut out = String::with_capacity(encoded.len());
+    let mut rest = encoded;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let code = rest.get(at..at + 3)?;
+        out.push(match code {
+            "%25" => '%',
+            "%2F" => '/',
+            _ => return None,
+        });
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// The prefix of every key of lock `name`: `NAMESPACE PREFIX ENCODED/`.
+pub(crate) fn lock_prefix(namespace: &str, prefix: &str, name: &str) -> String {
+    format!("{namespace}{prefix}{}/", encode_name(name))
+}
+
+/// The key of the holder or waiter with `lease` under `lock_prefix`.
+pub(crate) fn holder_key(lock_prefix: &str, lease: i64) -> String {
+    format!("{lock_prefix}{lease:x}")
+}
+
+/// The lock name and lease of `key`, a key under `names_prefix` (namespace
+/// and prefix); `None` for any other key.
+pub(crate) fn parse_key(names_prefix: &str, key: &str) -> Option<(String, i64)> {
+    let rest = key.strip_prefix(names_prefix)?;
+    let (encoded, lease) = rest.rsplit_once('/')?;
+    if lease.is_empty() || lease.len() > 16 || !lease.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let lease = i64::from_str_radix(lease, 16).ok()?;
+    let name = decode_name(encoded)?;
+    validate_name(&name).ok()?;
+    Some((name, lease))
+}
+
+/// Whether `text` matches the glob `pattern` as Redis's `SCAN MATCH` reads
+/// it: `*` any run, `?` any one character, `[abc]`, `[a-z]`, `[^a]`, and `\`
+/// escaping the next character.
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    glob_at(&p, &t)
+}
+
+fn glob_at(p: &[char], t: &[char]) -> bool {
+    let (mut pi, mut ti) = (0, 0);
+    // Where to resume after the last `*`: (pattern index after it, text index).
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        let step = match p.get(pi) {
+            Some('*') => {
+                star = Some((pi + 1, ti));
+                pi += 1;
+                continue;
+            }
+            Some('?') => Some(1),
+            Some('[') => class(&p[pi..], t[ti]),
+            Some('\\') if pi + 1 < p.len() => (p[pi + 1] == t[ti]).then_some(2),
+            Some(&c) => (c == t[ti]).then_some(1),
+            None => None,
+        };
+        match step {
+            Some(width) => {
+                pi += width;
+                ti += 1;
+            }
+            None => match star {
+                Some((after, at)) => {
+                    pi = after;
+                    ti = at + 1;
+                    star = Some((after, at + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// If the class at the start of `p` (`[...]`) matches `c`, its width in
+/// the pattern.
+fn class(p: &[char], c: char) -> Option<usize> {
+    let mut i = 1;
+    let negate = p.get(1) == Some(&'^');
+    if negate {
+        i += 1;
+    }
+    let mut matched = false;
+    while i < p.len() && p[i] != ']' {
+        if p[i] == '\\' && i + 1 < p.len() {
+            matched |= p[i + 1] == c;
+            i += 2;
+        } else if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+            let (lo, hi) = if p[i] <= p[i + 2] {
+                (p[i], p[i + 2])
+            } else {
+                (p[i + 2], p[i])
+            };
+            matched |= (lo..=hi).contains(&c);
+            i += 3;
+        } else {
+            matched |= p[i] == c;
+            i += 1;
+        }
+    }
+    if i >= p.len() {
+        // No closing bracket: a literal `[`.
+        return (c == '[').then_some(1);
+    }
+    (matched != negate).then_some(i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_with_slashes_never_share_a_prefix() {
+        let a = lock_prefix("", "lock:", "a");
+        let ab = lock_prefix("", "lock:", "a/b");
+        assert_eq!(a, "lock:a/");
+        assert_eq!(ab, "lock:a%2Fb/");
+        assert!(!holder_key(&ab, 7).starts_with(&a));
+        assert_eq!(
+            lock_prefix("/ns/", "", "50%/x"),
+            "/ns/50%25%2Fx/".to_string()
+        );
+        for name in ["a", "a/b", "50%", "%2F", "x/%25/y", "{job}:fence"] {
+            assert_eq!(decode_name(&encode_name(name)).as_deref(), Some(name));
+        }
+        assert_eq!(decode_name("a%2"), None);
+        assert_eq!(decode_name("a%41"), None);
+    }
+
+    #[test]
+    fn keys_parse_back_to_their_name_and_lease() {
+        let key = holder_key(&lock_prefix("ns/", "lock:", "job/7"), 0x694d_7a2c_1f3a_0b11);
+        assert_eq!(key, "ns/lock:job%2F7/694d7a2c1f3a0b11");
+        assert_eq!(
+            parse_key("ns/lock:", &key),
+            Some(("job/7".to_string(), 0x694d_7a2c_1f3a_0b11))
+        );
+        for other in [
+            "ns/lock:job/",
+            "ns/lock:job/xyz",
+            "ns/lock:job",
+            "other:job/1",
+            "ns/lock:a/b/1",
+        ] {
+            assert_eq!(parse_key("ns/lock:", other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn globs_match_like_scan() {
+        for (pattern, text, want) in [
+            ("*", "anything", true),
+            ("invoice:*", "invoice:42", true),
+            ("invoice:*", "order:1", false),
+            ("job?", "job1", true),
+            ("job?", "job12", false),
+            ("[ab]x", "bx", true),
+            ("[^ab]x", "bx", false),
+            ("[a-c]*", "cat", true),
+            ("a\\*b", "a*b", true),
+            ("a\\*b", "axb", false),
+            ("*:*:end", "a:b:c:end", true),
+            ("", "", true),
+            ("[", "[", true),
+        ] {
+            assert_eq!(glob_match(pattern, text), want, "{pattern} ~ {text}");
+        }
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_name("a{b}/c:fence").is_ok());
+        for bad in ["", "a\nb", "a\u{202E}b"] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_name(&"x".repeat(MAX_NAME_LEN + 1)).is_err());
+    }
+}

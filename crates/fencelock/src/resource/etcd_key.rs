@@ -1,0 +1,273 @@
+//! A key in etcd guarded by fences (feature `etcd`).
+
+use std::future::Future;
+
+use crate::backend::etcd::{EtcdConn, KeyWrite, Stored, read_key, write_key};
+use crate::error::{Error, Result};
+use crate::fence::Fence;
+use crate::holder::holder_id;
+use crate::keys::validate_resource_key;
+use crate::lease::LeaseHandle;
+use crate::metrics::StatsHandle;
+use crate::resource::{Fenced, WriteOutcome, check_holder};
+
+/// How often a read-modify-write retries when the key changed between its
+/// read and its write.
+const MAX_RMW_ATTEMPTS: usize = 100;
+
+/// A key in etcd written only through the fence check, for state kept in
+/// etcd next to its locks. The check runs inside etcd, in one transaction:
+///
+/// - [`FencedKey::write`] (and the [`Fenced`] trait) applies the resource
+///   rule of [`fence_accepts`](crate::fence_accepts), with any fence — an
+///   etcd lock's, or another backend's;
+/// - [`FencedKey::write_held`] also compares the writer's lock key: it must
+///   still exist with the create revision it was granted at (etcd's
+///   `IsOwner` check). A holder whose lease expired is refused even when
+///   nobody has written since.
+///
+/// The stored value is `FENCE:HOLDER:VALUE` (the fence as 20 digits, the
+/// writer's public [`holder_id`](crate::holder_id), the value);
+/// [`FencedKey::read`] decodes it. Write the key only through `FencedKey`.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// use fencelock::LockClient;
+///
+/// let client = LockClient::connect("etcd://127.0.0.1:2379").await?;
+/// let lease = client.acquire("invoice:42", &client.options()).await?;
+/// let invoice = client.fenced_key("invoices/42")?;
+/// if !invoice.write_held(&lease, "closed").await?.is_accepted() {
+///     // no longer the holder, or a newer fence wrote: stop
+/// }
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FencedKey {
+    conn: EtcdConn,
+    /// The key as given.
+    key: String,
+    /// The key in etcd: the client's namespace, then the key.
+    full_key: String,
+    /// The `resource` label of its metrics.
+    family: String,
+    stats: Option<StatsHandle>,
+}
+
+/// What a [`FencedKey`] holds.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct KeyState {
+    /// The stored value, if any (a value not written by `FencedKey` is
+    /// returned whole, without fence or holder).
+    pub value: Option<String>,
+    /// The fence of the last accepted write.
+    pub fence: Option<Fence>,
+    /// The public id of its writer ([`holder_id`](crate::holder_id)).
+    pub holder: Option<String>,
+    /// The key's etcd mod revision (0: absent).
+    pub mod_revision: i64,
+}
+
+impl From<Stored> for KeyState {
+    fn from(s: Stored) -> Self {
+        KeyState {
+            value: s.value,
+            fence: s.fence,
+            holder: s.holder,
+            mod_revision: s.mod_revision,
+        }
+    }
+}
+
+impl FencedKey {
+    pub(crate) fn new(conn: EtcdConn, key: &str, stats: Option<StatsHandle>) -> Result<Self> {
+        validate_resource_key(key)?;
+        Ok(FencedKey {
+            full_key: format!("{}{key}", conn.namespace()),
+            conn,
+            key: key.to_owned(),
+            family: crate::metrics::family(key).to_owned(),
+            stats,
+        })
+    }
+
+    /// Sets the `resource` label of this key's metrics and its key in the
+    /// client's stats (default: the key's family, see [`crate::metrics`]).
+    pub fn metrics_family(mut self, family: impl Into<String>) -> Self {
+        self.family = family.into();
+        self
+    }
+
+    /// The key, as given (without the URL's namespace).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Writes `value` if `fence`, held by the holder with token `holder`,
+    /// is not stale ([`fence_accepts`](crate::fence_accepts)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for an empty token; etcd errors. A stale
+    /// fence is [`WriteOutcome::Rejected`].
+    pub async fn write(&self, fence: Fence, holder: &str, value: &str) -> Result<WriteOutcome> {
+        check_holder(holder)?;
+        let id = holder_id(holder);
+        let outcome = write_key(&self.conn, &self.full_key, fence, &id, value, None, None).await?;
+        self.outcome(fence, outcome)
+    }
+
+    /// Writes `value` with `lease`'s fence and token, only while `lease`
+    /// still holds its lock: one transaction compares the lock key's create
+    /// revision, then applies the fence rule.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a lease not granted by etcd; etcd
+    /// errors. A refused write is [`WriteOutcome::Rejected`].
+    pub async fn write_held(&self, lease: &LeaseHandle, value: &str) -> Result<WriteOutcome> {
+        let (lock_key, revision) = owner_of(lease)?;
+        let id = holder_id(lease.token());
+        let outcome = write_key(
+            &self.conn,
+            &self.full_key,
+            lease.fence(),
+            &id,
+            value,
+            Some((lock_key, revision)),
+            None,
+        )
+        .await?;
+        self.outcome(lease.fence(), outcome)
+    }
+
+    /// Records `fence` and `holder` without changing the value (a
+    /// read-modify-write through [`FencedKey::write`] then loses no update
+    /// to a stale holder); under the rule of a write.
+    ///
+    /// # Errors
+    /// As [`FencedKey::write`].
+    pub async fn register(&self, fence: Fence, holder: &str) -> Result<WriteOutcome> {
+        self.update_with(fence, holder, None, |v| {
+            v.map(str::to_owned).unwrap_or_default()
+        })
+        .await
+    }
+
+    /// A read-modify-write that loses no update: reads the value, computes
+    /// the new one with `update`, and writes it with the fence rule and only
+    /// if the key did not change since the read (else reads again).
+    ///
+    /// # Errors
+    /// As [`FencedKey::write`].
+    pub async fn update(
+        &self,
+        fence: Fence,
+        holder: &str,
+        update: impl FnMut(Option<&str>) -> String,
+    ) -> Result<WriteOutcome> {
+        self.update_with(fence, holder, None, update).await
+    }
+
+    /// [`FencedKey::update`] while `lease` still holds its lock (as
+    /// [`FencedKey::write_held`]).
+    ///
+    /// # Errors
+    /// As [`FencedKey::write_held`].
+    pub async fn update_held(
+        &self,
+        lease: &LeaseHandle,
+        update: impl FnMut(Option<&str>) -> String,
+    ) -> Result<WriteOutcome> {
+        let owner = owner_of(lease)?;
+        self.update_with(lease.fence(), lease.token(), Some(owner), update)
+            .await
+    }
+
+    async fn update_with(
+        &self,
+        fence: Fence,
+        holder: &str,
+        owner: Option<(&str, i64)>,
+        mut update: impl FnMut(Option<&str>) -> String,
+    ) -> Result<WriteOutcome> {
+        check_holder(holder)?;
+        let id = holder_id(holder);
+        for _ in 0..MAX_RMW_ATTEMPTS {
+            let current = read_key(&self.conn, &self.full_key).await?;
+            let next = update(current.value.as_deref());
+            let outcome = write_key(
+                &self.conn,
+                &self.full_key,
+                fence,
+                &id,
+                &next,
+                owner,
+                Some(current.mod_revision),
+            )
+            .await?;
+            if outcome != KeyWrite::Changed {
+                return self.outcome(fence, outcome);
+            }
+        }
+        Err(Error::InvalidOption(format!(
+            "{}: the key changed under every one of {MAX_RMW_ATTEMPTS} read-modify-write attempts",
+            self.key
+        )))
+    }
+
+    /// Reads value, fence and holder.
+    ///
+    /// # Errors
+    /// etcd errors.
+    pub async fn read(&self) -> Result<KeyState> {
+        Ok(read_key(&self.conn, &self.full_key).await?.into())
+    }
+
+    fn outcome(&self, fence: Fence, outcome: KeyWrite) -> Result<WriteOutcome> {
+        let accepted = outcome == KeyWrite::Accepted;
+        crate::metrics::fenced_write(self.stats.as_ref(), &self.family, accepted);
+        match outcome {
+            KeyWrite::Accepted => {
+                tracing::debug!(resource = %self.key, %fence, "fenced write accepted");
+                Ok(WriteOutcome::Accepted)
+            }
+            KeyWrite::Stale(stored) | KeyWrite::NotHolder(stored) => {
+                tracing::warn!(resource = %self.key, %fence, current = ?stored.fence, "fenced write rejected: a holder outlived its lease");
+                Ok(WriteOutcome::Rejected {
+                    current_fence: stored.fence,
+                    current_holder: stored.holder,
+                })
+            }
+            KeyWrite::Changed => Err(Error::UnexpectedReply(
+                "etcd fenced write: the key changed".into(),
+            )),
+        }
+    }
+}
+
+/// The lock key and create revision of an etcd lease.
+fn owner_of(lease: &LeaseHandle) -> Result<(&str, i64)> {
+    match lease.state.grant.etcd {
+        Some(held) => Ok((lease.key(), held.revision)),
+        None => Err(Error::InvalidOption(format!(
+            "lock {:?} was not granted by etcd: a held write compares an etcd lock key (use write with its fence instead)",
+            lease.name()
+        ))),
+    }
+}
+
+impl Fenced for FencedKey {
+    /// The new value.
+    type Write = str;
+
+    /// [`FencedKey::write`]: the same call, through the trait.
+    fn fenced_write(
+        &self,
+        fence: Fence,
+        holder: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<WriteOutcome>> + Send {
+        self.write(fence, holder, value)
+    }
+}

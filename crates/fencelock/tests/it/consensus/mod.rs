@@ -1,0 +1,12 @@
+//! The lock on etcd (feature `etcd`), against real etcd processes.
+//!
+//! Tests that start a three-member cluster have `etcd` in their name, so
+//! nextest runs them one at a time (`.config/nextest.toml`); the others use
+//! one member each and run in parallel.
+
+pub(crate) mod basics;
+mod cluster;
+mod fenced_key;
+mod migration;
+mod safety;
+mod tls;
