@@ -206,12 +206,7 @@ pub async fn run_etcd(config: &Config, observer: &mut impl Observer) -> Result<E
 }
 
 async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<EtcdReport> {
-    if config.workers == 0 || config.tasks == 0 {
-        return Err(Error::new(
-            ErrorKind::InvalidInput,
-            "workers and tasks must be at least 1",
-        ));
-    }
+    config.check()?;
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let client = connect(config).await?;
     let endpoints = endpoints(config.url.raw())?;

@@ -169,6 +169,60 @@ pub trait Observer {
 
 impl Observer for () {}
 
+/// The longest measuring time per contestant and round, and the longest
+/// hold: beyond these a run is never useful, and the engine's time
+/// arithmetic (rounds × contestants × duration) stays far from overflowing.
+const MAX_DURATION: Duration = Duration::from_secs(3600);
+const MAX_HOLD: Duration = Duration::from_secs(60);
+const MAX_WORKERS: usize = 1024;
+const MAX_TASKS: usize = 100_000;
+const MAX_ROUNDS: usize = 1000;
+const MAX_LEASES: usize = 10_000_000;
+
+impl Config {
+    /// Refuses settings no run can use, naming the one that is wrong
+    /// ([`ErrorKind::InvalidInput`]); [`run`] checks it first, callers may
+    /// check before they start a server.
+    ///
+    /// # Errors
+    /// The first setting that is wrong.
+    pub fn check(&self) -> Result<()> {
+        let invalid = |message: String| Err(Error::new(ErrorKind::InvalidInput, message));
+        if self.workers == 0 || self.tasks == 0 || self.rounds == 0 {
+            return invalid("workers, tasks and repeat must be at least 1".into());
+        }
+        // Each worker is a thread, each task a lock name, each lease an
+        // entry held at once: bounds a machine can take.
+        for (flag, value, max) in [
+            ("--workers", self.workers, MAX_WORKERS),
+            ("--tasks", self.tasks, MAX_TASKS),
+            ("--repeat", self.rounds, MAX_ROUNDS),
+        ] {
+            if value > max {
+                return invalid(format!("{flag} {value}: at most {max}"));
+            }
+        }
+        if let Some(n) = self.leases.iter().find(|n| **n == 0 || **n > MAX_LEASES) {
+            return invalid(format!("--leases {n}: from 1 to {MAX_LEASES}"));
+        }
+        if self.duration.is_zero() || self.duration > MAX_DURATION {
+            return invalid(format!(
+                "--duration {}: must be more than 0 and at most {}",
+                humantime::format_duration(self.duration),
+                humantime::format_duration(MAX_DURATION)
+            ));
+        }
+        if self.hold > MAX_HOLD {
+            return invalid(format!(
+                "--hold {}: at most {}",
+                humantime::format_duration(self.hold),
+                humantime::format_duration(MAX_HOLD)
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Runs the scenarios of `config` in order and returns their report; on the
 /// first failure, returns the error (the records measured until then have
 /// reached `observer`).
@@ -179,12 +233,7 @@ pub async fn run(config: &Config, observer: &mut impl Observer) -> Result<Report
 }
 
 async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<Report> {
-    if config.workers == 0 || config.tasks == 0 || config.rounds == 0 {
-        return Err(Error::new(
-            ErrorKind::InvalidInput,
-            "workers, tasks and repeat must be at least 1",
-        ));
-    }
+    config.check()?;
     let setup = Setup {
         url: config.url.clone(),
         tls: config.tls.clone(),

@@ -53,6 +53,10 @@ pub(crate) async fn run(global: &Global, args: &BenchArgs) -> anyhow::Result<u8>
                 )
             })?;
     }
+    // Before a private server starts: the URL plays no part in the check.
+    config(global, args, String::new())
+        .check()
+        .map_err(|e| exit::fail(exit::USAGE, e.to_string()))?;
     if crate::connect::is_etcd(global) {
         if args.plot.is_some() {
             return Err(exit::fail(

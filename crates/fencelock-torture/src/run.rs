@@ -209,6 +209,7 @@ pub async fn run<T: Topology>(
             fencelock::MIN_TTL
         )));
     }
+    check_durations(config)?;
     let kinds = nemeses(config, topology)?;
     let wait_replicas = wait_replicas(config, topology)?;
     let needs_proxy = kinds.iter().any(|k| k.needs_proxy());
@@ -914,5 +915,39 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
             // Administrative commands follow the new primary.
             c.admin.point(c.topology.admin_url());
         }
+    }
+}
+
+/// The longest run, ttl, hold and nemesis interval accepted: a nemesis
+/// pauses for up to a few ttl and the schedule adds intervals to the run's
+/// start, so each must stay far from where time arithmetic overflows; none
+/// is a useful torture setting beyond these.
+const MAX_RUN: Duration = Duration::from_secs(30 * 24 * 3600);
+const MAX_TORTURE_TTL: Duration = Duration::from_secs(3600);
+
+/// Refuses durations no run can use (instead of overflowing later).
+fn check_durations(config: &Config) -> Result<()> {
+    let too_long = |flag: &str, value: Duration, max: Duration| {
+        (value > max).then(|| {
+            Error::usage(format!(
+                "{flag} {}: at most {} (a torture setting beyond that is never useful)",
+                humantime::format_duration(value),
+                humantime::format_duration(max)
+            ))
+        })
+    };
+    let checks = [
+        too_long("--duration", config.duration, MAX_RUN),
+        too_long("--ttl", config.ttl, MAX_TORTURE_TTL),
+        too_long("--hold", config.hold, MAX_TORTURE_TTL),
+        too_long(
+            "--nemesis-interval",
+            config.nemesis_interval,
+            MAX_TORTURE_TTL,
+        ),
+    ];
+    match checks.into_iter().flatten().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }

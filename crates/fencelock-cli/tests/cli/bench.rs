@@ -553,3 +553,31 @@ fn bench_never_shows_the_redis_password() {
         assert!(stderr.contains("***"), "{args:?}: {stderr}");
     }
 }
+
+/// Durations no run can use are refused before any server starts, naming
+/// the flag (they used to overflow the engine's time arithmetic).
+#[test]
+fn bench_and_torture_refuse_durations_they_cannot_use() {
+    for (args, flag) in [
+        (&["bench", "--duration", "500000000000y"][..], "--duration"),
+        (&["bench", "--duration", "0s"][..], "--duration"),
+        (&["bench", "--hold", "500000000000y"][..], "--hold"),
+        (&["torture", "--ttl", "500000000000y"][..], "--ttl"),
+        (&["torture", "--hold", "500000000000y"][..], "--hold"),
+        (
+            &["torture", "--nemesis-interval", "500000000000y"][..],
+            "--nemesis-interval",
+        ),
+        (
+            &["torture", "--duration", "500000000000y"][..],
+            "--duration",
+        ),
+    ] {
+        let (out, stdout, stderr) = run(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(flag) && !stderr.contains("panicked"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
