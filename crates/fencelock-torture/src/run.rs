@@ -994,3 +994,21 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::proxied;
+
+    #[test]
+    fn the_proxy_stands_in_for_the_first_etcd_member() {
+        let (rewrite, upstream) =
+            proxied("etcd://u:p@127.0.0.1:2381,127.0.0.1:2383/?prefix=ns").expect("proxyable");
+        assert_eq!(upstream.to_string(), "127.0.0.1:2381");
+        assert_eq!(rewrite(9000), "etcd://u:p@127.0.0.1:9000/?prefix=ns");
+        let (rewrite, upstream) = proxied("etcd://127.0.0.1").expect("proxyable");
+        assert_eq!(upstream.to_string(), "127.0.0.1:2379");
+        assert_eq!(rewrite(9000), "etcd://127.0.0.1:9000");
+        // TLS is not proxied.
+        assert!(proxied("etcds://127.0.0.1:2379").is_none());
+    }
+}

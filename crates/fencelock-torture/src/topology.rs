@@ -307,3 +307,68 @@ impl Topology for Remote {
 fn refused() -> Error {
     Error::usage("a deployment given with --redis or --url is never paused, killed or restarted")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Shape, is_etcd_url, refusal};
+    use crate::config::{NemesisKind, Variant};
+
+    const ETCD: Shape<'static> = Shape {
+        name: "etcd",
+        etcd: true,
+        controls_server: true,
+        replicas: 0,
+        proxyable: true,
+    };
+
+    #[test]
+    fn etcd_urls_are_told_from_redis_urls() {
+        assert!(is_etcd_url("etcd://127.0.0.1:2379"));
+        assert!(is_etcd_url("ETCDS://h"));
+        assert!(!is_etcd_url("redis://127.0.0.1:6379"));
+        assert!(!is_etcd_url("redis+sentinel://h/m"));
+    }
+
+    #[test]
+    fn etcd_refuses_what_only_redis_has_and_runs_the_rest() {
+        for kind in [
+            NemesisKind::DebugSleep,
+            NemesisKind::ClientPause,
+            NemesisKind::ScriptFlush,
+            NemesisKind::KillWipe,
+            NemesisKind::ClientKill,
+        ] {
+            let why = refusal(kind, &ETCD).expect("refused");
+            assert!(why.starts_with(kind.name()), "{why}");
+        }
+        for kind in [
+            NemesisKind::PauseServer,
+            NemesisKind::KillRestart,
+            NemesisKind::Failover,
+            NemesisKind::PauseWorker,
+            NemesisKind::ProxyDelay,
+            NemesisKind::ProxyReset,
+        ] {
+            assert_eq!(refusal(kind, &ETCD), None, "{}", kind.name());
+        }
+        let remote = Shape {
+            name: "remote",
+            controls_server: false,
+            ..ETCD
+        };
+        assert!(
+            refusal(NemesisKind::PauseServer, &remote).is_some_and(|w| w.contains("etcd members"))
+        );
+    }
+
+    #[test]
+    fn on_etcd_only_the_resource_controls_run() {
+        let runnable: Vec<Variant> = Variant::ALL
+            .into_iter()
+            .filter(|v| v.refusal(&ETCD).is_none())
+            .collect();
+        assert_eq!(runnable, [Variant::WriteOnlyCheck]);
+        assert_eq!(Variant::GeCheck.unsupported(&ETCD), None);
+        assert!(Variant::UncheckedRelease.unsupported(&ETCD).is_some());
+    }
+}
