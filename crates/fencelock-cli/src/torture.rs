@@ -1,7 +1,8 @@
 //! `fencelock torture`: the command line of the safety harness
 //! (`fencelock-torture`). Flags become a [`Config`]; the topology is one
-//! the tool starts itself (`--topology single|sentinel|cluster`, see
-//! [`crate::torture_topology`]) or the deployment given with `--redis`;
+//! the tool starts itself (`--topology single|sentinel|cluster|etcd`, see
+//! [`crate::torture_topology`]) or the deployment given with `--redis` (or
+//! `--url etcd://…`, the resource then on a private redis-server);
 //! workers are this binary again
 //! (`torture-worker`), tied to this process by the parent-death signal;
 //! the report goes to stdout (a progress line to stderr on a terminal);
@@ -39,10 +40,12 @@ schedule fixed by --seed. At the end the checkers read the whole history:
   C6 fences strictly increase in grant order (clock mode: across restarts)
   C7 no lock key re-created after it ended (no zombie renewals)
 
-Topologies (--topology, started by the tool; not with --redis):
+Topologies (--topology, started by the tool; not with --redis/--url):
   single    one redis-server for the locks (default)
   sentinel  a primary, 2 replicas and 3 sentinels (redis+sentinel:// URL)
   cluster   3 masters with a replica each (redis+cluster:// URL)
+  etcd      3 etcd members (etcd:// URL; default --ttl 1s, etcd's shortest
+            lease there)
 The Redis resource lives on another private server no nemesis touches. On
 sentinel and cluster every grant waits for every replica of its shard
 (--replicas), so mutual exclusion (C4) is expected to hold across
@@ -62,9 +65,18 @@ Nemeses (--nemesis, comma-separated; default: every one available):
   fault proxy (single and --redis only: a Sentinel or a Cluster hands out
   node addresses that bypass it): proxy-delay, proxy-blackhole,
   proxy-swallow (reply dropped after the command ran), proxy-reset
+  on etcd: pause-server and kill-restart act on one member, the leader
+  and a follower in turn (restarted with its data directory); failover
+  is a leader change (MoveLeader); pause-worker; the proxy stands in for
+  the first member. Refused on etcd: debug-sleep, client-pause,
+  script-flush, client-kill (Redis commands) and kill-wipe (a member
+  cannot rejoin without its data). Nothing is excused on etcd: Raft
+  commits every grant to a quorum; fences are create revisions (+ 2^53,
+  fence epoch 1).
 
-With --redis URL only client-side nemeses run, every key is under a random
-prefix (below --prefix) and deleted at the end.
+With --redis URL (or --url etcd://...) only client-side nemeses run, every
+key is under a random prefix (below --prefix) and deleted at the end; on
+etcd the Redis resource is a private redis-server the tool starts.
 
 Negative controls (--unsafe VARIANT[,VARIANT...] or all) run deliberately
 BROKEN variants instead of fencelock, each with the nemeses that expose it
@@ -76,7 +88,9 @@ BROKEN variants instead of fencelock, each with the nemeses that expose it
   recreating-renewal   renewal re-creates an expired key, even after release
 On sentinel and cluster, `all` runs the controls that can be caught there
 (two-command-acquire needs the proxy; ge-check needs a restart that loses
-the counter, which a replica prevents).
+the counter, which a replica prevents). On etcd, `all` runs
+write-only-check: the broken locks are Redis scripts, and etcd fences
+never repeat.
 
 Examples:
   fencelock torture
@@ -85,10 +99,12 @@ Examples:
   fencelock torture --unsafe all
   fencelock torture --topology sentinel --duration 5m
   fencelock torture --topology cluster --nemesis failover,kill-wipe,pause-worker
+  fencelock torture --topology etcd --duration 2m
   fencelock --redis redis://10.0.0.5:6379 torture --nemesis pause-worker,proxy-delay
+  fencelock --url etcd://10.0.0.5:2379 torture --nemesis pause-worker,proxy-reset
 
 Exit codes: 0 no violation, 1 a violation (also for a caught --unsafe
-control), 64 usage, 69 Redis unreachable, 78 bad configuration.";
+control), 64 usage, 69 Redis or etcd unreachable, 78 bad configuration.";
 
 /// Options of `torture`.
 #[derive(Debug, Args)]
