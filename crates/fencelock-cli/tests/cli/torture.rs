@@ -731,6 +731,9 @@ fn torture_on_etcd_killed_leaves_no_process_behind() {
         "--history",
         history.to_str().expect("path"),
     ])
+    // The members' data directories (a 64 MB write-ahead log each), which
+    // a SIGKILL leaves behind, go to this test's own directory.
+    .env("TMPDIR", dir.path())
     .stdout(Stdio::null())
     .stderr(Stdio::null())
     .spawn()
