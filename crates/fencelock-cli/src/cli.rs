@@ -196,8 +196,9 @@ pub(crate) enum Command {
     )]
     Demo(DemoArgs),
 
-    /// Safety harness: worker processes, faults (pauses, kills, restarts,
-    /// a faulty network) and history checkers C1-C7; exit 1 on a violation.
+    /// Safety harness on Redis or etcd: worker processes, faults (pauses,
+    /// kills, restarts, leader changes, a faulty network) and history
+    /// checkers C1-C7; exit 1 on a violation.
     #[command(after_help = crate::torture::HELP)]
     Torture(crate::torture::TortureArgs),
 

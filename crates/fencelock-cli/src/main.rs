@@ -31,6 +31,7 @@ mod diagnostics;
 mod doctor;
 mod exit;
 mod inspect;
+mod private_etcd;
 mod private_redis;
 mod redact;
 mod run;

@@ -1,7 +1,8 @@
 //! `fencelock torture`: the command line of the safety harness
 //! (`fencelock-torture`). Flags become a [`Config`]; the topology is one
-//! the tool starts itself (`--topology single|sentinel|cluster`, see
-//! [`crate::torture_topology`]) or the deployment given with `--redis`;
+//! the tool starts itself (`--topology single|sentinel|cluster|etcd`, see
+//! [`crate::torture_topology`]) or the deployment given with `--redis` (or
+//! `--url etcd://…`, the resource then on a private redis-server);
 //! workers are this binary again
 //! (`torture-worker`), tied to this process by the parent-death signal;
 //! the report goes to stdout (a progress line to stderr on a terminal);
@@ -14,13 +15,14 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use fencelock_torture::{
     Config, ErrorKind, History, Launcher, NemesisKind, Progress, Remote, Report, ResourceKind,
-    Status, Variant,
+    Shape, Status, Variant,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Global, WaitModeArg, parse_duration};
 use crate::exit;
-use crate::torture_topology::{Cluster, Sentinel, Single};
+use crate::private_redis::PrivateRedis;
+use crate::torture_topology::{Cluster, Etcd, Sentinel, Single};
 
 pub(crate) const HELP: &str = "\
 Workers are separate processes (this binary again), each running lease
@@ -38,10 +40,12 @@ schedule fixed by --seed. At the end the checkers read the whole history:
   C6 fences strictly increase in grant order (clock mode: across restarts)
   C7 no lock key re-created after it ended (no zombie renewals)
 
-Topologies (--topology, started by the tool; not with --redis):
+Topologies (--topology, started by the tool; not with --redis/--url):
   single    one redis-server for the locks (default)
   sentinel  a primary, 2 replicas and 3 sentinels (redis+sentinel:// URL)
   cluster   3 masters with a replica each (redis+cluster:// URL)
+  etcd      3 etcd members (etcd:// URL; default --ttl 1s, etcd's shortest
+            lease there)
 The Redis resource lives on another private server no nemesis touches. On
 sentinel and cluster every grant waits for every replica of its shard
 (--replicas), so mutual exclusion (C4) is expected to hold across
@@ -61,9 +65,18 @@ Nemeses (--nemesis, comma-separated; default: every one available):
   fault proxy (single and --redis only: a Sentinel or a Cluster hands out
   node addresses that bypass it): proxy-delay, proxy-blackhole,
   proxy-swallow (reply dropped after the command ran), proxy-reset
+  on etcd: pause-server and kill-restart act on one member, the leader
+  and a follower in turn (restarted with its data directory); failover
+  is a leader change (MoveLeader); pause-worker; the proxy stands in for
+  the first member. Refused on etcd: debug-sleep, client-pause,
+  script-flush, client-kill (Redis commands) and kill-wipe (a member
+  cannot rejoin without its data). Nothing is excused on etcd: Raft
+  commits every grant to a quorum; fences are create revisions (+ 2^53,
+  fence epoch 1).
 
-With --redis URL only client-side nemeses run, every key is under a random
-prefix (below --prefix) and deleted at the end.
+With --redis URL (or --url etcd://...) only client-side nemeses run, every
+key is under a random prefix (below --prefix) and deleted at the end; on
+etcd the Redis resource is a private redis-server the tool starts.
 
 Negative controls (--unsafe VARIANT[,VARIANT...] or all) run deliberately
 BROKEN variants instead of fencelock, each with the nemeses that expose it
@@ -75,7 +88,9 @@ BROKEN variants instead of fencelock, each with the nemeses that expose it
   recreating-renewal   renewal re-creates an expired key, even after release
 On sentinel and cluster, `all` runs the controls that can be caught there
 (two-command-acquire needs the proxy; ge-check needs a restart that loses
-the counter, which a replica prevents).
+the counter, which a replica prevents). On etcd, `all` runs
+write-only-check: the broken locks are Redis scripts, and etcd fences
+never repeat.
 
 Examples:
   fencelock torture
@@ -84,10 +99,12 @@ Examples:
   fencelock torture --unsafe all
   fencelock torture --topology sentinel --duration 5m
   fencelock torture --topology cluster --nemesis failover,kill-wipe,pause-worker
+  fencelock torture --topology etcd --duration 2m
   fencelock --redis redis://10.0.0.5:6379 torture --nemesis pause-worker,proxy-delay
+  fencelock --url etcd://10.0.0.5:2379 torture --nemesis pause-worker,proxy-reset
 
 Exit codes: 0 no violation, 1 a violation (also for a caught --unsafe
-control), 64 usage, 69 Redis unreachable, 78 bad configuration.";
+control), 64 usage, 69 Redis or etcd unreachable, 78 bad configuration.";
 
 /// Options of `torture`.
 #[derive(Debug, Args)]
@@ -104,9 +121,10 @@ pub(crate) struct TortureArgs {
     /// How workers wait for a held lock.
     #[arg(long, value_enum, default_value_t = WaitModeArg::Notify, value_name = "MODE")]
     pub(crate) mode: WaitModeArg,
-    /// Lease ttl (renewed every third of it); pauses and delays scale with it.
-    #[arg(long, default_value = "300ms", value_parser = parse_duration, value_name = "DURATION")]
-    pub(crate) ttl: Duration,
+    /// Lease ttl (renewed every third of it); pauses and delays scale with
+    /// it [default: 300ms; 1s on etcd, whose shortest lease is 1 s].
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) ttl: Option<Duration>,
     /// Longest work between a worker's read and its write.
     #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) hold: Duration,
@@ -175,6 +193,8 @@ pub(crate) enum TopologyArg {
     Sentinel,
     /// A private Cluster: 3 masters with a replica each.
     Cluster,
+    /// A private etcd cluster of 3 members.
+    Etcd,
 }
 
 impl TopologyArg {
@@ -183,18 +203,38 @@ impl TopologyArg {
             TopologyArg::Single => "single",
             TopologyArg::Sentinel => "sentinel",
             TopologyArg::Cluster => "cluster",
+            TopologyArg::Etcd => "etcd",
         }
     }
 
-    /// Replicas per shard, and whether the fault proxy can stand in front.
-    fn shape(self) -> (u32, bool) {
-        match self {
-            TopologyArg::Single => (0, true),
-            TopologyArg::Sentinel => (2, false),
-            TopologyArg::Cluster => (1, false),
+    /// What the topology will be, before it starts: its store, replicas
+    /// per shard, and whether the fault proxy can stand in front.
+    fn shape(self) -> Shape<'static> {
+        let (etcd, replicas, proxyable) = match self {
+            TopologyArg::Single => (false, 0, true),
+            TopologyArg::Sentinel => (false, 2, false),
+            TopologyArg::Cluster => (false, 1, false),
+            TopologyArg::Etcd => (true, 0, true),
+        };
+        Shape {
+            name: self.name(),
+            etcd,
+            controls_server: true,
+            replicas,
+            proxyable,
         }
     }
 }
+
+/// The shape of a deployment given with `--url etcd://…`: client-side
+/// nemeses only, the fault proxy in front of its first member.
+const REMOTE_ETCD: Shape<'static> = Shape {
+    name: "remote",
+    etcd: true,
+    controls_server: false,
+    replicas: 0,
+    proxyable: true,
+};
 
 /// `fencelock torture-worker`: a worker process.
 pub(crate) async fn worker() -> anyhow::Result<u8> {
@@ -282,26 +322,23 @@ fn variants(list: &Option<Vec<String>>) -> anyhow::Result<Vec<Option<Variant>>> 
         .collect()
 }
 
-/// What the topology the tool would start cannot do, refused before any
-/// server starts (the engine checks the same on the running topology).
+/// What the topology cannot do, refused before any server starts (the
+/// engine checks the same on the running topology).
 fn refuse_before_start(
-    topology: TopologyArg,
+    shape: &Shape<'_>,
     kinds: Option<&[NemesisKind]>,
     runs: &[Option<Variant>],
 ) -> anyhow::Result<()> {
-    let (replicas, proxyable) = topology.shape();
-    let name = topology.name();
+    let name = shape.name;
     if let Some(kinds) = kinds {
         let refused: Vec<String> = kinds
             .iter()
-            .filter_map(|k| fencelock_torture::refusal(*k, name, true, replicas, proxyable))
+            .filter_map(|k| fencelock_torture::refusal(*k, shape))
             .collect();
         if !refused.is_empty() {
             let possible: Vec<&str> = NemesisKind::ALL
                 .into_iter()
-                .filter(|k| {
-                    fencelock_torture::refusal(*k, name, true, replicas, proxyable).is_none()
-                })
+                .filter(|k| fencelock_torture::refusal(*k, shape).is_none())
                 .map(NemesisKind::name)
                 .collect();
             return Err(usage(format!(
@@ -310,10 +347,16 @@ fn refuse_before_start(
                 possible.join(", ")
             )));
         }
-    } else if let Some((v, why)) = runs
+    }
+    // With --nemesis given, only what no nemesis can change is refused.
+    let why = |v: Variant| match kinds {
+        Some(_) => v.unsupported(shape),
+        None => v.refusal(shape),
+    };
+    if let Some((v, why)) = runs
         .iter()
         .flatten()
-        .find_map(|v| v.refusal(replicas, proxyable).map(|why| (v, why)))
+        .find_map(|v| why(*v).map(|why| (v, why)))
     {
         return Err(usage(format!(
             "--unsafe {}: cannot be caught on the {name} topology: {why}",
@@ -343,19 +386,28 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
     if args.workers == 0 || args.names == 0 {
         return Err(usage("--workers and --names must be at least 1"));
     }
-    if crate::connect::is_etcd(global) {
-        return Err(usage(
-            "torture runs against Redis (its audited resource, checkers and server nemeses use Redis); on etcd, the library's etcd tests cover the same properties",
-        ));
-    }
     let given = crate::connect::given_url(global);
+    let remote_etcd = given.is_some() && crate::connect::is_etcd(global);
     if let (Some(t), Some(_)) = (args.topology, &given) {
         return Err(usage(format!(
-            "--topology {} conflicts with --redis: --topology starts private servers for the run, --redis URL runs against the deployment given (client-side nemeses only); choose one",
+            "--topology {} conflicts with --redis/--url: --topology starts private servers for the run, --url URL runs against the deployment given (client-side nemeses only); choose one",
             t.name()
         )));
     }
     let topology = args.topology.unwrap_or(TopologyArg::Single);
+    // What decides the refusals before anything starts (a Redis given with
+    // --redis is only known once reached: the engine decides there).
+    let shape = match (&given, remote_etcd) {
+        (None, _) => Some(topology.shape()),
+        (Some(_), true) => Some(REMOTE_ETCD),
+        (Some(_), false) => None,
+    };
+    let on_etcd = shape.is_some_and(|s| s.etcd);
+    let ttl = args.ttl.unwrap_or(if on_etcd {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_millis(300)
+    });
     let kinds = nemeses(&args.nemesis)?;
     let mut runs = variants(&args.unsafe_variants)?;
     let mut skipped = Vec::new();
@@ -363,26 +415,28 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
         .unsafe_variants
         .as_ref()
         .is_some_and(|l| l.iter().any(|n| n == "all"));
-    if all && kinds.is_none() && given.is_none() {
-        let (replicas, proxyable) = topology.shape();
-        runs.retain(
-            |v| match v.and_then(|v| v.refusal(replicas, proxyable).map(|w| (v, w))) {
-                Some((v, why)) => {
-                    skipped.push((v.name(), why));
-                    false
-                }
-                None => true,
-            },
-        );
+    if all && let Some(shape) = &shape {
+        // With --nemesis given, only what no nemesis can change is left out.
+        let why = |v: Variant| match kinds {
+            Some(_) => v.unsupported(shape),
+            None => v.refusal(shape),
+        };
+        runs.retain(|v| match v.and_then(|v| why(v).map(|w| (v, w))) {
+            Some((v, why)) => {
+                skipped.push((v.name(), why));
+                false
+            }
+            None => true,
+        });
         for (name, why) in &skipped {
             eprintln!(
                 "fencelock torture: --unsafe all: {name} is left out on the {} topology: {why}",
-                topology.name()
+                shape.name
             );
         }
     }
-    if given.is_none() {
-        refuse_before_start(topology, kinds.as_deref(), &runs)?;
+    if let Some(shape) = &shape {
+        refuse_before_start(shape, kinds.as_deref(), &runs)?;
     }
     let resource = match (args.resource, &args.pg_url) {
         (ResourceArg::Redis, _) => ResourceKind::Redis,
@@ -427,7 +481,7 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
         config.duration = args.duration;
         config.workers = args.workers;
         config.names = args.names;
-        config.ttl = args.ttl;
+        config.ttl = ttl;
         config.hold = args.hold;
         config.mode = args.mode.into();
         config.fence_mode = global
@@ -457,10 +511,43 @@ pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u
         let progress = progress.as_mut();
         let interrupt = interrupt.clone();
         let report = match (&given, topology) {
+            (Some(url), _) if remote_etcd => {
+                // etcd holds no Redis resource: the audited resource is a
+                // private redis-server (or the Postgres given), as on every
+                // topology the tool starts.
+                let resource = match config.resource {
+                    ResourceKind::Redis => Some(PrivateRedis::start().await?),
+                    _ => None,
+                };
+                let mut remote = Remote::new(url.clone());
+                if let Some(r) = &resource {
+                    remote = remote.with_resource(r.url());
+                }
+                let report = fencelock_torture::run(
+                    &config,
+                    &mut remote,
+                    &SelfLauncher,
+                    progress,
+                    interrupt,
+                )
+                .await;
+                if let Some(r) = resource {
+                    r.stop().await;
+                }
+                report
+            }
             (Some(url), _) => {
                 let mut remote = Remote::new(url.clone()).with_replicas(args.replicas.unwrap_or(0));
                 fencelock_torture::run(&config, &mut remote, &SelfLauncher, progress, interrupt)
                     .await
+            }
+            (None, TopologyArg::Etcd) => {
+                let mut etcd = Etcd::start().await?;
+                let report =
+                    fencelock_torture::run(&config, &mut etcd, &SelfLauncher, progress, interrupt)
+                        .await;
+                etcd.stop().await;
+                report
             }
             (None, TopologyArg::Single) => {
                 let mut single = Single::start().await?;

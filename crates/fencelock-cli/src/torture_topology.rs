@@ -21,15 +21,23 @@
 //! process is a [`PrivateRedis`]: tied to this process by the parent-death
 //! signal and killed when dropped.
 //!
+//! [`Etcd`] (`etcd.rs`): a private 3-member etcd cluster for the locks
+//! (`crate::private_etcd`), every member tied to this process the same
+//! way; the nemeses pause, kill and restart the leader or a follower, and
+//! move the leadership. The Redis resource is again a separate private
+//! server.
+//!
 //! Failure detection (Sentinel's `down-after-milliseconds`, Cluster's
 //! `cluster-node-timeout`) is 4 ttl, at least 1 s: longer than any pause
 //! or stall a nemesis injects (at most 2.5 ttl), so only `failover` and
 //! `kill-wipe` move a primary, and the history says when.
 
 mod cluster;
+mod etcd;
 mod sentinel;
 
 pub(crate) use cluster::Cluster;
+pub(crate) use etcd::Etcd;
 pub(crate) use sentinel::Sentinel;
 
 use std::time::Duration;

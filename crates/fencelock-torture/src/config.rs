@@ -6,14 +6,18 @@ use std::time::Duration;
 
 use fencelock::{FenceMode, KeyLayout, WaitMode};
 
+use crate::topology::Shape;
+
 /// A fault the run injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum NemesisKind {
-    /// SIGSTOP the lock server for 1.2–2.5 ttl, then SIGCONT.
+    /// SIGSTOP the lock server for 1.2–2.5 ttl, then SIGCONT (on etcd: one
+    /// member, the leader or a follower in turn).
     PauseServer,
     /// kill -9 the lock server and restart it with its data (AOF,
-    /// `appendfsync always`).
+    /// `appendfsync always`; on etcd: one member, restarted with its data
+    /// directory).
     KillRestart,
     /// kill -9 the lock server and restart it empty: a Redis without
     /// persistence. Mutual exclusion is not promised across it (DESIGN.md
@@ -52,7 +56,8 @@ pub enum NemesisKind {
     /// `CLUSTER FAILOVER` on a replica of the master of the lock key's slot
     /// (Cluster: coordinated, the old master becomes a replica). Done once
     /// the new primary takes writes and its replicas are linked. Only on a
-    /// topology with replicas.
+    /// topology with replicas. On etcd: a leader change (`MoveLeader` to
+    /// another member), done once the new leader leads.
     Failover,
 }
 
@@ -232,16 +237,41 @@ impl Variant {
         }
     }
 
-    /// Why this control cannot be caught on a topology with `replicas`
-    /// replicas per shard whose clients the fault proxy can (`proxyable`)
-    /// or cannot stand between; `None` if it can. Only decides when the
+    /// Why this control cannot run at all on a topology of `shape`, whatever
+    /// the nemeses: the broken locks are Redis scripts, and on etcd the lock
+    /// is always fencelock's.
+    pub fn unsupported(self, shape: &Shape<'_>) -> Option<&'static str> {
+        if shape.etcd && self.breaks_the_lock() {
+            return Some(match self {
+                Variant::TwoCommandAcquire => {
+                    "two-command-acquire is the guide's Redis acquire (SET NX, then INCR); on etcd the lock is fencelock's etcd lock, which has no such variant"
+                }
+                Variant::UncheckedRelease => {
+                    "unchecked-release is a release by Redis DEL; on etcd the lock is fencelock's etcd lock, which has no such variant"
+                }
+                _ => {
+                    "recreating-renewal is a Redis renewal script (SET PX of an absent key); on etcd the lock is fencelock's etcd lock, which has no such variant"
+                }
+            });
+        }
+        None
+    }
+
+    /// Why this control cannot be caught on a topology of `shape`; `None`
+    /// if it can. Besides [`Variant::unsupported`], only decides when the
     /// control runs with its own nemeses ([`Variant::nemeses`]).
-    pub fn refusal(self, replicas: u32, proxyable: bool) -> Option<&'static str> {
+    pub fn refusal(self, shape: &Shape<'_>) -> Option<&'static str> {
+        if let Some(why) = self.unsupported(shape) {
+            return Some(why);
+        }
         match self {
-            Variant::TwoCommandAcquire if !proxyable => Some(
+            Variant::TwoCommandAcquire if !shape.proxyable => Some(
                 "two-command-acquire is exposed by proxy-delay (a holder's SET reply held back past its lease), and the fault proxy cannot stand between the workers and this topology",
             ),
-            Variant::GeCheck if replicas > 0 => Some(
+            Variant::GeCheck if shape.etcd => Some(
+                "ge-check is exposed by fences that repeat (counter fences after a restart that lost the counter); etcd fences are create revisions, which never repeat",
+            ),
+            Variant::GeCheck if shape.replicas > 0 => Some(
                 "ge-check is exposed by a restart that loses the lock server's counter; on a replicated topology kill-wipe promotes a replica that holds every acknowledged grant, so fences never repeat",
             ),
             _ => None,

@@ -19,7 +19,7 @@
 //! | module | concern |
 //! |---|---|
 //! | `config` | [`Config`], [`NemesisKind`], [`Variant`], [`ResourceKind`] |
-//! | `topology` | [`Topology`], the seam to the servers; [`Remote`] for `--redis URL` |
+//! | `topology` | [`Topology`], the seam to the servers; [`Shape`], [`refusal`]; [`Remote`] for `--redis URL` and `--url etcd://…` |
 //! | `run` | the coordinator: setup, workers, nemeses, shutdown, [`Launcher`], [`Progress`] |
 //! | `schedule` | the seeded nemesis plan ([`schedule::plan`]) |
 //! | `worker` | the worker process: lease cycles, history lines on stdout |
@@ -61,4 +61,4 @@ pub use history::{Entry, Event, History};
 pub use render::Format;
 pub use report::{Figures, Report};
 pub use run::{Launcher, Progress, Status, run};
-pub use topology::{Remote, Topology, refusal};
+pub use topology::{Remote, Shape, Topology, is_etcd_url, refusal};

@@ -108,9 +108,15 @@ struct WorkerProc {
 /// The nemeses a run injects: as configured, else the control's own, else
 /// every one the topology supports.
 fn nemeses<T: Topology>(config: &Config, topology: &T) -> Result<Vec<NemesisKind>> {
-    if config.nemeses.is_none()
-        && let Some(v) = config.variant
-        && let Some(why) = v.refusal(topology.replicas(), topology.proxyable())
+    let shape = topology.shape();
+    if let Some(v) = config.variant
+        && let Some(why) = v.unsupported(&shape).or_else(|| {
+            config
+                .nemeses
+                .is_none()
+                .then(|| v.refusal(&shape))
+                .flatten()
+        })
     {
         return Err(Error::usage(format!(
             "--unsafe {}: cannot be caught on the {} topology: {why}",
@@ -163,6 +169,9 @@ fn wait_replicas<T: Topology>(config: &Config, topology: &T) -> Result<u32> {
 type Rewrite = Box<dyn Fn(u16) -> String>;
 
 fn proxied(url: &str) -> Option<(Rewrite, SocketAddr)> {
+    if let Some(rest) = url.strip_prefix("etcd://") {
+        return proxied_etcd(rest);
+    }
     let rest = url.strip_prefix("redis://")?;
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
@@ -181,6 +190,35 @@ fn proxied(url: &str) -> Option<(Rewrite, SocketAddr)> {
     let tail = tail.to_string();
     Some((
         Box::new(move |port| format!("redis://{auth}127.0.0.1:{port}{tail}")),
+        addr,
+    ))
+}
+
+/// `etcd://[auth@]host:port[,host:port…][/][?query]` (the part after the
+/// scheme) → (the same URL with only 127.0.0.1:`port`, the first member's
+/// address). gRPC is HTTP/2 over plain TCP, so the byte-level proxy stands
+/// in for one member; behind it a worker reaches only that member (a
+/// member pause or kill of it is then felt by every worker behind the
+/// proxy, which only makes the faults harsher).
+fn proxied_etcd(rest: &str) -> Option<(Rewrite, SocketAddr)> {
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (auth, hosts) = match authority.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), authority),
+    };
+    let first = hosts.split(',').next()?;
+    let hostport = if first.contains(':') {
+        first.to_string()
+    } else {
+        format!("{first}:2379")
+    };
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&hostport)
+        .ok()?
+        .next()?;
+    let tail = tail.to_string();
+    Some((
+        Box::new(move |port| format!("etcd://{auth}127.0.0.1:{port}{tail}")),
         addr,
     ))
 }
@@ -220,7 +258,7 @@ pub async fn run<T: Topology>(
     };
     if needs_proxy && proxy_url.is_none() {
         return Err(Error::usage(
-            "the proxy nemeses (proxy-*) need a redis:// URL (not TLS, not a Unix socket): choose others with --nemesis",
+            "the proxy nemeses (proxy-*) need a redis:// or etcd:// URL (not TLS, not a Unix socket): choose others with --nemesis",
         ));
     }
     let clock = RunClock::start();
@@ -238,7 +276,13 @@ pub async fn run<T: Topology>(
         ttl_ms: config.ttl.as_millis() as u64,
         renewal_ms: config.renewal().as_millis() as u64,
         mode: mode_name(config.mode).into(),
-        fence_mode: fence_mode_name(fence_mode).into(),
+        // On etcd fences are create revisions whatever the mode: they never
+        // repeat, as clock fences do not.
+        fence_mode: if topology.etcd() {
+            "revision".into()
+        } else {
+            fence_mode_name(fence_mode).into()
+        },
         layout: layout_name(layout).into(),
         resource: config.resource.name().into(),
         unsafe_variant: config.variant.map(|v| v.name().to_string()),
@@ -458,8 +502,12 @@ async fn heal<T: Topology>(topology: &mut T, proxy: Option<&Proxy>, pids: &[Pid]
     }
 }
 
-/// Deletes every key under the run's prefix (SCAN, never KEYS).
+/// Deletes every key under the run's prefix (SCAN, never KEYS; on etcd one
+/// range delete of the prefix).
 async fn remove_lock_keys(url: &str, prefix: &str) {
+    if crate::topology::is_etcd_url(url) {
+        return remove_etcd_keys(url, prefix).await;
+    }
     let Ok(client) = redis::Client::open(url) else {
         return;
     };
@@ -486,6 +534,25 @@ async fn remove_lock_keys(url: &str, prefix: &str) {
             return;
         }
         cursor = next;
+    }
+}
+
+/// Deletes every etcd key under the run's prefix: holder and waiter keys of
+/// workers that were killed at the end (their leases would expire, but not
+/// before the run returns).
+async fn remove_etcd_keys(url: &str, prefix: &str) {
+    // Bounded: a cluster that lost its quorum must not hold the report up.
+    let connect = fencelock::LockClient::builder(url)
+        .prefix(prefix)
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(5))
+        .connect();
+    let Ok(client) = connect.await else {
+        tracing::warn!("cannot reach etcd to delete the run's keys under {prefix}");
+        return;
+    };
+    if let Err(e) = fencelock::testing::etcd_delete_prefix(&client).await {
+        tracing::warn!("cannot delete the run's keys under {prefix}: {e}");
     }
 }
 
@@ -747,7 +814,7 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
             c.start(
                 kind,
                 None,
-                format!("SIGSTOP the lock server for {} ms", ms(p.length)),
+                format!("SIGSTOP {} for {} ms", c.topology.aimed(), ms(p.length)),
             );
             let paused = c.topology.pause().await;
             tokio::time::sleep(p.length).await;
@@ -757,7 +824,13 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
         }
         NemesisKind::KillRestart | NemesisKind::KillWipe => {
             let keep = kind == NemesisKind::KillRestart;
-            let detail = if !keep && c.topology.replicas() > 0 {
+            let detail = if c.topology.etcd() {
+                format!(
+                    "kill -9 {}, {} ms down, restart it with its data directory",
+                    c.topology.aimed(),
+                    ms(p.param)
+                )
+            } else if !keep && c.topology.replicas() > 0 {
                 "kill -9 the primary, let a replica replace it, restart it empty as a replica"
                     .to_string()
             } else {
@@ -907,7 +980,12 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
             c.end(kind, target);
         }
         NemesisKind::Failover => {
-            c.start(kind, None, "make a replica the primary".into());
+            let detail = if c.topology.etcd() {
+                format!("move the Raft leadership away from {}", c.topology.aimed())
+            } else {
+                "make a replica the primary".into()
+            };
+            c.start(kind, None, detail);
             match c.topology.failover().await {
                 Ok(outcome) => c.end_with(kind, None, Some(outcome), None),
                 Err(e) => c.end_with(kind, None, None, Some(e.to_string())),
@@ -949,5 +1027,23 @@ fn check_durations(config: &Config) -> Result<()> {
     match checks.into_iter().flatten().next() {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::proxied;
+
+    #[test]
+    fn the_proxy_stands_in_for_the_first_etcd_member() {
+        let (rewrite, upstream) =
+            proxied("etcd://u:p@127.0.0.1:2381,127.0.0.1:2383/?prefix=ns").expect("proxyable");
+        assert_eq!(upstream.to_string(), "127.0.0.1:2381");
+        assert_eq!(rewrite(9000), "etcd://u:p@127.0.0.1:9000/?prefix=ns");
+        let (rewrite, upstream) = proxied("etcd://127.0.0.1").expect("proxyable");
+        assert_eq!(upstream.to_string(), "127.0.0.1:2379");
+        assert_eq!(rewrite(9000), "etcd://127.0.0.1:9000");
+        // TLS is not proxied.
+        assert!(proxied("etcds://127.0.0.1:2379").is_none());
     }
 }

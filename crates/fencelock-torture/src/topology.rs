@@ -9,8 +9,9 @@
 //!
 //! Implementations:
 //!
-//! - [`Remote`] (here): a deployment given with `--redis URL`. No server
-//!   control: only client-side nemeses.
+//! - [`Remote`] (here): a deployment given with `--redis URL` (or an etcd
+//!   cluster given with `--url etcd://…`). No server control: only
+//!   client-side nemeses.
 //! - the single private redis-server of `fencelock torture` (in the CLI,
 //!   which owns the processes it starts: `fencelock-cli/src/torture_topology.rs`).
 //!
@@ -22,8 +23,14 @@
 //!   (the workers wait for all of them on every grant), and
 //!   [`Topology::failover`] makes another node the primary.
 //!
+//! - the private etcd cluster of `--topology etcd` (in the CLI too): three
+//!   members; its `lock_url` is the `etcd://` URL of all three,
+//!   [`Topology::aim`] picks the leader or a follower, and
+//!   [`Topology::failover`] moves the Raft leadership.
+//!
 //! What a topology cannot do is refused before the run starts, with the
-//! reason ([`Topology::refusal`]).
+//! reason ([`Topology::refusal`]; [`Shape`] for deciding before any server
+//! starts).
 
 use std::future::Future;
 use std::time::Duration;
@@ -36,7 +43,7 @@ use crate::error::{Error, Result};
 #[allow(async_fn_in_trait)]
 pub trait Topology {
     /// A short name for reports and the history (`single`, `sentinel`,
-    /// `cluster`, `remote`).
+    /// `cluster`, `etcd`, `remote`).
     fn name(&self) -> &str;
 
     /// The URL of the lock server, password included (workers connect to it
@@ -56,6 +63,12 @@ pub trait Topology {
     fn aim(&mut self, key: &str) -> impl Future<Output = Result<()>> {
         let _ = key;
         async { Ok(()) }
+    }
+
+    /// The node the last [`Topology::aim`] chose, in words for the history
+    /// (`member m1 (leader) 127.0.0.1:2379`).
+    fn aimed(&self) -> String {
+        "the lock server".to_string()
     }
 
     /// How many replicas each shard's primary has (0: no replication). On a
@@ -83,17 +96,27 @@ pub trait Topology {
     /// send it administrative commands.
     fn controls_server(&self) -> bool;
 
+    /// Whether the locks live on etcd (by default: whether
+    /// [`Topology::lock_url`] is an `etcd://` or `etcds://` URL).
+    fn etcd(&self) -> bool {
+        is_etcd_url(self.lock_url())
+    }
+
+    /// What decides which nemeses and controls this topology can run.
+    fn shape(&self) -> Shape<'_> {
+        Shape {
+            name: self.name(),
+            etcd: self.etcd(),
+            controls_server: self.controls_server(),
+            replicas: self.replicas(),
+            proxyable: self.proxyable(),
+        }
+    }
+
     /// Why `kind` cannot be injected here, or `None` if it can
-    /// ([`refusal`] of this topology's name, server control, replicas and
-    /// proxy).
+    /// ([`refusal`] of this topology's [`Topology::shape`]).
     fn refusal(&self, kind: NemesisKind) -> Option<String> {
-        refusal(
-            kind,
-            self.name(),
-            self.controls_server(),
-            self.replicas(),
-            self.proxyable(),
-        )
+        refusal(kind, &self.shape())
     }
 
     /// Whether `kind` can be injected here.
@@ -115,39 +138,71 @@ pub trait Topology {
     /// comes back empty as a replica; see the implementations.
     fn restart(&mut self, keep_data: bool, down: Duration) -> impl Future<Output = Result<()>>;
 
-    /// Makes a replica of the aimed primary the primary (Sentinel, Cluster)
-    /// and returns once the new primary takes writes; returns what happened,
-    /// in words (`127.0.0.1:7001 -> 127.0.0.1:7004`).
+    /// Makes a replica of the aimed primary the primary (Sentinel, Cluster;
+    /// on etcd: moves the Raft leadership to another member) and returns
+    /// once the new primary takes writes; returns what happened, in words
+    /// (`127.0.0.1:7001 -> 127.0.0.1:7004`).
     fn failover(&mut self) -> impl Future<Output = Result<String>> {
         async { Err(Error::usage("this topology has no failover")) }
     }
 }
 
-/// Why `kind` cannot be injected on a topology called `name` that gives
-/// control of its servers (`controls_server`) or not, has `replicas`
-/// replicas per shard, and can (`proxyable`) or cannot have the fault proxy
-/// in front; `None` if it can. What [`Topology::refusal`] says by default,
-/// for deciding before any server is started.
-pub fn refusal(
-    kind: NemesisKind,
-    name: &str,
-    controls_server: bool,
-    replicas: u32,
-    proxyable: bool,
-) -> Option<String> {
-    if kind.needs_server_control() && !controls_server {
+/// What decides which nemeses and controls a topology can run: what
+/// [`Topology::shape`] says, known before any server starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape<'a> {
+    /// The topology's name (`single`, `sentinel`, `cluster`, `etcd`,
+    /// `remote`).
+    pub name: &'a str,
+    /// Whether the locks live on etcd (`etcd://`, `etcds://`) instead of
+    /// Redis.
+    pub etcd: bool,
+    /// Whether the engine may stop, kill and restart the lock servers.
+    pub controls_server: bool,
+    /// Replicas per shard that a grant can wait for (Redis replication;
+    /// 0 on etcd, whose grants are committed by a quorum before the reply).
+    pub replicas: u32,
+    /// Whether the fault proxy can stand between the workers and the lock
+    /// servers.
+    pub proxyable: bool,
+}
+
+/// Whether `url` names etcd (`etcd://`, `etcds://`) rather than Redis.
+pub fn is_etcd_url(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(s, _)| s);
+    scheme.eq_ignore_ascii_case("etcd") || scheme.eq_ignore_ascii_case("etcds")
+}
+
+/// Why `kind` cannot be injected on a topology of `shape`, or `None` if it
+/// can. What [`Topology::refusal`] says, for deciding before any server is
+/// started.
+pub fn refusal(kind: NemesisKind, shape: &Shape<'_>) -> Option<String> {
+    let name = shape.name;
+    if shape.etcd
+        && let Some(why) = not_on_etcd(kind)
+    {
+        return Some(format!("{}: {why}", kind.name()));
+    }
+    if kind.needs_server_control() && !shape.controls_server {
+        let (servers, flag) = if shape.etcd {
+            ("the etcd members", "--url")
+        } else {
+            ("the Redis server", "--redis")
+        };
         return Some(format!(
-            "{}: needs control of the Redis server, which a deployment given with --redis never gives",
+            "{}: needs control of {servers}, which a deployment given with {flag} never gives",
             kind.name()
         ));
     }
-    if kind == NemesisKind::Failover && replicas == 0 {
+    // etcd's leader change needs no replicas of Redis's kind: every member
+    // holds every committed grant.
+    if kind == NemesisKind::Failover && shape.replicas == 0 && !shape.etcd {
         return Some(format!(
             "{}: needs replicas to promote (--topology sentinel or cluster); the {name} topology has none",
             kind.name()
         ));
     }
-    if kind.needs_proxy() && !proxyable {
+    if kind.needs_proxy() && !shape.proxyable {
         return Some(format!(
             "{}: the fault proxy cannot stand between the workers and a {name} topology (its clients are handed the nodes' own addresses, which bypass the proxy)",
             kind.name()
@@ -156,10 +211,35 @@ pub fn refusal(
     None
 }
 
-/// A deployment the user gave (`--redis URL`): client-side nemeses only.
+/// Why a nemesis has no meaning on etcd, if it has none.
+fn not_on_etcd(kind: NemesisKind) -> Option<&'static str> {
+    match kind {
+        NemesisKind::DebugSleep => Some(
+            "DEBUG SLEEP is a Redis command; etcd has none like it (pause-server stalls an etcd member instead)",
+        ),
+        NemesisKind::ClientPause => Some(
+            "CLIENT PAUSE is a Redis command; etcd has none like it (pause-server stalls an etcd member instead)",
+        ),
+        NemesisKind::ScriptFlush => {
+            Some("SCRIPT FLUSH drops Redis's script cache; the etcd backend runs no scripts")
+        }
+        NemesisKind::KillWipe => Some(
+            "a restart without data is a Redis without persistence; an etcd member that lost its data cannot rejoin its cluster as the same member (Raft), so etcd has no such failure (kill-restart kills a member and restarts it with its data)",
+        ),
+        NemesisKind::ClientKill => Some(
+            "CLIENT KILL is a Redis command; etcd cannot be told to drop a client's gRPC connection (proxy-reset resets a worker's connections at the fault proxy instead)",
+        ),
+        _ => None,
+    }
+}
+
+/// A deployment the user gave (`--redis URL`, `--url etcd://…`):
+/// client-side nemeses only. On etcd the Redis resource cannot live on the
+/// lock servers: give it its own Redis with [`Remote::with_resource`].
 #[derive(Debug, Clone)]
 pub struct Remote {
     url: String,
+    resource: Option<String>,
     replicas: u32,
 }
 
@@ -169,8 +249,16 @@ impl Remote {
     pub fn new(url: impl Into<String>) -> Self {
         Remote {
             url: url.into(),
+            resource: None,
             replicas: 0,
         }
+    }
+
+    /// Keeps the Redis resource on the Redis at `url` instead of the lock
+    /// deployment (needed when the locks live on etcd).
+    pub fn with_resource(mut self, url: impl Into<String>) -> Self {
+        self.resource = Some(url.into());
+        self
     }
 
     /// Says that each shard of the deployment has `replicas` replicas: the
@@ -192,7 +280,7 @@ impl Topology for Remote {
     }
 
     fn resource_url(&self) -> &str {
-        &self.url
+        self.resource.as_deref().unwrap_or(&self.url)
     }
 
     fn controls_server(&self) -> bool {
@@ -217,5 +305,70 @@ impl Topology for Remote {
 }
 
 fn refused() -> Error {
-    Error::usage("a deployment given with --redis is never paused, killed or restarted")
+    Error::usage("a deployment given with --redis or --url is never paused, killed or restarted")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Shape, is_etcd_url, refusal};
+    use crate::config::{NemesisKind, Variant};
+
+    const ETCD: Shape<'static> = Shape {
+        name: "etcd",
+        etcd: true,
+        controls_server: true,
+        replicas: 0,
+        proxyable: true,
+    };
+
+    #[test]
+    fn etcd_urls_are_told_from_redis_urls() {
+        assert!(is_etcd_url("etcd://127.0.0.1:2379"));
+        assert!(is_etcd_url("ETCDS://h"));
+        assert!(!is_etcd_url("redis://127.0.0.1:6379"));
+        assert!(!is_etcd_url("redis+sentinel://h/m"));
+    }
+
+    #[test]
+    fn etcd_refuses_what_only_redis_has_and_runs_the_rest() {
+        for kind in [
+            NemesisKind::DebugSleep,
+            NemesisKind::ClientPause,
+            NemesisKind::ScriptFlush,
+            NemesisKind::KillWipe,
+            NemesisKind::ClientKill,
+        ] {
+            let why = refusal(kind, &ETCD).expect("refused");
+            assert!(why.starts_with(kind.name()), "{why}");
+        }
+        for kind in [
+            NemesisKind::PauseServer,
+            NemesisKind::KillRestart,
+            NemesisKind::Failover,
+            NemesisKind::PauseWorker,
+            NemesisKind::ProxyDelay,
+            NemesisKind::ProxyReset,
+        ] {
+            assert_eq!(refusal(kind, &ETCD), None, "{}", kind.name());
+        }
+        let remote = Shape {
+            name: "remote",
+            controls_server: false,
+            ..ETCD
+        };
+        assert!(
+            refusal(NemesisKind::PauseServer, &remote).is_some_and(|w| w.contains("etcd members"))
+        );
+    }
+
+    #[test]
+    fn on_etcd_only_the_resource_controls_run() {
+        let runnable: Vec<Variant> = Variant::ALL
+            .into_iter()
+            .filter(|v| v.refusal(&ETCD).is_none())
+            .collect();
+        assert_eq!(runnable, [Variant::WriteOnlyCheck]);
+        assert_eq!(Variant::GeCheck.unsupported(&ETCD), None);
+        assert!(Variant::UncheckedRelease.unsupported(&ETCD).is_some());
+    }
 }

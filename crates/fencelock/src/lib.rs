@@ -294,6 +294,31 @@ pub mod testing {
         };
         crate::backend::etcd::grant_txn(conn, client.prefix(), name, lease).await
     }
+
+    /// Deletes every etcd key under the `client`'s namespace and prefix
+    /// (feature `etcd`): what a run that made up its own prefix leaves
+    /// behind (holder and waiter keys whose leases have not expired yet).
+    /// Returns how many keys were deleted.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidOption`] for a Redis client, or an empty
+    /// namespace and prefix (that would be every key); etcd errors.
+    #[cfg(feature = "etcd")]
+    pub async fn etcd_delete_prefix(client: &crate::LockClient) -> crate::Result<i64> {
+        let Some(conn) = client.backend().etcd() else {
+            return Err(crate::Error::InvalidOption("not an etcd client".into()));
+        };
+        let prefix = format!("{}{}", conn.namespace(), client.prefix());
+        if prefix.is_empty() {
+            return Err(crate::Error::InvalidOption(
+                "refusing to delete every key: the client has no namespace or prefix".into(),
+            ));
+        }
+        conn.delete_prefix(&prefix)
+            .await
+            .map(|r| r.deleted())
+            .map_err(|e| conn.error(e, "deleting the keys under the prefix"))
+    }
 }
 
 /// The README's examples, compiled as doc-tests so they cannot rot.

@@ -4,13 +4,16 @@
 //! clean, and no process left behind when the tool is killed; on a private
 //! Sentinel and Cluster (failovers and every node-level nemesis, no
 //! violation, a negative control caught on each); on a Postgres resource
-//! (no violation, a negative control caught).
+//! (no violation, a negative control caught); on a private etcd cluster
+//! (member pauses, kills and leader changes without a violation or an
+//! excuse, a negative control caught, Redis-only nemeses refused, no
+//! process left behind) and on a given etcd (no key left behind).
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fencelock_testkit::{PgServer, RedisServer};
+use fencelock_testkit::{EtcdCluster, PgServer, RedisServer};
 use serde_json::Value;
 
 use crate::support::{fencelock, poll, wait_for};
@@ -560,4 +563,231 @@ fn libc_sigkill() -> &'static str {
 
 fn libc_sigint() -> &'static str {
     "INT"
+}
+
+/// `--topology etcd` with every member fault (the leader or a follower
+/// paused past the ttl, killed and restarted with its data, the leadership
+/// moved) and paused workers: no violation and nothing excused — etcd
+/// commits every grant to a quorum, so no fault may roll one back — and
+/// every fault carried out without an error.
+#[test]
+fn torture_on_etcd_with_member_faults_finds_no_violation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let history = dir.path().join("history.jsonl");
+    let out = fencelock(&[
+        "torture",
+        "--topology",
+        "etcd",
+        "--duration",
+        "20s",
+        "--nemesis",
+        "pause-server,kill-restart,failover,pause-worker",
+        "--nemesis-interval",
+        "500ms",
+        "--seed",
+        "3",
+        "--json",
+        "--history",
+        history.to_str().expect("utf-8 path"),
+    ])
+    .output()
+    .expect("runs");
+    let report = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["topology"], "etcd", "{report:#}");
+    assert_eq!(report["fence_mode"], "revision", "{report:#}");
+    assert_eq!(report["violations"], 0, "{report:#}");
+    assert!(report["grants"].as_u64().unwrap_or(0) > 0, "{report:#}");
+    let events = report["nemesis_events"]
+        .as_object()
+        .expect("nemesis events");
+    for kind in ["pause-server", "kill-restart", "failover", "pause-worker"] {
+        assert!(
+            events.get(kind).and_then(Value::as_u64).unwrap_or(0) >= 1,
+            "{kind} was never injected: {events:?}"
+        );
+    }
+    for c in report["checkers"].as_array().expect("checkers") {
+        assert_eq!(c["violations"], 0, "{c}");
+        assert_eq!(c["excused"], 0, "nothing is excused on etcd: {c}");
+    }
+    for (id, checked, _) in checkers(&report) {
+        if ["C1", "C2", "C3", "C4", "C6", "C7"].contains(&id.as_str()) {
+            assert!(checked > 0, "{id} checked nothing: {report:#}");
+        }
+    }
+    // Every member fault and leader change was carried out.
+    let text = std::fs::read_to_string(&history).expect("history");
+    let ends: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["ev"] == "nemesis_end")
+        .collect();
+    assert!(!ends.is_empty());
+    for e in &ends {
+        assert!(e["error"].is_null(), "a nemesis failed: {e}");
+    }
+}
+
+/// A negative control on etcd is caught: a read-modify-write that checks
+/// the fence on the write only loses an increment when a paused holder's
+/// etcd lease expires under it.
+#[test]
+fn torture_catches_a_negative_control_on_etcd() {
+    let out = fencelock(&[
+        "torture",
+        "--topology",
+        "etcd",
+        "--unsafe",
+        "write-only-check",
+        "--seed",
+        "5",
+        "--json",
+    ])
+    .output()
+    .expect("runs");
+    let report = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    assert_eq!(report["topology"], "etcd", "{report:#}");
+    assert_eq!(report["unsafe"], "write-only-check", "{report:#}");
+    let caught = report["caught_by"].as_array().expect("caught_by");
+    assert!(!caught.is_empty(), "{report:#}");
+}
+
+/// What etcd cannot do is refused with a usage error naming it, before any
+/// server starts (no etcd nor redis-server can be started here: a start
+/// would fail with another code).
+#[test]
+fn torture_on_etcd_refuses_redis_only_nemeses_before_servers_start() {
+    let refused = |args: &[&str], needles: &[&str]| {
+        let out = fencelock(args)
+            .env("FENCELOCK_ETCD_BIN", "/nonexistent/etcd")
+            .env("FENCELOCK_REDIS_SERVER_BIN", "/nonexistent/redis-server")
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        for needle in needles {
+            assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        }
+    };
+    for (nemesis, why) in [
+        ("debug-sleep", "DEBUG SLEEP is a Redis command"),
+        ("client-pause", "CLIENT PAUSE is a Redis command"),
+        ("script-flush", "SCRIPT FLUSH drops Redis's script cache"),
+        ("kill-wipe", "cannot rejoin its cluster"),
+        ("client-kill", "CLIENT KILL is a Redis command"),
+    ] {
+        refused(
+            &["torture", "--topology", "etcd", "--nemesis", nemesis],
+            &[&format!("--nemesis {nemesis}:"), why],
+        );
+    }
+    refused(
+        &[
+            "torture",
+            "--topology",
+            "etcd",
+            "--unsafe",
+            "unchecked-release",
+        ],
+        &["unchecked-release: cannot be caught on the etcd topology"],
+    );
+    refused(
+        &["torture", "--topology", "etcd", "--unsafe", "ge-check"],
+        &["etcd fences are create revisions, which never repeat"],
+    );
+    // A given etcd: client-side nemeses only.
+    refused(
+        &[
+            "--url",
+            "etcd://127.0.0.1:1",
+            "torture",
+            "--nemesis",
+            "pause-server",
+        ],
+        &["--nemesis pause-server: needs control of the etcd members"],
+    );
+}
+
+/// `--topology etcd` killed with SIGKILL leaves no etcd member, worker or
+/// redis-server behind.
+#[test]
+fn torture_on_etcd_killed_leaves_no_process_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let history = dir.path().join("h.jsonl");
+    let mut tool = fencelock(&[
+        "torture",
+        "--topology",
+        "etcd",
+        "--duration",
+        "60s",
+        "--workers",
+        "4",
+        "--nemesis",
+        "pause-worker,kill-restart",
+        "--nemesis-interval",
+        "200ms",
+        "--history",
+        history.to_str().expect("path"),
+    ])
+    // The members' data directories (a 64 MB write-ahead log each), which
+    // a SIGKILL leaves behind, go to this test's own directory.
+    .env("TMPDIR", dir.path())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("starts");
+    let pid = tool.id();
+    wait_for("workers and nemeses", Duration::from_secs(40), || {
+        std::fs::read_to_string(&history)
+            .is_ok_and(|h| h.contains("\"granted\"") && h.contains("nemesis_start"))
+    });
+    // 3 members (one may be down for a restart), the resource's server,
+    // 4 workers.
+    let started = children(pid);
+    assert!(started.len() >= 2 + 1 + 4, "{started:?}");
+    Command::new("kill")
+        .args([&format!("-{}", libc_sigkill()), &pid.to_string()])
+        .status()
+        .expect("kill");
+    poll("the tool to exit", Duration::from_secs(20), || {
+        tool.try_wait().expect("wait")
+    });
+    wait_for("every child to be gone", Duration::from_secs(10), || {
+        started.iter().all(|p| !alive(*p))
+    });
+}
+
+/// Against a given etcd (`--url etcd://…`): client-side nemeses only (the
+/// fault proxy in front of a member), the resource on a private
+/// redis-server, and every key of the run gone afterwards.
+#[test]
+fn torture_on_a_given_etcd_leaves_no_key_behind() {
+    let cluster = EtcdCluster::start();
+    let out = fencelock(&[
+        "--url",
+        &cluster.url(),
+        "torture",
+        "--duration",
+        "8s",
+        "--workers",
+        "4",
+        "--nemesis",
+        "pause-worker,proxy-delay,proxy-reset,proxy-blackhole",
+        "--seed",
+        "5",
+        "--json",
+    ])
+    .output()
+    .expect("runs");
+    let report = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["topology"], "remote", "{report:#}");
+    assert_eq!(report["violations"], 0, "{report:#}");
+    assert!(report["grants"].as_u64().unwrap_or(0) > 0, "{report:#}");
+    let keys = cluster
+        .etcdctl(&["get", "", "--from-key", "--keys-only"])
+        .expect("etcdctl get");
+    assert_eq!(keys.trim(), "", "keys were left behind");
 }

@@ -105,7 +105,7 @@ fn both_valid(a: &[(i64, i64)], b: &[(i64, i64)], window: (i64, i64)) -> Option<
 pub(super) fn c4(index: &Index<'_>) -> CheckResult {
     let mut r = CheckResult::new(
         "C4",
-        "mutual exclusion among valid holders: no two workers in their critical sections while both leases were unexpired in Redis",
+        "mutual exclusion among valid holders: no two workers in their critical sections while both leases were unexpired in the lock store (Redis or etcd)",
     );
     let mut by_name: HashMap<&str, Vec<&Lease>> = HashMap::new();
     for l in &index.leases {
@@ -239,7 +239,7 @@ pub(super) fn c5(index: &Index<'_>) -> (CheckResult, Vec<i64>) {
             (None, _) => "it never got a loss signal".to_string(),
         };
         let message = format!(
-            "{}: the lease of {} (fence {}) was gone from Redis at {:.3} s; {what}",
+            "{}: the lease of {} (fence {}) was gone from the lock store at {:.3} s; {what}",
             lease.name,
             lease.op,
             lease.fence,
@@ -301,7 +301,7 @@ pub(super) fn c6(index: &Index<'_>) -> CheckResult {
                             .filter_map(|h| op_of.get(h).copied())
                             .collect();
                         let message = format!(
-                            "{name}: Redis held fence {pf} ({}) and then fence {f} ({}): the later grant has the lower fence",
+                            "{name}: the lock store held fence {pf} ({}) and then fence {f} ({}): the later grant has the lower fence",
                             ops.first().copied().unwrap_or("?"),
                             ops.get(1).copied().unwrap_or("?")
                         );
@@ -403,7 +403,7 @@ pub(super) fn c7(index: &Index<'_>) -> CheckResult {
                 ended.remove(&value);
             } else if let Some(&gone) = ended.get(&value) {
                 let message = format!(
-                    "{name}: the lock of {op} was gone from Redis at {:.3} s and was back at {:.3} s (re-created)",
+                    "{name}: the lock of {op} was gone from the lock store at {:.3} s and was back at {:.3} s (re-created)",
                     gone as f64 / 1e6,
                     o.t as f64 / 1e6
                 );
@@ -418,7 +418,7 @@ pub(super) fn c7(index: &Index<'_>) -> CheckResult {
                 && o.sent > t
             {
                 let message = format!(
-                    "{name}: the lock of {rop} was in Redis at {:.3} s, after its release at {:.3} s (a zombie renewal)",
+                    "{name}: the lock of {rop} was in the lock store at {:.3} s, after its release at {:.3} s (a zombie renewal)",
                     o.t as f64 / 1e6,
                     t as f64 / 1e6
                 );

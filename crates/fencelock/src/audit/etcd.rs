@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Check;
-use crate::backend::etcd::{EtcdConn, Status};
+use crate::backend::etcd::{EtcdConn, Status, is_transient};
 use crate::error::Result;
 use crate::options::LockOptions;
 
@@ -17,6 +17,9 @@ const DEFAULT_QUOTA: i64 = 2 * 1024 * 1024 * 1024;
 
 /// How long one member has to answer `Status`.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the audit waits for an election in progress to end (a few
+/// election timeouts of etcd's default 1 s).
+const ELECTION_WAIT: Duration = Duration::from_secs(5);
 
 /// A member as `MemberList` names it, and what its `Status` said.
 pub(super) struct MemberReport {
@@ -118,14 +121,30 @@ async fn member_status(conn: &EtcdConn, endpoint: &str) -> std::result::Result<S
 
 /// The round trips of a few linearizable reads (a quorum round each),
 /// sorted. The first one fails the audit if etcd cannot be reached.
+///
+/// An election in progress (a member just died, a leader moved) refuses
+/// reads for a moment: they are retried for up to [`ELECTION_WAIT`], so the
+/// audit reports the cluster after the election instead of failing.
 async fn round_trips(conn: &EtcdConn) -> Result<Vec<Duration>> {
     let mut samples = Vec::with_capacity(super::PINGS);
+    let started = Instant::now();
     for _ in 0..super::PINGS {
-        let sent = Instant::now();
-        conn.get(&format!("{}fencelock-doctor-rtt", conn.namespace()), None)
-            .await
-            .map_err(|e| conn.error(e, "reading"))?;
-        samples.push(sent.elapsed());
+        loop {
+            let sent = Instant::now();
+            match conn
+                .get(&format!("{}fencelock-doctor-rtt", conn.namespace()), None)
+                .await
+            {
+                Ok(_) => {
+                    samples.push(sent.elapsed());
+                    break;
+                }
+                Err(e) if is_transient(&e) && started.elapsed() < ELECTION_WAIT => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(conn.error(e, "reading")),
+            }
+        }
     }
     samples.sort();
     Ok(samples)

@@ -12,9 +12,10 @@
 use std::time::Duration;
 
 use etcd_client::{
-    AlarmAction, AlarmResponse, AlarmType, Certificate, Client, ConnectOptions, GetOptions,
-    GetResponse, Identity, LeaseGrantResponse, LeaseRevokeResponse, LeaseTimeToLiveResponse,
-    MemberListResponse, TlsOptions, Txn, TxnResponse, WatchOptions, WatchStream,
+    AlarmAction, AlarmResponse, AlarmType, Certificate, Client, ConnectOptions, DeleteOptions,
+    DeleteResponse, GetOptions, GetResponse, Identity, LeaseGrantResponse, LeaseRevokeResponse,
+    LeaseTimeToLiveResponse, MemberListResponse, TlsOptions, Txn, TxnResponse, WatchOptions,
+    WatchStream,
 };
 
 use crate::backend::ConnSettings;
@@ -281,6 +282,19 @@ impl EtcdConn {
         self.call(|mut c| {
             let txn = txn.clone();
             async move { c.txn(txn).await }
+        })
+        .await
+    }
+
+    /// Deletes every key that starts with `prefix` (namespace included).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) async fn delete_prefix(
+        &self,
+        prefix: &str,
+    ) -> std::result::Result<DeleteResponse, etcd_client::Error> {
+        self.call(|mut c| async move {
+            c.delete(prefix, Some(DeleteOptions::new().with_prefix()))
+                .await
         })
         .await
     }
