@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::measure::{jain, quantile};
 use crate::render::Format;
+use crate::scenarios::{Counters, Section, contend};
 use crate::{Config, Observer, Scenario};
 
 /// What one run on etcd measured.
@@ -404,15 +405,6 @@ async fn floor_cycle(
     Ok(())
 }
 
-/// One completed critical section.
-#[derive(Debug, Clone, Copy)]
-struct Section {
-    worker: usize,
-    requested: Instant,
-    granted: Instant,
-    released: Instant,
-}
-
 async fn contended(config: &Config, name: &str) -> Result<EtcdContended> {
     let workers = config.workers;
     let hold = config.hold;
@@ -437,26 +429,12 @@ async fn contended(config: &Config, name: &str) -> Result<EtcdContended> {
                     let _ = ready_tx.send(());
                     let client = client?;
                     started.await;
-                    let mut sections = Vec::new();
-                    while !stop.load(Ordering::Relaxed) {
-                        let requested = Instant::now();
-                        let lease = client.acquire(&name, &opts).await?;
-                        let granted = Instant::now();
-                        if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                            overlaps.fetch_add(1, Ordering::SeqCst);
-                        }
-                        std::thread::sleep(hold);
-                        inside.fetch_sub(1, Ordering::SeqCst);
-                        let released = Instant::now();
-                        lease.release().await?;
-                        sections.push(Section {
-                            worker,
-                            requested,
-                            granted,
-                            released,
-                        });
-                    }
-                    Ok::<_, Error>(sections)
+                    let counters = Counters {
+                        inside: &inside,
+                        overlaps: &overlaps,
+                        stop: &stop,
+                    };
+                    contend(&client, &name, &opts, hold, worker, counters).await
                 })
             })
         })

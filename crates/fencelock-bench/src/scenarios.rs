@@ -487,11 +487,54 @@ impl Contended {
 
 /// One completed critical section.
 #[derive(Debug, Clone, Copy)]
-struct Section {
+pub(crate) struct Section {
+    pub(crate) worker: usize,
+    pub(crate) requested: Instant,
+    pub(crate) granted: Instant,
+    pub(crate) released: Instant,
+}
+
+/// What the workers of a contended run share: how many are inside the
+/// critical section, how often two were, and when to stop.
+#[derive(Clone, Copy)]
+pub(crate) struct Counters<'a> {
+    pub(crate) inside: &'a AtomicI64,
+    pub(crate) overlaps: &'a AtomicI64,
+    pub(crate) stop: &'a AtomicBool,
+}
+
+/// One contended worker (on Redis or etcd): acquire, hold `hold` (blocking
+/// the worker's own thread: `nanosleep` is precise, a tokio timer sleeps
+/// about 1 ms too long), release, until told to stop; every critical
+/// section timed, and any overlap with another worker counted.
+pub(crate) async fn contend(
+    client: &LockClient,
+    name: &str,
+    opts: &LockOptions,
+    hold: Duration,
     worker: usize,
-    requested: Instant,
-    granted: Instant,
-    released: Instant,
+    counters: Counters<'_>,
+) -> Result<Vec<Section>> {
+    let mut sections = Vec::new();
+    while !counters.stop.load(Ordering::Relaxed) {
+        let requested = Instant::now();
+        let lease = client.acquire(name, opts).await?;
+        let granted = Instant::now();
+        if counters.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            counters.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        std::thread::sleep(hold);
+        counters.inside.fetch_sub(1, Ordering::SeqCst);
+        let released = Instant::now();
+        lease.release().await?;
+        sections.push(Section {
+            worker,
+            requested,
+            granted,
+            released,
+        });
+    }
+    Ok(sections)
 }
 
 /// The handoff floor of one round of `contended`.
@@ -549,26 +592,12 @@ pub(crate) async fn contended(
                     let _ = ready_tx.send(());
                     let client = client?;
                     started.await;
-                    let mut sections = Vec::new();
-                    while !stop.load(Ordering::Relaxed) {
-                        let requested = Instant::now();
-                        let lease = client.acquire(&name, &opts).await?;
-                        let granted = Instant::now();
-                        if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                            overlaps.fetch_add(1, Ordering::SeqCst);
-                        }
-                        std::thread::sleep(hold);
-                        inside.fetch_sub(1, Ordering::SeqCst);
-                        let released = Instant::now();
-                        lease.release().await?;
-                        sections.push(Section {
-                            worker,
-                            requested,
-                            granted,
-                            released,
-                        });
-                    }
-                    Ok::<_, Error>(sections)
+                    let counters = Counters {
+                        inside: &inside,
+                        overlaps: &overlaps,
+                        stop: &stop,
+                    };
+                    contend(&client, &name, &opts, hold, worker, counters).await
                 })
             })
         })

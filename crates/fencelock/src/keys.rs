@@ -180,19 +180,30 @@ pub(crate) fn validate_name(name: &str, layout: KeyLayout) -> Result<()> {
 
 /// Checks the key of a fenced resource (used as given, without a prefix).
 pub(crate) fn validate_resource_key(key: &str) -> Result<()> {
+    validate_text(
+        key,
+        "the resource key is empty",
+        "the resource key is longer than 512 bytes",
+    )
+}
+
+/// Checks a name or key used as given: not empty (else `empty`), at most
+/// [`MAX_NAME_LEN`] bytes (else `too_long`), no control or invisible
+/// characters.
+pub(crate) fn validate_text(text: &str, empty: &'static str, too_long: &'static str) -> Result<()> {
     let reject = |reason| {
         Err(Error::InvalidName {
-            name: key.chars().take(64).collect(),
+            name: text.chars().take(64).collect(),
             reason,
         })
     };
-    if key.is_empty() {
-        return reject("the resource key is empty");
+    if text.is_empty() {
+        return reject(empty);
     }
-    if key.len() > MAX_NAME_LEN {
-        return reject("the resource key is longer than 512 bytes");
+    if text.len() > MAX_NAME_LEN {
+        return reject(too_long);
     }
-    match key_text_problem(key, MAX_NAME_LEN) {
+    match key_text_problem(text, MAX_NAME_LEN) {
         Some(problem) => reject(problem),
         None => Ok(()),
     }

@@ -453,51 +453,9 @@ fn alive(pid: u32) -> bool {
 /// proxy and the observer are threads of the tool itself).
 #[test]
 fn heavy_torture_killed_or_interrupted_leaves_no_process_behind() {
+    // 4 workers, the lock's and the resource's servers.
     for signal in [libc_sigkill(), libc_sigint()] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let history = dir.path().join("h.jsonl");
-        let mut tool = fencelock(&[
-            "torture",
-            "--duration",
-            "60s",
-            "--workers",
-            "4",
-            "--nemesis",
-            "pause-worker,pause-server",
-            "--nemesis-interval",
-            "200ms",
-            "--history",
-            history.to_str().expect("path"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
-        let pid = tool.id();
-        // Workers are running (and nemeses have begun) once the history
-        // shows both.
-        wait_for("workers and nemeses", Duration::from_secs(30), || {
-            std::fs::read_to_string(&history)
-                .is_ok_and(|h| h.contains("\"granted\"") && h.contains("nemesis_start"))
-        });
-        let started = children(pid);
-        assert!(started.len() >= 6, "4 workers and 2 servers: {started:?}");
-        Command::new("kill")
-            .args([&format!("-{signal}"), &pid.to_string()])
-            .status()
-            .expect("kill");
-        let waited = Instant::now();
-        let status = poll("the tool to exit", Duration::from_secs(20), || {
-            tool.try_wait().expect("wait")
-        });
-        if signal == libc_sigint() {
-            // Interrupted: it stopped everything, checked what ran, reported.
-            assert!(matches!(status.code(), Some(0 | 1)), "{status:?}");
-        }
-        wait_for("every child to be gone", Duration::from_secs(10), || {
-            started.iter().all(|p| !alive(*p))
-        });
-        assert!(waited.elapsed() < Duration::from_secs(25));
+        killed_run_leaves_no_process("single", "pause-worker,pause-server", signal, 4 + 2);
     }
 }
 
@@ -510,51 +468,65 @@ fn torture_on_sentinel_and_cluster_killed_or_interrupted_leaves_no_process_behin
         ("sentinel", libc_sigint(), 3 + 3 + 1 + 4),
         ("cluster", libc_sigkill(), 6 + 1 + 4),
     ] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let history = dir.path().join("h.jsonl");
-        let mut tool = fencelock(&[
-            "torture",
-            "--topology",
-            topology,
-            "--duration",
-            "60s",
-            "--workers",
-            "4",
-            "--nemesis",
-            "pause-worker,pause-server",
-            "--nemesis-interval",
-            "200ms",
-            "--history",
-            history.to_str().expect("path"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
-        let pid = tool.id();
-        wait_for("workers and nemeses", Duration::from_secs(40), || {
-            std::fs::read_to_string(&history)
-                .is_ok_and(|h| h.contains("\"granted\"") && h.contains("nemesis_start"))
-        });
-        let started = children(pid);
-        assert!(
-            started.len() >= processes,
-            "{topology}: {processes} processes expected: {started:?}"
-        );
-        Command::new("kill")
-            .args([&format!("-{signal}"), &pid.to_string()])
-            .status()
-            .expect("kill");
-        let status = poll("the tool to exit", Duration::from_secs(20), || {
-            tool.try_wait().expect("wait")
-        });
-        if signal == libc_sigint() {
-            assert!(matches!(status.code(), Some(0 | 1)), "{status:?}");
-        }
-        wait_for("every child to be gone", Duration::from_secs(10), || {
-            started.iter().all(|p| !alive(*p))
-        });
+        killed_run_leaves_no_process(topology, "pause-worker,pause-server", signal, processes);
     }
+}
+
+/// Starts a 60 s run on `topology`, waits until its workers hold locks and
+/// its nemeses began, checks that at least `processes` children run, sends
+/// `signal` (KILL or INT) to the tool, and checks that every child is gone
+/// soon after (an interrupted run still reports: exit 0 or 1).
+fn killed_run_leaves_no_process(topology: &str, nemeses: &str, signal: &str, processes: usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let history = dir.path().join("h.jsonl");
+    let mut tool = fencelock(&[
+        "torture",
+        "--topology",
+        topology,
+        "--duration",
+        "60s",
+        "--workers",
+        "4",
+        "--nemesis",
+        nemeses,
+        "--nemesis-interval",
+        "200ms",
+        "--history",
+        history.to_str().expect("path"),
+    ])
+    // Data directories a SIGKILL leaves behind (an etcd member's is a
+    // 64 MB write-ahead log) go to this test's own directory.
+    .env("TMPDIR", dir.path())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("starts");
+    let pid = tool.id();
+    wait_for("workers and nemeses", Duration::from_secs(40), || {
+        std::fs::read_to_string(&history)
+            .is_ok_and(|h| h.contains("\"granted\"") && h.contains("nemesis_start"))
+    });
+    let started = children(pid);
+    assert!(
+        started.len() >= processes,
+        "{topology}: {processes} processes expected: {started:?}"
+    );
+    Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill");
+    let waited = Instant::now();
+    let status = poll("the tool to exit", Duration::from_secs(20), || {
+        tool.try_wait().expect("wait")
+    });
+    if signal == libc_sigint() {
+        // Interrupted: it stopped everything, checked what ran, reported.
+        assert!(matches!(status.code(), Some(0 | 1)), "{status:?}");
+    }
+    wait_for("every child to be gone", Duration::from_secs(10), || {
+        started.iter().all(|p| !alive(*p))
+    });
+    assert!(waited.elapsed() < Duration::from_secs(30));
 }
 
 fn libc_sigkill() -> &'static str {
@@ -714,49 +686,14 @@ fn torture_on_etcd_refuses_redis_only_nemeses_before_servers_start() {
 /// redis-server behind.
 #[test]
 fn torture_on_etcd_killed_leaves_no_process_behind() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let history = dir.path().join("h.jsonl");
-    let mut tool = fencelock(&[
-        "torture",
-        "--topology",
-        "etcd",
-        "--duration",
-        "60s",
-        "--workers",
-        "4",
-        "--nemesis",
-        "pause-worker,kill-restart",
-        "--nemesis-interval",
-        "200ms",
-        "--history",
-        history.to_str().expect("path"),
-    ])
-    // The members' data directories (a 64 MB write-ahead log each), which
-    // a SIGKILL leaves behind, go to this test's own directory.
-    .env("TMPDIR", dir.path())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("starts");
-    let pid = tool.id();
-    wait_for("workers and nemeses", Duration::from_secs(40), || {
-        std::fs::read_to_string(&history)
-            .is_ok_and(|h| h.contains("\"granted\"") && h.contains("nemesis_start"))
-    });
     // 3 members (one may be down for a restart), the resource's server,
     // 4 workers.
-    let started = children(pid);
-    assert!(started.len() >= 2 + 1 + 4, "{started:?}");
-    Command::new("kill")
-        .args([&format!("-{}", libc_sigkill()), &pid.to_string()])
-        .status()
-        .expect("kill");
-    poll("the tool to exit", Duration::from_secs(20), || {
-        tool.try_wait().expect("wait")
-    });
-    wait_for("every child to be gone", Duration::from_secs(10), || {
-        started.iter().all(|p| !alive(*p))
-    });
+    killed_run_leaves_no_process(
+        "etcd",
+        "pause-worker,kill-restart",
+        libc_sigkill(),
+        2 + 1 + 4,
+    );
 }
 
 /// Against a given etcd (`--url etcd://…`): client-side nemeses only (the

@@ -14,32 +14,21 @@
 
 use std::borrow::Cow;
 
-use crate::error::{Error, Result};
-use crate::keys::{MAX_NAME_LEN, key_text_problem};
+use crate::error::Result;
+use crate::keys::validate_text;
 
-/// Checks a lock name for etcd: not empty, at most [`MAX_NAME_LEN`] bytes,
+/// Checks a lock name for etcd: not empty, at most [`MAX_NAME_LEN`](crate::keys::MAX_NAME_LEN) bytes,
 /// no control or invisible characters. Any other character is fine (`/`,
 /// `{`, `:fence` included).
 ///
 /// # Errors
 /// [`Error::InvalidName`].
 pub(crate) fn validate_name(name: &str) -> Result<()> {
-    let reject = |reason| {
-        Err(Error::InvalidName {
-            name: name.chars().take(64).collect(),
-            reason,
-        })
-    };
-    if name.is_empty() {
-        return reject("the name is empty");
-    }
-    if name.len() > MAX_NAME_LEN {
-        return reject("the name is longer than 512 bytes");
-    }
-    match key_text_problem(name, MAX_NAME_LEN) {
-        Some(problem) => reject(problem),
-        None => Ok(()),
-    }
+    validate_text(
+        name,
+        "the name is empty",
+        "the name is longer than 512 bytes",
+    )
 }
 
 /// `name` with `%` and `/` escaped.
@@ -176,6 +165,7 @@ fn class(p: &[char], c: char) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::MAX_NAME_LEN;
 
     #[test]
     fn names_with_slashes_never_share_a_prefix() {
