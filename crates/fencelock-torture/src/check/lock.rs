@@ -287,7 +287,14 @@ pub(super) fn c6(index: &Index<'_>) -> CheckResult {
                 }
                 r.checked += 1;
                 if f <= pf {
-                    let told = p.holder.as_deref().is_some_and(|h| grants.contains_key(h));
+                    // Told *this* fence: an acquisition that retries keeps
+                    // its token, so its holder id may have been refused one
+                    // fence (and released it) before it was told another.
+                    let told = p
+                        .holder
+                        .as_deref()
+                        .and_then(|h| grants.get(h))
+                        .is_some_and(|g| *g == pf);
                     if index.counter_mode && index.data_lost_between(p.sent, o.t) {
                         r.excuse(C6_DATA_LOSS);
                     } else if index.rollback_between(p.sent, o.t)
