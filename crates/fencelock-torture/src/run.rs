@@ -126,7 +126,14 @@ fn nemeses<T: Topology>(config: &Config, topology: &T) -> Result<Vec<NemesisKind
     }
     let kinds = match (&config.nemeses, config.variant) {
         (Some(list), _) => list.clone(),
-        (None, Some(v)) => v.nemeses().to_vec(),
+        // The control's nemeses that this topology can run (its refusal
+        // above says when none that exposes it can).
+        (None, Some(v)) => v
+            .nemeses()
+            .iter()
+            .copied()
+            .filter(|k| topology.supports(*k))
+            .collect(),
         (None, None) => NemesisKind::ALL
             .into_iter()
             .filter(|k| topology.supports(*k))

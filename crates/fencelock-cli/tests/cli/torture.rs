@@ -306,12 +306,15 @@ fn replicated_run_finds_no_violation(topology: &str, replicas: u64) {
 /// release without the owner check lets a third holder in beside a
 /// valid one.
 fn replicated_control_is_caught(topology: &str) {
+    // `--unsafe all` runs every control the topology can expose (the
+    // others are left out with a reason on stderr), each with those of its
+    // nemeses the topology can run.
     let out = fencelock(&[
         "torture",
         "--topology",
         topology,
         "--unsafe",
-        "unchecked-release",
+        "all",
         "--seed",
         "3",
         "--json",
@@ -320,18 +323,42 @@ fn replicated_control_is_caught(topology: &str) {
     .expect("runs");
     let report = json_of(&out);
     assert_eq!(out.status.code(), Some(1), "{report:#}");
-    assert_eq!(report["topology"], topology, "{report:#}");
-    assert_eq!(report["unsafe"], "unchecked-release", "{report:#}");
-    let caught: Vec<&str> = report["caught_by"]
-        .as_array()
-        .expect("caught_by")
+    let controls = report["controls"].as_array().expect("controls");
+    let names: HashSet<&str> = controls
         .iter()
-        .filter_map(Value::as_str)
+        .filter_map(|c| c["unsafe"].as_str())
         .collect();
-    assert!(caught.contains(&"C4"), "{report:#}");
-    assert!(
-        report["first_violation_s"].as_f64().unwrap_or(f64::MAX) < 30.0,
+    assert_eq!(
+        names,
+        HashSet::from([
+            "write-only-check",
+            "unchecked-release",
+            "recreating-renewal"
+        ]),
         "{report:#}"
+    );
+    for c in controls {
+        assert_eq!(c["topology"], topology, "{c:#}");
+        let caught: Vec<&str> = c["caught_by"]
+            .as_array()
+            .expect("caught_by")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(!caught.is_empty(), "{c:#}");
+        if c["unsafe"] == "unchecked-release" {
+            assert!(caught.contains(&"C4"), "{c:#}");
+        }
+        assert!(
+            c["first_violation_s"].as_f64().unwrap_or(f64::MAX) < 30.0,
+            "{c:#}"
+        );
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("two-command-acquire is left out")
+            && stderr.contains("ge-check is left out"),
+        "{stderr}"
     );
 }
 
