@@ -26,6 +26,7 @@
 //! hashes) refuses an etcd client with an error that says so.
 
 mod audit;
+mod coalesce;
 mod conn;
 mod errors;
 #[cfg(feature = "etcd")]
@@ -40,6 +41,8 @@ pub(crate) mod url;
 pub(crate) mod wire;
 
 pub(crate) use audit::{info_field, memory_policy};
+#[cfg(feature = "testing")]
+pub use coalesce::BatchFault;
 #[cfg(feature = "testing")]
 pub(crate) use conn::invocation;
 pub(crate) use conn::{ConnSettings, Node, RedisConn, Topology};
@@ -89,6 +92,26 @@ impl Backend {
     pub(crate) async fn run<C: ScriptCall>(&self, call: &C) -> Result<C::Reply> {
         match self {
             Backend::Redis(conn) => conn.run(call).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(needs_redis("a Redis script")),
+        }
+    }
+
+    /// One grant attempt (batched with the client's concurrent ones when it
+    /// can be; see `coalesce`).
+    pub(crate) async fn grant(&self, call: &ops::Grant<'_>) -> Result<ops::GrantReply> {
+        match self {
+            Backend::Redis(conn) => conn.grant(call).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(needs_redis("a Redis script")),
+        }
+    }
+
+    /// One release (batched with the client's concurrent ones; see
+    /// `coalesce`).
+    pub(crate) async fn release(&self, call: &ops::Release<'_>) -> Result<ops::Checked> {
+        match self {
+            Backend::Redis(conn) => conn.release(call).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => Err(needs_redis("a Redis script")),
         }
