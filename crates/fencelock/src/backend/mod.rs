@@ -5,9 +5,10 @@
 //!
 //! | module | concern |
 //! |---|---|
-//! | `ops` | the operations as typed calls and replies (`Grant`, `Release`, `Extend`, `Leave`, `Inspect`, `FencedWrite`): the one place where a script's arguments are encoded and its reply decoded |
+//! | `ops` | the operations as typed calls and replies (`Grant`, `Release`, `Extend`, `Leave`, `Inspect`, `FencedWrite`, and the batches `GrantMany`, `ReleaseMany`, `ExtendMany`): the one place where a script's arguments are encoded and its reply decoded |
 //! | `wire` | the data kept in Redis: lock value, queue member, wake-up payload |
-//! | `scripts` | the Lua scripts, one per operation (`scripts/*.lua`), grant, release and leave sharing `prelude.lua` |
+//! | `scripts` | the Lua scripts, one per operation (`scripts/*.lua`), grant, release and leave sharing `prelude.lua`; `grant_many.lua` and `release_many.lua` for batches |
+//! | `coalesce` | the concurrent grants and releases of one client (of one Cluster slot) sent as one batch call while another is in flight; a lone call goes alone at once |
 //! | `target` | the one URL for every topology (`redis://`, `rediss://`, `unix://`, `redis+sentinel://`, `redis+cluster://`), parsed |
 //! | `conn` | [`RedisConn`], the connection seam: one variant per kind of deployment (one server, Sentinel, Cluster), script calls by SHA with `NOSCRIPT` reload, error mapping |
 //! | `sentinel` | the master found through Sentinel, followed across failovers |
