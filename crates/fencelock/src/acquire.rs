@@ -363,7 +363,10 @@ impl Engine {
                     .await?;
                 (reply, Some(acked))
             }
-            None => (self.backend.run(&grant).await?, None),
+            // Batched with the client's concurrent grants when it can be:
+            // `sent` is taken before the call joins a batch, so the lease's
+            // deadline never starts after Redis runs it.
+            None => (self.backend.grant(&grant).await?, None),
         };
         let fence = match reply {
             GrantReply::Granted(fence) => fence,

@@ -213,7 +213,7 @@ impl LockClient {
     }
 
     /// The store behind this client.
-    #[cfg(all(feature = "testing", feature = "etcd"))]
+    #[cfg(feature = "testing")]
     pub(crate) fn backend(&self) -> &Backend {
         &self.inner.engine.backend
     }

@@ -255,6 +255,17 @@ pub mod testing {
         })
     }
 
+    pub use crate::backend::BatchFault;
+
+    /// Makes `client`'s batched grants run a deliberately broken script
+    /// (`None`: the real one again): the negative controls of the tests
+    /// of batched grants. A Redis client only.
+    pub fn break_batched_grants(client: &crate::LockClient, fault: Option<BatchFault>) {
+        if let Ok(conn) = client.backend().redis() {
+            conn.break_batched_grants(fault);
+        }
+    }
+
     /// The script call one keeper tick makes to renew a batch of leases
     /// (`(lock key, exact lock value)` each) to `ttl`, to run on any
     /// connection.

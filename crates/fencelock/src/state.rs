@@ -210,7 +210,7 @@ impl LeaseState {
             Backend::Redis(_) => {
                 let keys = g.keys();
                 self.backend
-                    .run(&Release {
+                    .release(&Release {
                         keys: &keys,
                         mint: g.mint,
                         pass_on: PassOn {

@@ -24,7 +24,10 @@ use redis::{
     TlsCertificates,
 };
 
-use super::ops::{Publish, ScriptCall};
+use super::coalesce::Coalescer;
+use super::ops::{
+    Checked, Grant, GrantItem, GrantReply, Publish, Release, ReleaseItem, ScriptCall,
+};
 use super::sentinel::SentinelLink;
 use super::target::{Nodes, Target};
 use super::tls::{self, TlsFiles};
@@ -90,6 +93,9 @@ pub(crate) struct RedisConn {
     pub(super) settings: ConnSettings,
     /// The TLS certificates read from the settings' files, if any.
     pub(super) certs: Option<TlsCertificates>,
+    /// Batches the concurrent grants and releases of the client (shared by
+    /// every clone).
+    coalescer: Arc<Coalescer>,
 }
 
 impl std::fmt::Debug for RedisConn {
@@ -135,6 +141,7 @@ impl RedisConn {
             url: shown,
             settings: settings.clone(),
             certs,
+            coalescer: Coalescer::new(),
         };
         // A connection only opens a socket (and AUTHs if the URL has a
         // password): a server that requires a password, or one that accepts
@@ -198,7 +205,75 @@ impl RedisConn {
 
     /// Runs a script call and decodes its reply.
     pub(crate) async fn run<C: ScriptCall>(&self, call: &C) -> Result<C::Reply> {
-        let keys = call.keys();
+        self.invoke(call)
+            .await
+            .map_err(|e| self.map_error(e, &call.keys()))
+    }
+
+    /// One grant attempt: batched with the client's concurrent grants of
+    /// its slot when it is of the kind a batch settles, alone (at once)
+    /// otherwise (see `super::coalesce`).
+    pub(crate) async fn grant(&self, call: &Grant<'_>) -> Result<GrantReply> {
+        if !call.batchable() {
+            return self.run(call).await;
+        }
+        self.coalescer
+            .grants
+            .call(
+                self,
+                self.batch_group(&call.keys.lock),
+                || GrantItem::from(call),
+                || self.run(call),
+            )
+            .await
+    }
+
+    /// One release: batched with the client's concurrent releases of its
+    /// slot (see `super::coalesce`).
+    pub(crate) async fn release(&self, call: &Release<'_>) -> Result<Checked> {
+        self.coalescer
+            .releases
+            .call(
+                self,
+                self.batch_group(&call.keys.lock),
+                || ReleaseItem::from(call),
+                || self.run(call),
+            )
+            .await
+    }
+
+    /// Makes batched grants run `fault`'s broken script (feature
+    /// `testing`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn break_batched_grants(&self, fault: Option<super::coalesce::BatchFault>) {
+        self.coalescer.break_grants(fault);
+    }
+
+    /// The client's coalescer.
+    pub(super) fn coalescer(&self) -> &Coalescer {
+        &self.coalescer
+    }
+
+    /// The error of one item of a batch (lock key `key`) that the batch
+    /// script reported as `text` (`CODE detail`), as the item's own call
+    /// would report it.
+    pub(super) fn item_error(&self, text: &str, key: &str) -> Error {
+        let (code, detail) = text.split_once(' ').unwrap_or((text, ""));
+        errors::classify(code, detail, &[key]).unwrap_or_else(|| {
+            Error::Redis(RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "a script call failed",
+                errors::without_script_internals(text).to_owned(),
+            )))
+        })
+    }
+
+    /// Runs a script call and decodes its reply, leaving errors as the
+    /// client library gives them.
+    pub(super) async fn invoke<C: ScriptCall>(
+        &self,
+        call: &C,
+    ) -> std::result::Result<C::Reply, RedisError> {
         let invocation = invocation(call);
         match &self.link {
             Link::Standalone { conn, .. } => invocation.invoke_async(&mut conn.clone()).await,
@@ -211,7 +286,6 @@ impl RedisConn {
                 .await
             }
         }
-        .map_err(|e| self.map_error(e, &keys))
     }
 
     /// Runs a plain command on `key` (used for reads such as `HMGET`).
@@ -435,7 +509,8 @@ impl RedisConn {
         }
     }
 
-    fn map_error(&self, e: RedisError, keys: &[&str]) -> Error {
+    /// The typed error of a failed call on `keys`.
+    pub(super) fn map_error(&self, e: RedisError, keys: &[&str]) -> Error {
         if let (Some(code), Some(detail)) = (e.code(), e.detail())
             && let Some(error) = errors::classify(code, detail, keys)
         {

@@ -5,9 +5,10 @@
 //!
 //! | module | concern |
 //! |---|---|
-//! | `ops` | the operations as typed calls and replies (`Grant`, `Release`, `Extend`, `Leave`, `Inspect`, `FencedWrite`): the one place where a script's arguments are encoded and its reply decoded |
+//! | `ops` | the operations as typed calls and replies (`Grant`, `Release`, `Extend`, `Leave`, `Inspect`, `FencedWrite`, and the batches `GrantMany`, `ReleaseMany`, `ExtendMany`): the one place where a script's arguments are encoded and its reply decoded |
 //! | `wire` | the data kept in Redis: lock value, queue member, wake-up payload |
-//! | `scripts` | the Lua scripts, one per operation (`scripts/*.lua`), grant, release and leave sharing `prelude.lua` |
+//! | `scripts` | the Lua scripts, one per operation (`scripts/*.lua`), grant, release and leave sharing `prelude.lua`; `grant_many.lua` and `release_many.lua` for batches |
+//! | `coalesce` | the concurrent grants and releases of one client (of one Cluster slot) sent as one batch call while another is in flight; a lone call goes alone at once |
 //! | `target` | the one URL for every topology (`redis://`, `rediss://`, `unix://`, `redis+sentinel://`, `redis+cluster://`), parsed |
 //! | `conn` | [`RedisConn`], the connection seam: one variant per kind of deployment (one server, Sentinel, Cluster), script calls by SHA with `NOSCRIPT` reload, error mapping |
 //! | `sentinel` | the master found through Sentinel, followed across failovers |
@@ -26,6 +27,7 @@
 //! hashes) refuses an etcd client with an error that says so.
 
 mod audit;
+mod coalesce;
 mod conn;
 mod errors;
 #[cfg(feature = "etcd")]
@@ -40,6 +42,8 @@ pub(crate) mod url;
 pub(crate) mod wire;
 
 pub(crate) use audit::{info_field, memory_policy};
+#[cfg(feature = "testing")]
+pub use coalesce::BatchFault;
 #[cfg(feature = "testing")]
 pub(crate) use conn::invocation;
 pub(crate) use conn::{ConnSettings, Node, RedisConn, Topology};
@@ -89,6 +93,26 @@ impl Backend {
     pub(crate) async fn run<C: ScriptCall>(&self, call: &C) -> Result<C::Reply> {
         match self {
             Backend::Redis(conn) => conn.run(call).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(needs_redis("a Redis script")),
+        }
+    }
+
+    /// One grant attempt (batched with the client's concurrent ones when it
+    /// can be; see `coalesce`).
+    pub(crate) async fn grant(&self, call: &ops::Grant<'_>) -> Result<ops::GrantReply> {
+        match self {
+            Backend::Redis(conn) => conn.grant(call).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(needs_redis("a Redis script")),
+        }
+    }
+
+    /// One release (batched with the client's concurrent ones; see
+    /// `coalesce`).
+    pub(crate) async fn release(&self, call: &ops::Release<'_>) -> Result<ops::Checked> {
+        match self {
+            Backend::Redis(conn) => conn.release(call).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => Err(needs_redis("a Redis script")),
         }

@@ -173,6 +173,162 @@ impl FromRedisValue for GrantReply {
     }
 }
 
+impl Grant<'_> {
+    /// Whether `grant_many.lua` may settle this attempt in a batch: the
+    /// common case `grant_fast.lua` handles (clock fences, not fair), for a
+    /// caller with no queue member, whose refusal writes nothing (a caller
+    /// that queues when refused goes alone, through `grant.lua`).
+    pub(crate) fn batchable(&self) -> bool {
+        self.mint.mode == FenceMode::Clock
+            && self.wait_mode != WaitMode::Fair
+            && self.member.is_none()
+    }
+}
+
+/// One grant waiting in a batch (owned: it outlives its caller's borrow
+/// while it waits for the batch call): what `grant_many.lua` needs of it.
+#[derive(Debug, Clone)]
+pub(crate) struct GrantItem {
+    /// The lock key.
+    pub(crate) lock: String,
+    mint: Mint,
+    token: String,
+    ttl: Duration,
+}
+
+impl From<&Grant<'_>> for GrantItem {
+    fn from(grant: &Grant<'_>) -> Self {
+        GrantItem {
+            lock: grant.keys.lock.clone(),
+            mint: grant.mint,
+            token: grant.token.to_owned(),
+            ttl: grant.ttl,
+        }
+    }
+}
+
+/// Many batchable grants ([`Grant::batchable`]) in one call
+/// (`grant_many.lua`). On a Cluster all lock keys must share a slot.
+#[derive(Debug)]
+pub(crate) struct GrantMany<'a> {
+    pub(crate) items: &'a [GrantItem],
+    /// The script: `GRANT_MANY`, or a deliberately broken variant of it
+    /// (feature `testing`: the negative controls of the batch tests).
+    pub(crate) script: &'static Lua,
+}
+
+impl ToRedisArgs for GrantMany<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        for item in self.items {
+            item.mint.write(out);
+            out.write_arg(item.token.as_bytes());
+            out.write_arg_fmt(item.ttl.as_millis());
+        }
+    }
+
+    fn num_of_args(&self) -> usize {
+        3 * self.items.len()
+    }
+}
+
+impl ScriptCall for GrantMany<'_> {
+    type Reply = Vec<Batched<GrantReply>>;
+
+    fn script(&self) -> &'static Lua {
+        self.script
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.items.iter().map(|item| item.lock.as_str()).collect()
+    }
+}
+
+/// What a batch script did with one of its items.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Batched<R> {
+    /// Settled: the reply the item's own script would have given.
+    Done(R),
+    /// Not settled, and nothing written for it: it goes alone, through its
+    /// own script.
+    Alone,
+    /// Failed with this server error (`CODE detail`).
+    Failed(String),
+}
+
+impl FromRedisValue for Batched<GrantReply> {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let (code, n): (i64, Value) = FromRedisValue::from_redis_value(v)?;
+        match code {
+            0 | 1 => {
+                let n = i64::from_redis_value(n)?;
+                GrantReply::from_redis_value(Value::Array(vec![Value::Int(code), Value::Int(n)]))
+                    .map(Batched::Done)
+            }
+            3 => Ok(Batched::Alone),
+            4 => Ok(Batched::Failed(String::from_redis_value(n)?)),
+            other => Err(format!("a batched grant returned the unknown code {other}").into()),
+        }
+    }
+}
+
+/// One release waiting in a batch (owned, see [`GrantItem`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ReleaseItem {
+    /// The lock key.
+    pub(crate) lock: String,
+    /// The exact lock value of the grant.
+    value: String,
+}
+
+impl From<&Release<'_>> for ReleaseItem {
+    fn from(release: &Release<'_>) -> Self {
+        ReleaseItem {
+            lock: release.keys.lock.clone(),
+            value: release.value.to_owned(),
+        }
+    }
+}
+
+/// Many releases in one call (`release_many.lua`). On a Cluster all lock
+/// keys must share a slot.
+#[derive(Debug)]
+pub(crate) struct ReleaseMany<'a> {
+    pub(crate) items: &'a [ReleaseItem],
+}
+
+impl ToRedisArgs for ReleaseMany<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        for item in self.items {
+            out.write_arg(item.value.as_bytes());
+        }
+    }
+
+    fn num_of_args(&self) -> usize {
+        self.items.len()
+    }
+}
+
+impl ScriptCall for ReleaseMany<'_> {
+    type Reply = Vec<Batched<Checked>>;
+
+    fn script(&self) -> &'static Lua {
+        &scripts::RELEASE_MANY
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.items.iter().map(|item| item.lock.as_str()).collect()
+    }
+}
+
+impl FromRedisValue for Batched<Checked> {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match i64::from_redis_value(v)? {
+            2 => Ok(Batched::Alone),
+            code => Checked::from_redis_value(Value::Int(code)).map(Batched::Done),
+        }
+    }
+}
+
 /// Compare-and-delete, then pass the lock on (`release.lua`).
 #[derive(Debug)]
 pub(crate) struct Release<'a> {

@@ -21,6 +21,14 @@ pub(crate) struct Lua {
     pub(crate) script: Script,
 }
 
+impl std::fmt::Debug for Lua {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lua")
+            .field("sha", &self.script.get_hash())
+            .finish()
+    }
+}
+
 impl Lua {
     fn new(source: &'static str) -> Self {
         Lua {
@@ -49,6 +57,17 @@ pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("scripts/release.lua")
     ))
 });
+
+/// Grants of many callers of one client in one call: the common case of
+/// each (`grant_fast.lua`'s), the rest sent back to go alone (the
+/// coalescer's batches, `super::coalesce`).
+pub(crate) static GRANT_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/grant_many.lua")));
+
+/// Releases of many leases of one client in one call: compare-and-delete
+/// of each when nobody waits, the rest sent back to go alone.
+pub(crate) static RELEASE_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/release_many.lua")));
 
 /// Leave: a waiter gives up its place (and a lock handed to it).
 pub(crate) static LEAVE: LazyLock<Lua> = LazyLock::new(|| {
@@ -90,3 +109,27 @@ pub(crate) static INSPECT: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("scripts/inspect.lua")
     ))
 });
+
+/// `grant_many.lua` with `fault` (feature `testing`: the negative controls
+/// of the batch tests). Each variant is built once.
+#[cfg(feature = "testing")]
+pub(crate) fn broken(fault: super::coalesce::BatchFault) -> &'static Lua {
+    use super::coalesce::BatchFault;
+    static IGNORE_STORED_FENCE: LazyLock<Lua> =
+        LazyLock::new(|| break_grant_many("local f = math.max(n + 1, now)", "local f = now"));
+    static ONE_ERROR_FAILS_ALL: LazyLock<Lua> = LazyLock::new(|| {
+        break_grant_many("redis.pcall('SET', lock, v,", "redis.call('SET', lock, v,")
+    });
+    match fault {
+        BatchFault::IgnoreStoredFence => &IGNORE_STORED_FENCE,
+        BatchFault::OneErrorFailsAll => &ONE_ERROR_FAILS_ALL,
+    }
+}
+
+/// `grant_many.lua` with `from` replaced by `to` (were `from` gone, the
+/// variant would not be broken, and its negative control would say so).
+#[cfg(feature = "testing")]
+fn break_grant_many(from: &str, to: &str) -> Lua {
+    let source = include_str!("scripts/grant_many.lua");
+    Lua::new(Box::leak(source.replace(from, to).into_boxed_str()))
+}

@@ -11,6 +11,7 @@
 mod acl;
 mod audit;
 mod bad_input;
+mod coalesce;
 #[cfg(feature = "etcd")]
 mod consensus;
 mod exclusion;

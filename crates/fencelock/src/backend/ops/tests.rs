@@ -111,3 +111,114 @@ fn replies_decode_every_code() {
         Some(LeaveReply::ReleasedHandOver)
     );
 }
+
+/// The batch calls write three ARGV per grant and one per release, in the
+/// order `grant_many.lua` and `release_many.lua` read them, and only grants
+/// the batch script can settle are batchable.
+#[test]
+fn batch_calls_write_their_items_in_order() -> crate::Result<()> {
+    let a = LockKeys::new("lock:", KeyLayout::HashTagged, "a")?;
+    let b = LockKeys::new("lock:", KeyLayout::Guide, "b")?;
+    let opts = LockOptions::default().ttl(Duration::from_secs(5));
+    let grant = |keys, token| Grant {
+        keys,
+        mint: Mint::new(&opts),
+        token,
+        ttl: opts.ttl,
+        wait_mode: WaitMode::Notify,
+        member: None,
+        waiter_lease: Duration::from_secs(1),
+        queued: false,
+    };
+    let items = [
+        GrantItem::from(&grant(&a, "t1")),
+        GrantItem::from(&Grant {
+            mint: Mint::new(&opts.clone().layout(KeyLayout::Guide)),
+            ..grant(&b, "t2")
+        }),
+    ];
+    let many = GrantMany {
+        items: &items,
+        script: &scripts::GRANT_MANY,
+    };
+    assert_eq!(
+        args(&many),
+        ["ct86400000", "t1", "5000", "cb0", "t2", "5000"]
+    );
+    assert_eq!(many.keys(), [a.lock.as_str(), b.lock.as_str()]);
+    assert!(grant(&a, "t").batchable());
+    let member = QueueMember {
+        client: "c".into(),
+        waiter: 1,
+        mode: WaitMode::Notify,
+        ttl: Duration::from_secs(5),
+        handover: Duration::from_secs(1),
+        token: "t".into(),
+    };
+    for not in [
+        Grant {
+            member: Some(&member),
+            ..grant(&a, "t")
+        },
+        Grant {
+            wait_mode: WaitMode::Fair,
+            ..grant(&a, "t")
+        },
+        Grant {
+            mint: Mint::new(&opts.clone().fence_mode(FenceMode::Counter)),
+            ..grant(&a, "t")
+        },
+    ] {
+        assert!(!not.batchable(), "{not:?}");
+    }
+    let pass_on = PassOn {
+        publish: Publish::Publish,
+    };
+    let release = |keys, value| Release {
+        keys,
+        mint: Mint::new(&opts),
+        pass_on,
+        value,
+    };
+    let items = [
+        ReleaseItem::from(&release(&a, "t1:7")),
+        ReleaseItem::from(&release(&b, "t2")),
+    ];
+    let many = ReleaseMany { items: &items };
+    assert_eq!(args(&many), ["t1:7", "t2"]);
+    assert_eq!(many.keys(), [a.lock.as_str(), b.lock.as_str()]);
+    Ok(())
+}
+
+#[test]
+fn batch_replies_decode_every_code() {
+    let item = |code, n: Value| Value::Array(vec![Value::Int(code), n]);
+    let grant = |v| Batched::<GrantReply>::from_redis_value(v).ok();
+    assert_eq!(
+        grant(item(1, Value::Int(42))),
+        Some(Batched::Done(GrantReply::Granted(Fence::new(42))))
+    );
+    assert_eq!(
+        grant(item(0, Value::Int(-1))),
+        Some(Batched::Done(GrantReply::Held(None)))
+    );
+    assert_eq!(grant(item(3, Value::Int(0))), Some(Batched::Alone));
+    assert_eq!(
+        grant(item(4, Value::SimpleString("FLNOPERM SET".into()))),
+        Some(Batched::Failed("FLNOPERM SET".into()))
+    );
+    assert_eq!(grant(item(2, Value::Int(0))), None);
+    assert_eq!(grant(item(1, Value::Int(-3))), None);
+    let release = |code| Batched::<Checked>::from_redis_value(Value::Int(code)).ok();
+    assert_eq!(release(1), Some(Batched::Done(Checked::Done)));
+    assert_eq!(
+        release(0),
+        Some(Batched::Done(Checked::NotOurs(LossReason::Expired)))
+    );
+    assert_eq!(
+        release(-1),
+        Some(Batched::Done(Checked::NotOurs(LossReason::TakenOver)))
+    );
+    assert_eq!(release(2), Some(Batched::Alone));
+    assert_eq!(release(5), None);
+}

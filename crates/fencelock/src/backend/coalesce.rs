@@ -1,0 +1,390 @@
+//! Coalescing: the grants (and the releases) of one client that arrive
+//! while another of their kind is in flight go to Redis together, as one
+//! script call.
+//!
+//! Redis spends a fixed cost on every script call (a few µs: the `EVALSHA`
+//! lookup, the Lua call, the reply) on top of the calls the script makes.
+//! Many tasks taking and releasing locks through one client pay it once per
+//! operation; a batch pays it once per batch.
+//!
+//! One [`Lane`] per kind (grants, releases) per client, with one group per
+//! [`batch group`](RedisConn::batch_group) (a Cluster slot; one group off a
+//! Cluster, where any keys may share a script):
+//! - a call that finds no call of its group in flight goes alone, at once,
+//!   with its own script and reply, exactly as it would without a lane: a
+//!   lone caller is never delayed;
+//! - while one is in flight, further calls of the group queue; when it has
+//!   replied, everything queued (up to [`MAX_BATCH`]) goes as one batch
+//!   call (`grant_many.lua`, `release_many.lua`), sent by a task of its own
+//!   (a caller that gives up never strands the others), which then sends
+//!   what queued meanwhile, until nothing is queued. A single queued call
+//!   is sent back to go alone, with its own script;
+//! - a batch settles each item with its own script's common case and
+//!   sends back the items it cannot settle (a queue to pass a lock on to,
+//!   a key of another type, a retry, …), having written nothing for them:
+//!   they go alone through their own script, which decides and names what
+//!   is wrong. An item's error is that item's; a failed batch call fails
+//!   each of its items as their own call would have failed (retryable if
+//!   the connection is the problem).
+//!
+//! Calls that wait for replicas (`WAIT`) never come here: the `WAIT` must
+//! follow exactly their own writes. A grant's lease is timed from before
+//! the caller entered the lane, no later than Redis runs its batch.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redis::cluster_routing::Slot;
+use tokio::sync::oneshot;
+
+use super::conn::RedisConn;
+use super::ops::{Batched, Checked, GrantItem, GrantMany, GrantReply, ReleaseItem, ReleaseMany};
+use crate::error::{Error, Result};
+
+/// Most calls in one batch: a batch of 128 grants holds Redis for a few
+/// hundred µs, and a bigger one would delay every other client's calls for
+/// longer than a lone call takes.
+pub(crate) const MAX_BATCH: usize = 128;
+
+/// A kind of call that can be batched: what a queued call keeps, and how a
+/// batch of them is sent.
+pub(super) trait Kind: Send + Sync + 'static {
+    /// A queued call (owned: the caller's borrow is not `'static`).
+    type Item: Send + 'static;
+    /// The reply of one call.
+    type Reply: Send + 'static;
+
+    /// Sends `items` (one group) as one call; one outcome per item, in
+    /// order, whatever happens.
+    fn run_batch(
+        conn: &RedisConn,
+        items: &[Self::Item],
+    ) -> impl Future<Output = Vec<Outcome<Self::Reply>>> + Send;
+}
+
+/// What a batch did for one caller.
+#[derive(Debug)]
+pub(super) enum Outcome<R> {
+    /// Settled: the caller's reply.
+    Done(R),
+    /// The caller sends its call alone, through its own script.
+    Alone,
+    /// The caller's call failed.
+    Failed(Error),
+}
+
+/// The grants of a client.
+#[derive(Debug)]
+pub(super) struct Grants;
+
+/// The releases of a client.
+#[derive(Debug)]
+pub(super) struct Releases;
+
+impl Kind for Grants {
+    type Item = GrantItem;
+    type Reply = GrantReply;
+
+    async fn run_batch(conn: &RedisConn, items: &[GrantItem]) -> Vec<Outcome<GrantReply>> {
+        let call = GrantMany {
+            items,
+            script: conn.coalescer().grant_script(),
+        };
+        let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
+        outcomes(conn, &keys, conn.invoke(&call).await)
+    }
+}
+
+impl Kind for Releases {
+    type Item = ReleaseItem;
+    type Reply = Checked;
+
+    async fn run_batch(conn: &RedisConn, items: &[ReleaseItem]) -> Vec<Outcome<Checked>> {
+        let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
+        outcomes(conn, &keys, conn.invoke(&ReleaseMany { items }).await)
+    }
+}
+
+/// The outcome of each item (lock key `keys[i]`) of a batch call that
+/// replied `replied`.
+fn outcomes<R>(
+    conn: &RedisConn,
+    keys: &[&str],
+    replied: std::result::Result<Vec<Batched<R>>, redis::RedisError>,
+) -> Vec<Outcome<R>> {
+    match replied {
+        Ok(replies) if replies.len() == keys.len() => replies
+            .into_iter()
+            .zip(keys)
+            .map(|(reply, key)| match reply {
+                Batched::Done(r) => Outcome::Done(r),
+                Batched::Alone => Outcome::Alone,
+                Batched::Failed(text) => Outcome::Failed(conn.item_error(&text, key)),
+            })
+            .collect(),
+        Ok(replies) => {
+            let got = replies.len();
+            keys.iter()
+                .map(|_| {
+                    Outcome::Failed(Error::UnexpectedReply(format!(
+                        "a batch of {} calls returned {got} replies",
+                        keys.len()
+                    )))
+                })
+                .collect()
+        }
+        // Each item fails as its own call would have (the error names its
+        // own key; a connection problem is retryable).
+        Err(e) => keys
+            .iter()
+            .map(|key| Outcome::Failed(conn.map_error(e.clone(), &[key])))
+            .collect(),
+    }
+}
+
+/// A queued call and where its outcome goes.
+struct Waiting<K: Kind> {
+    item: K::Item,
+    reply: oneshot::Sender<Outcome<K::Reply>>,
+}
+
+/// The calls of one kind of one client (see the module docs): per group,
+/// present while a call of the group is in flight, the calls queued behind
+/// it.
+pub(super) struct Lane<K: Kind> {
+    groups: Mutex<HashMap<Option<Slot>, Vec<Waiting<K>>>>,
+}
+
+impl<K: Kind> std::fmt::Debug for Lane<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lane")
+            .field("in_flight", &self.lock().len())
+            .finish()
+    }
+}
+
+/// What is next for a group whose call in flight replied.
+enum Next<K: Kind> {
+    /// Nothing queued: the group is idle.
+    Idle,
+    /// One call queued: it goes alone (the group is idle).
+    One(Waiting<K>),
+    /// A batch to send (the group stays in flight).
+    Batch(Vec<Waiting<K>>),
+}
+
+impl<K: Kind> Lane<K> {
+    fn new() -> Arc<Self> {
+        Arc::new(Lane {
+            groups: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Option<Slot>, Vec<Waiting<K>>>> {
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs one call of `group`: alone at once (`alone`) if none of the
+    /// group is in flight; otherwise queued (`item` makes its queued form)
+    /// and settled by a batch, or sent back to go alone.
+    pub(super) async fn call<Alone>(
+        self: &Arc<Self>,
+        conn: &RedisConn,
+        group: Option<Slot>,
+        item: impl FnOnce() -> K::Item,
+        alone: impl FnOnce() -> Alone,
+    ) -> Result<K::Reply>
+    where
+        Alone: Future<Output = Result<K::Reply>>,
+    {
+        let queued = {
+            let mut groups = self.lock();
+            match groups.entry(group) {
+                Entry::Vacant(idle) => {
+                    idle.insert(Vec::new());
+                    None
+                }
+                Entry::Occupied(mut busy) => {
+                    let (reply, queued) = oneshot::channel();
+                    busy.get_mut().push(Waiting {
+                        item: item(),
+                        reply,
+                    });
+                    Some(queued)
+                }
+            }
+        };
+        let Some(queued) = queued else {
+            // In flight until this guard drops (replied, failed or given
+            // up): then whatever queued behind this call is sent.
+            let _in_flight = InFlight {
+                lane: self,
+                group,
+                conn,
+            };
+            return alone().await;
+        };
+        match queued.await {
+            Ok(Outcome::Done(reply)) => Ok(reply),
+            Ok(Outcome::Failed(e)) => Err(e),
+            // The batch's task ended without settling it (its runtime shut
+            // down): alone, it gets its own answer.
+            Ok(Outcome::Alone) | Err(_) => alone().await,
+        }
+    }
+
+    /// Takes what is queued for `group`, whose call in flight replied.
+    fn take(&self, group: Option<Slot>) -> Next<K> {
+        let mut groups = self.lock();
+        let Entry::Occupied(mut busy) = groups.entry(group) else {
+            return Next::Idle;
+        };
+        let queue = busy.get_mut();
+        // Callers that gave up are not sent.
+        queue.retain(|w| !w.reply.is_closed());
+        let mut batch: Vec<Waiting<K>> = queue.drain(..queue.len().min(MAX_BATCH)).collect();
+        if batch.len() >= 2 {
+            return Next::Batch(batch);
+        }
+        // At most one was queued: the group is idle again.
+        busy.remove();
+        match batch.pop() {
+            Some(one) => Next::One(one),
+            None => Next::Idle,
+        }
+    }
+
+    /// Sends on what queued behind a call of `group` that is no longer in
+    /// flight.
+    fn hand_on(self: &Arc<Self>, group: Option<Slot>, conn: &RedisConn) {
+        match self.take(group) {
+            Next::Idle => {}
+            Next::One(one) => {
+                let _ = one.reply.send(Outcome::Alone);
+            }
+            Next::Batch(batch) => match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(send_batches(self.clone(), group, conn.clone(), batch));
+                }
+                // No runtime to send from: the queued callers go alone.
+                Err(_) => {
+                    self.lock().remove(&group);
+                }
+            },
+        }
+    }
+}
+
+/// A lone call in flight: when it drops, what queued behind it is sent.
+struct InFlight<'a, K: Kind> {
+    lane: &'a Arc<Lane<K>>,
+    group: Option<Slot>,
+    conn: &'a RedisConn,
+}
+
+impl<K: Kind> Drop for InFlight<'_, K> {
+    fn drop(&mut self) {
+        self.lane.hand_on(self.group, self.conn);
+    }
+}
+
+/// Sends `batch` (of `group`), then each batch that queued meanwhile, until
+/// the group is idle.
+async fn send_batches<K: Kind>(
+    lane: Arc<Lane<K>>,
+    group: Option<Slot>,
+    conn: RedisConn,
+    mut batch: Vec<Waiting<K>>,
+) {
+    // If this task is dropped before the group is idle (its runtime shut
+    // down), the group must not stay in flight: its queued callers go alone.
+    let mut stranded = Stranded {
+        lane: &lane,
+        group,
+        armed: true,
+    };
+    loop {
+        let (items, replies): (Vec<K::Item>, Vec<_>) =
+            batch.into_iter().map(|w| (w.item, w.reply)).unzip();
+        let outcomes = K::run_batch(&conn, &items).await;
+        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+            let _ = reply.send(outcome);
+        }
+        batch = match lane.take(group) {
+            Next::Batch(next) => next,
+            Next::One(one) => {
+                let _ = one.reply.send(Outcome::Alone);
+                break;
+            }
+            Next::Idle => break,
+        };
+    }
+    stranded.armed = false;
+}
+
+/// Marks a group idle if its batch task ends before it did.
+struct Stranded<'a, K: Kind> {
+    lane: &'a Lane<K>,
+    group: Option<Slot>,
+    armed: bool,
+}
+
+impl<K: Kind> Drop for Stranded<'_, K> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.lane.lock().remove(&self.group);
+        }
+    }
+}
+
+/// The lanes of one client (shared by every clone of its connection).
+#[derive(Debug)]
+pub(crate) struct Coalescer {
+    pub(super) grants: Arc<Lane<Grants>>,
+    pub(super) releases: Arc<Lane<Releases>>,
+    /// A deliberately broken batch grant script (feature `testing`).
+    #[cfg(feature = "testing")]
+    fault: Mutex<Option<&'static super::scripts::Lua>>,
+}
+
+impl Coalescer {
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Coalescer {
+            grants: Lane::new(),
+            releases: Lane::new(),
+            #[cfg(feature = "testing")]
+            fault: Mutex::new(None),
+        })
+    }
+
+    /// The script batched grants run.
+    fn grant_script(&self) -> &'static super::scripts::Lua {
+        #[cfg(feature = "testing")]
+        if let Some(broken) = *self.fault.lock().unwrap_or_else(|p| p.into_inner()) {
+            return broken;
+        }
+        &super::scripts::GRANT_MANY
+    }
+
+    /// Makes batched grants run `fault`'s broken script (the negative
+    /// controls of the tests).
+    #[cfg(feature = "testing")]
+    pub(crate) fn break_grants(&self, fault: Option<BatchFault>) {
+        *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = fault.map(super::scripts::broken);
+    }
+}
+
+/// A deliberately broken batch grant script, for negative controls
+/// (feature `testing`): a test that passes must fail with it.
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchFault {
+    /// Mints each fence from the server's clock alone, ignoring the fence
+    /// already stored (fences go backwards when the stored one is ahead).
+    IgnoreStoredFence,
+    /// Takes each lock with `redis.call`: one item's error (a key of
+    /// another type) fails the whole batch.
+    OneErrorFailsAll,
+}

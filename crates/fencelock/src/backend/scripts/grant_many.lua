@@ -1,0 +1,87 @@
+-- Grant, for many callers of one client at once (the coalescer sends the
+-- grants that queued while another grant call was in flight as one call):
+-- grant_fast.lua's common case for each item, and nothing else. Standalone
+-- (no common.lua, no prelude.lua) and closure-free, like grant_fast.lua:
+-- what this saves is Redis's fixed cost per script call, so each item must
+-- cost no more than grant_fast.lua does.
+-- KEYS[i]: the lock key of item i (on a Cluster, all of one slot).
+-- ARGV[3i-2], ARGV[3i-1], ARGV[3i]: item i's mint (ARGV[1] of grant.lua,
+-- always clock fences here), its holder token, its ttl in ms. Every item is
+-- a caller that never queues (no queue member) and is not fair.
+--
+-- Returns one {code, n} per item, in order:
+--   {1, fence}  granted (grant_fast.lua's mint: max(last + 1, now))
+--   {0, pttl}   held by another holder: grant.lua's reply for a caller
+--               that does not queue (nothing written)
+--   {3, 0}      not settled here, and nothing written for it: the client
+--               sends it alone through grant.lua, which reads again and
+--               decides, naming what is wrong (a fence key that is not a
+--               canonical integer below 2^53, a lock key of another type,
+--               a retry whose token already holds the lock, any error)
+--   {4, err}    the lock was taken but its fence could not be stored (an
+--               ACL that lets the user write the lock key only): the error
+-- Every Redis call of an item goes through redis.pcall, so one item's
+-- error never fails its neighbours.
+
+local now = nil                -- TIME, read once for the whole call
+local out = {}
+for i, lock in ipairs(KEYS) do
+  local mint, token, ttl_ms = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+  local reply = {3, 0}
+  local fence_key = lock .. ':fence'
+  local last = redis.pcall('GET', fence_key)
+  local n = 0
+  if last then
+    if type(last) ~= 'string' or #last > 16 or not string.match(last, '^[1-9]%d*$') then
+      n = nil
+    else
+      n = tonumber(last)
+      if n >= 9007199254740991 then n = nil end
+    end
+  end
+  if n and now == nil then
+    local t = redis.pcall('TIME')
+    now = type(t) == 'table' and not t.err and tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  if n and now then
+    local f = math.max(n + 1, now)
+    local fs = string.format('%d', f)
+    -- "t": the tagged format, TOKEN:FENCE.
+    local tagged = string.byte(mint, 2) == 116
+    local v = token
+    if tagged then v = v .. ':' .. fs end
+    local held = redis.pcall('SET', lock, v, 'NX', 'PX', ttl_ms, 'GET')
+    if held == false then
+      -- Taken. The fence key held a string or nothing: no wrong type here.
+      local retention = string.sub(mint, 3)
+      local stored
+      if retention ~= '0' then
+        stored = redis.pcall('SET', fence_key, fs, 'PX', retention)
+      else
+        stored = redis.pcall('SET', fence_key, fs)
+      end
+      if type(stored) == 'table' and stored.err then
+        local err = stored.err
+        if string.find(err, "can't run this command", 1, true) then err = 'FLNOPERM SET' end
+        reply = {4, err}
+      else
+        reply = {1, f}
+      end
+    elseif type(held) == 'string' then
+      -- Held. By this token (a retry of a grant whose reply was lost):
+      -- grant.lua gives the same grant back and restarts its lease.
+      local mine
+      if tagged then
+        mine = string.sub(held, 1, #token + 1) == token .. ':'
+      else
+        mine = held == token
+      end
+      if not mine then
+        local pttl = redis.pcall('PTTL', lock)
+        if type(pttl) == 'number' then reply = {0, pttl} end
+      end
+    end
+  end
+  out[i] = reply
+end
+return out

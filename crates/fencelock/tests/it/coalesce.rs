@@ -1,0 +1,477 @@
+//! Coalesced grants and releases: the calls of one client that arrive while
+//! another of their kind is in flight go to Redis as one script call.
+//!
+//! - 64 tasks on one client (one connection) take and release their own
+//!   locks: far fewer script calls than operations, every fence the one
+//!   stored in Redis and above the last, starting from fence keys set far
+//!   ahead of the clock; then 4 tasks per name contend (poll and notify
+//!   waiters): never two holders at once, fences strictly increasing per
+//!   name. Negative control: a batch script that mints from the clock alone
+//!   fails the same check.
+//! - A batch that mixes items it settles with items it cannot (a key of
+//!   another type at the lock or fence key, a bad fence, a held lock; fair
+//!   and counter-fenced grants never join one): each gets exactly what its
+//!   call gets alone, in the number of calls the design says; a `WRONGTYPE`
+//!   item fails only itself. Negative control: a batch script whose
+//!   `WRONGTYPE` fails the whole call fails the same check. The same for
+//!   releases (expired, taken over, a wait queue to pass the lock on to).
+//! - On a Cluster, items of one slot share a call and items of different
+//!   slots never do (a shared call would fail with `CROSSSLOT`).
+//!
+//! Batches are made deterministic with `CLIENT PAUSE WRITE`: a first call
+//! is held inside Redis while the others queue behind it in the client.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use fencelock::testing::{BatchFault, QueueMember, break_batched_grants};
+use fencelock::{
+    Error, FenceMode, KeyLayout, Lease, LockClient, LockOptions, LossReason, ReleaseOutcome,
+    WaitMode,
+};
+use fencelock_testkit::{RedisCluster, RedisServer};
+use redis::AsyncCommands;
+
+use crate::support::connect;
+
+/// A fence far ahead of the server's clock (µs), below 2^53: the next
+/// fence of a name whose fence key holds it is this + 1, not the clock.
+const AHEAD: u64 = 5_000_000_000_000_000;
+
+/// How long `CLIENT PAUSE WRITE` holds the first call inside Redis while
+/// the others queue behind it.
+const PAUSE: Duration = Duration::from_millis(600);
+
+/// Script calls `server` has run, not counting an `EVALSHA` that found its
+/// script missing (the client loads the script and sends it again).
+fn calls(server: &RedisServer) -> u64 {
+    let info: String = server.query(&["INFO", "errorstats"]);
+    let missing = info
+        .lines()
+        .find_map(|l| l.strip_prefix("errorstat_NOSCRIPT:count="))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    server.script_calls() - missing
+}
+
+/// The fence stored in `server` for lock key `lock`.
+fn stored_fence(server: &RedisServer, lock: &str) -> Option<u64> {
+    server
+        .query::<Option<String>>(&["GET", &format!("{lock}:fence")])
+        .and_then(|f| f.parse().ok())
+}
+
+/// 64 tasks on one client: first each on its own name (the batches), then
+/// four on each of 16 names (exclusion), checking every fence; with
+/// `fault`, batched grants run that broken script.
+async fn fences_and_exclusion(fault: Option<BatchFault>) -> Result<()> {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await?;
+    break_batched_grants(&client, fault);
+    let mut raw = connect(&server).await?;
+    for i in 0..64 {
+        let lock = client
+            .keys(&format!("own:{i}"), KeyLayout::HashTagged)?
+            .lock;
+        let _: () = raw.set(format!("{lock}:fence"), AHEAD).await?;
+    }
+    let opts = LockOptions::default().wait_mode(WaitMode::Poll);
+    let before = calls(&server);
+    let cycles = 20;
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let client = client.clone();
+            let opts = opts.clone();
+            let mut raw = raw.clone();
+            tokio::spawn(async move {
+                let name = format!("own:{i}");
+                let mut last = AHEAD;
+                for _ in 0..cycles {
+                    let lease = client.acquire(&name, &opts).await?;
+                    let stored: Option<u64> = raw.get(format!("{}:fence", lease.key())).await?;
+                    let fence = lease.fence().get();
+                    ensure!(
+                        fence > last && stored == Some(fence),
+                        "{name}: fence {fence} after {last}, {stored:?} stored"
+                    );
+                    last = fence;
+                    ensure!(lease.release().await?.is_released(), "{name}: not released");
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    let used = calls(&server) - before;
+    let operations = 64 * cycles * 2;
+    ensure!(
+        used * 4 < operations,
+        "{operations} grants and releases took {used} script calls: not coalesced"
+    );
+
+    // Contention: 4 tasks per name, poll and notify waiters.
+    let holders: Arc<Vec<AtomicUsize>> = Arc::new((0..16).map(|_| AtomicUsize::new(0)).collect());
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let client = client.clone();
+            let opts = if i % 2 == 0 {
+                opts.clone()
+            } else {
+                opts.clone().wait_mode(WaitMode::Notify)
+            };
+            let holders = holders.clone();
+            let mut raw = raw.clone();
+            tokio::spawn(async move {
+                let name = format!("shared:{}", i % 16);
+                let mut fences = Vec::new();
+                for _ in 0..10 {
+                    let lease = client.acquire(&name, &opts).await?;
+                    let others = holders[i % 16].fetch_add(1, Ordering::SeqCst);
+                    let stored: Option<u64> = raw.get(format!("{}:fence", lease.key())).await?;
+                    tokio::task::yield_now().await;
+                    holders[i % 16].fetch_sub(1, Ordering::SeqCst);
+                    ensure!(others == 0, "{name}: {others} other holders");
+                    ensure!(
+                        stored == Some(lease.fence().get()),
+                        "{name}: fence {} granted, {stored:?} stored",
+                        lease.fence()
+                    );
+                    fences.push(lease.fence().get());
+                    ensure!(lease.release().await?.is_released(), "{name}: not released");
+                }
+                anyhow::Ok((i % 16, fences))
+            })
+        })
+        .collect();
+    let mut per_name: HashMap<usize, Vec<u64>> = HashMap::new();
+    for task in tasks {
+        let (name, fences) = task.await??;
+        per_name.entry(name).or_default().extend(fences);
+    }
+    // The holders of a name never overlapped, so its grants were in
+    // order: sorted, its fences must all differ.
+    for (name, mut fences) in per_name {
+        let n = fences.len();
+        fences.sort_unstable();
+        fences.dedup();
+        ensure!(
+            fences.len() == n,
+            "shared:{name}: a fence was granted twice"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_on_one_client_share_script_calls_with_correct_fences() -> Result<()> {
+    fences_and_exclusion(None).await
+}
+
+/// Negative control: the check above catches a batch that mints from the
+/// server's clock alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_ignores_the_stored_fence_is_caught() -> Result<()> {
+    match fences_and_exclusion(Some(BatchFault::IgnoreStoredFence)).await {
+        Err(e) if e.to_string().contains("fence") => Ok(()),
+        other => bail!("the broken batch script went unnoticed: {other:?}"),
+    }
+}
+
+/// Holds the next script call inside Redis for [`PAUSE`]: the calls made
+/// meanwhile queue behind it in the client.
+async fn hold_first_call(server: &RedisServer) -> Result<()> {
+    let millis = PAUSE.as_millis().to_string();
+    server.cmd(&["CLIENT", "PAUSE", &millis, "WRITE"]);
+    Ok(())
+}
+
+/// What a grant gave, comparable across runs: the fence, or the error's
+/// message (a contended one without the holder's time left).
+fn outcome(result: &fencelock::Result<Lease>) -> String {
+    match result {
+        Ok(lease) => format!("granted {}", lease.fence()),
+        Err(Error::Contended { name, remaining }) => {
+            format!("contended {name}, remaining known: {}", remaining.is_some())
+        }
+        Err(e) => format!("{e}"),
+    }
+}
+
+/// A batch of grants mixing what it settles with what it cannot; with
+/// `fault`, batched grants run that broken script.
+async fn mixed_grants(fault: Option<BatchFault>) -> Result<()> {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await?;
+    break_batched_grants(&client, fault);
+    let other = LockClient::connect(&server.url()).await?;
+    let opts = LockOptions::default().wait(Duration::ZERO);
+    let key = |name: &str| client.keys(name, KeyLayout::HashTagged).map(|k| k.lock);
+    let _held = other.try_acquire("held", &opts).await?;
+    server.cmd(&["RPUSH", &key("list-lock")?, "x"]);
+    server.cmd(&["RPUSH", &format!("{}:fence", key("list-fence")?), "x"]);
+    server.cmd(&["SET", &format!("{}:fence", key("bad-fence")?), "abc"]);
+    server.cmd(&[
+        "SET",
+        &format!("{}:fence", key("ahead")?),
+        &AHEAD.to_string(),
+    ]);
+    let batched: Vec<String> = (0..8)
+        .map(|i| format!("ok:{i}"))
+        .chain(["held", "list-lock", "list-fence", "bad-fence", "ahead"].map(String::from))
+        .collect();
+    let fair = opts.clone().wait_mode(WaitMode::Fair);
+    let counter = opts.clone().fence_mode(FenceMode::Counter);
+    let before = calls(&server);
+    hold_first_call(&server).await?;
+    let plug = tokio::spawn({
+        let client = client.clone();
+        let opts = opts.clone();
+        async move { client.try_acquire("plug", &opts).await }
+    });
+    tokio::time::sleep(PAUSE / 4).await;
+    let grants = futures_util::future::join_all(
+        batched
+            .iter()
+            .map(|name| client.try_acquire(name, &opts))
+            .chain([
+                client.try_acquire("fair", &fair),
+                client.try_acquire("counter", &counter),
+            ]),
+    )
+    .await;
+    let plug = plug.await??;
+    let used = calls(&server) - before;
+    let names: Vec<&str> = batched
+        .iter()
+        .map(String::as_str)
+        .chain(["fair", "counter"])
+        .collect();
+    let got: HashMap<&str, String> = names
+        .iter()
+        .zip(&grants)
+        .map(|(name, result)| (*name, outcome(result)))
+        .collect();
+    for (name, result) in names.iter().zip(&grants) {
+        if let Ok(lease) = result {
+            let stored = stored_fence(&server, lease.key());
+            ensure!(
+                stored == Some(lease.fence().get()),
+                "{name}: fence {} granted, {stored:?} stored",
+                lease.fence()
+            );
+        }
+    }
+    for i in 0..8 {
+        let name = format!("ok:{i}");
+        ensure!(
+            got[name.as_str()].starts_with("granted"),
+            "{name} (in a batch with a key of another type): {}",
+            got[name.as_str()]
+        );
+    }
+    ensure!(
+        got["ahead"] == format!("granted {}", AHEAD + 1),
+        "ahead: {}",
+        got["ahead"]
+    );
+    ensure!(got["fair"].starts_with("granted"), "fair: {}", got["fair"]);
+    ensure!(got["counter"] == "granted 1", "counter: {}", got["counter"]);
+    // Each item the batch could not settle gets what its call gets alone
+    // (the batch wrote nothing for it): send each again, alone.
+    for name in ["held", "list-lock", "list-fence", "bad-fence"] {
+        let alone = outcome(&client.try_acquire(name, &opts).await);
+        ensure!(
+            got[name] == alone && !alone.starts_with("granted"),
+            "{name}: {} in a batch, {alone} alone",
+            got[name]
+        );
+    }
+    ensure!(
+        matches!(&grants[names.iter().position(|n| *n == "list-lock").context("list-lock")?],
+            Err(Error::WrongType { key, .. }) if *key == key_of(&client, "list-lock")?),
+        "list-lock: {}",
+        got["list-lock"]
+    );
+    // The plug alone, one batch of 13, the three it sent back alone, and
+    // the fair and counter-fenced grants, which never join a batch.
+    ensure!(used == 7, "{used} script calls for 16 grants, not 7");
+    drop(plug);
+    Ok(())
+}
+
+fn key_of(client: &LockClient, name: &str) -> Result<String> {
+    Ok(client.keys(name, KeyLayout::HashTagged)?.lock)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_a_mixed_batch_of_grants_gives_each_what_it_gets_alone() -> Result<()> {
+    mixed_grants(None).await
+}
+
+/// Negative control: the check above catches a batch whose `WRONGTYPE`
+/// fails every item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_a_batch_whose_error_fails_its_neighbours_is_caught() -> Result<()> {
+    match mixed_grants(Some(BatchFault::OneErrorFailsAll)).await {
+        Err(e)
+            if e.to_string()
+                .contains("in a batch with a key of another type") =>
+        {
+            Ok(())
+        }
+        other => bail!("the broken batch script went unnoticed: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_a_mixed_batch_of_releases_gives_each_its_outcome() -> Result<()> {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await?;
+    let opts = LockOptions::default().wait(Duration::ZERO);
+    let mut leases = Vec::new();
+    for name in ["plug", "ok:0", "ok:1", "ok:2", "gone", "taken", "queued"] {
+        leases.push(client.try_acquire(name, &opts).await?);
+    }
+    let gone = key_of(&client, "gone")?;
+    server.cmd(&["DEL", &gone]);
+    let taken = key_of(&client, "taken")?;
+    server.cmd(&["SET", &taken, "someone-else:1"]);
+    // A waiter of another client in the queue: the release passes the lock
+    // on (release.lua), so the batch sends it back to go alone.
+    let queued = key_of(&client, "queued")?;
+    let member = QueueMember {
+        client: "ghostclient".into(),
+        waiter: 7,
+        mode: WaitMode::Notify,
+        ttl: Duration::from_secs(10),
+        handover: Duration::from_millis(100),
+        token: "0b5e7a9c-0000-4000-8000-000000000001".into(),
+    }
+    .to_string();
+    server.cmd(&[
+        "ZADD",
+        &format!("{queued}:queue"),
+        "99999999999999999",
+        &member,
+    ]);
+    server.cmd(&[
+        "ZADD",
+        &format!("{queued}:waiters"),
+        "99999999999999",
+        &member,
+    ]);
+
+    let before = calls(&server);
+    hold_first_call(&server).await?;
+    let mut leases = leases.into_iter();
+    let plug = tokio::spawn(leases.next().context("the plug")?.release());
+    tokio::time::sleep(PAUSE / 4).await;
+    let names: Vec<String> = leases
+        .as_slice()
+        .iter()
+        .map(|l| l.name().to_owned())
+        .collect();
+    let released = futures_util::future::join_all(leases.map(Lease::release)).await;
+    ensure!(plug.await??.is_released());
+    let used = calls(&server) - before;
+    for (name, outcome) in names.iter().zip(released) {
+        let outcome = outcome?;
+        let want = match name.as_str() {
+            "gone" => ReleaseOutcome::NotOurs(LossReason::Expired),
+            "taken" => ReleaseOutcome::NotOurs(LossReason::TakenOver),
+            _ => ReleaseOutcome::Released,
+        };
+        ensure!(outcome == want, "{name}: {outcome:?}, not {want:?}");
+    }
+    ensure!(
+        server.query::<Option<String>>(&["GET", &taken]).as_deref() == Some("someone-else:1"),
+        "another holder's lock was touched"
+    );
+    // The plug alone, one batch of 6, and the queued one alone.
+    ensure!(used == 3, "{used} script calls for 7 releases, not 3");
+    Ok(())
+}
+
+/// Names whose lock keys (hash-tagged) share one slot, `count` of them.
+fn names_in_one_slot(count: usize) -> (u16, Vec<String>) {
+    let mut by_slot: HashMap<u16, Vec<String>> = HashMap::new();
+    for i in 0.. {
+        let name = format!("job:{i}");
+        let slot = RedisCluster::slot_of_key(&format!("lock:{{{name}}}"));
+        let names = by_slot.entry(slot).or_default();
+        names.push(name);
+        if names.len() == count {
+            return (slot, names.clone());
+        }
+    }
+    unreachable!()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_batches_grants_of_one_slot_only() -> Result<()> {
+    let cluster = RedisCluster::start();
+    let client = LockClient::connect(&cluster.cluster_url()).await?;
+    let opts = LockOptions::default().wait(Duration::ZERO);
+    let (slot, same) = names_in_one_slot(8);
+    // Names of 8 other slots, on every master.
+    let mut seen = vec![slot];
+    let others: Vec<String> = (0..)
+        .map(|i| format!("other:{i}"))
+        .filter(|name| {
+            let s = RedisCluster::slot_of_key(&format!("lock:{{{name}}}"));
+            let fresh = !seen.contains(&s);
+            seen.push(s);
+            fresh
+        })
+        .take(8)
+        .collect();
+    let owner = cluster.owner_of_slot(slot);
+    let masters = cluster.masters();
+    let total =
+        |cluster: &RedisCluster| -> u64 { masters.iter().map(|&m| calls(cluster.node(m))).sum() };
+    let before = total(&cluster);
+    let millis = PAUSE.as_millis().to_string();
+    cluster
+        .node(owner)
+        .cmd(&["CLIENT", "PAUSE", &millis, "WRITE"]);
+    let plug = tokio::spawn({
+        let client = client.clone();
+        let opts = opts.clone();
+        let name = same[0].clone();
+        async move { client.try_acquire(&name, &opts).await }
+    });
+    tokio::time::sleep(PAUSE / 4).await;
+    let grants = futures_util::future::join_all(
+        same[1..]
+            .iter()
+            .chain(&others)
+            .map(|name| client.try_acquire(name, &opts)),
+    )
+    .await;
+    let mut leases = vec![plug.await??];
+    for (name, grant) in same[1..].iter().chain(&others).zip(grants) {
+        leases.push(grant.with_context(|| name.clone())?);
+    }
+    let used = total(&cluster) - before;
+    for lease in &leases {
+        let node = cluster.node(cluster.owner_of_key(lease.key()));
+        ensure!(
+            stored_fence(node, lease.key()) == Some(lease.fence().get()),
+            "{}: fence {} not stored",
+            lease.name(),
+            lease.fence()
+        );
+    }
+    // The plug alone and one batch for the 7 names of its slot; each name of
+    // another slot alone.
+    ensure!(used == 2 + 8, "{used} script calls for 16 grants, not 10");
+    for lease in leases {
+        ensure!(lease.release().await?.is_released());
+    }
+    Ok(())
+}
