@@ -170,44 +170,25 @@ fn wait_replicas<T: Topology>(config: &Config, topology: &T) -> Result<u32> {
     }
 }
 
-/// `redis://[auth@]host:port[/db]` → (the same URL on 127.0.0.1:`port`, the
-/// upstream address), or `None` for URLs the proxy cannot stand in for
-/// (TLS, Unix sockets).
+/// Builds a worker's URL that points at the proxy's port instead.
 type Rewrite = Box<dyn Fn(u16) -> String>;
 
-fn proxied(url: &str) -> Option<(Rewrite, SocketAddr)> {
-    if let Some(rest) = url.strip_prefix("etcd://") {
-        return proxied_etcd(rest);
-    }
-    let rest = url.strip_prefix("redis://")?;
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let (auth, hostport) = match authority.rsplit_once('@') {
-        Some((a, h)) => (format!("{a}@"), h),
-        None => (String::new(), authority),
-    };
-    let hostport = if hostport.contains(':') {
-        hostport.to_string()
-    } else {
-        format!("{hostport}:6379")
-    };
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(&hostport)
-        .ok()?
-        .next()?;
-    let tail = tail.to_string();
-    Some((
-        Box::new(move |port| format!("redis://{auth}127.0.0.1:{port}{tail}")),
-        addr,
-    ))
-}
-
-/// `etcd://[auth@]host:port[,host:port…][/][?query]` (the part after the
-/// scheme) → (the same URL with only 127.0.0.1:`port`, the first member's
-/// address). gRPC is HTTP/2 over plain TCP, so the byte-level proxy stands
-/// in for one member; behind it a worker reaches only that member (a
+/// `redis://[auth@]host:port[/db]` or `etcd://[auth@]host:port[,host:port…][/][?query]`
+/// → (the same URL with only 127.0.0.1:`port`, the (first) server's
+/// address), or `None` for URLs the proxy cannot stand in for (TLS, Unix
+/// sockets). gRPC is HTTP/2 over plain TCP, so the byte-level proxy stands
+/// in for one etcd member; behind it a worker reaches only that member (a
 /// member pause or kill of it is then felt by every worker behind the
 /// proxy, which only makes the faults harsher).
-fn proxied_etcd(rest: &str) -> Option<(Rewrite, SocketAddr)> {
+fn proxied(url: &str) -> Option<(Rewrite, SocketAddr)> {
+    let (scheme, default_port) = if url.starts_with("etcd://") {
+        ("etcd", 2379)
+    } else if url.starts_with("redis://") {
+        ("redis", 6379)
+    } else {
+        return None;
+    };
+    let rest = &url[scheme.len() + 3..];
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     let (auth, hosts) = match authority.rsplit_once('@') {
@@ -218,14 +199,14 @@ fn proxied_etcd(rest: &str) -> Option<(Rewrite, SocketAddr)> {
     let hostport = if first.contains(':') {
         first.to_string()
     } else {
-        format!("{first}:2379")
+        format!("{first}:{default_port}")
     };
     let addr = std::net::ToSocketAddrs::to_socket_addrs(&hostport)
         .ok()?
         .next()?;
     let tail = tail.to_string();
     Some((
-        Box::new(move |port| format!("etcd://{auth}127.0.0.1:{port}{tail}")),
+        Box::new(move |port| format!("{scheme}://{auth}127.0.0.1:{port}{tail}")),
         addr,
     ))
 }
