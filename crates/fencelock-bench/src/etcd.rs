@@ -323,6 +323,17 @@ async fn cycles(
             })
         })
         .collect();
+    per_second(duration, &stop, started, tasks).await
+}
+
+/// Lets counting `tasks` run for `duration`, stops them, and returns their
+/// total count per second since `started`.
+async fn per_second(
+    duration: Duration,
+    stop: &AtomicBool,
+    started: Instant,
+    tasks: Vec<tokio::task::JoinHandle<Result<u64>>>,
+) -> Result<f64> {
     tokio::time::sleep(duration).await;
     stop.store(true, Ordering::Relaxed);
     let mut total = 0u64;
@@ -370,13 +381,7 @@ async fn etcd_rate(endpoints: &[String], tasks: usize, duration: Duration, op: O
             })
         })
         .collect();
-    tokio::time::sleep(duration).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut total = 0u64;
-    for h in handles {
-        total += h.await??;
-    }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    per_second(duration, &stop, started, handles).await
 }
 
 /// One cycle of the etcd floor on `key`.
