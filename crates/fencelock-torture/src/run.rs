@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::RunClock;
 use crate::config::{Config, NemesisKind, ResourceKind, fence_mode_name, layout_name, mode_name};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::history::{Entry, Event, Header, History, HistoryFile};
 use crate::observer::Observer;
 use crate::proxy::Proxy;
@@ -289,6 +289,14 @@ pub async fn run<T: Topology>(
             table: format!("torture_{run_id}"),
         },
     };
+    // The lock store must answer before a worker starts: workers that
+    // cannot reach it run no operation, and a run without operations would
+    // end "no violation" having proved nothing.
+    fencelock::LockClient::builder(topology.lock_url())
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| Error::new(ErrorKind::Unreachable, e.to_string()))?;
     let store = Store::open(resource.clone(), names.clone()).await?;
     let live = RefCell::new(Live {
         events: Vec::new(),

@@ -755,3 +755,26 @@ fn torture_on_a_given_etcd_leaves_no_key_behind() {
         .expect("etcdctl get");
     assert_eq!(keys.trim(), "", "keys were left behind");
 }
+
+/// A lock store that does not answer fails the run before any worker starts
+/// (exit 69, the URL redacted), on etcd as on Redis: a run whose workers
+/// reach nothing would otherwise end "no violation" having proved nothing.
+#[test]
+fn torture_against_an_unreachable_lock_store_exits_69() {
+    for url in [
+        "etcd://u:SECRET@127.0.0.1:1",
+        "redis://u:SECRET@127.0.0.1:1",
+    ] {
+        let out = fencelock(&["--url", url, "torture", "--duration", "2s"])
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(69), "{url}: {stdout}{stderr}");
+        assert!(!stdout.contains("no violation"), "{url}: {stdout}");
+        assert!(
+            !stderr.contains("SECRET") && stderr.contains("u:***@127.0.0.1:1"),
+            "{url}: {stderr}"
+        );
+    }
+}
