@@ -187,9 +187,10 @@ impl EtcdConn {
             )));
         }
         let shown = redact(url);
+        let hint = target_hint(&target, settings);
         let client = Client::connect(target.endpoints(), Some(options.clone()))
             .await
-            .map_err(|e| connect_error(&shown, url, e))?;
+            .map_err(|e| connect_error(&shown, url, e, hint))?;
         let conn = EtcdConn {
             inner: std::sync::Arc::new(Inner {
                 client,
@@ -199,7 +200,6 @@ impl EtcdConn {
                 options,
             }),
         };
-        let hint = target_hint(&conn.inner.target, settings);
         // The client balances over the members; a request may go to one
         // that is down before the balancer knows. Any member answering is
         // enough, so try each a couple of times.
@@ -212,20 +212,7 @@ impl EtcdConn {
                 Err(e) if is_transient(&e) && attempt < attempts => {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                Err(e) => {
-                    return Err(match connect_error(&conn.inner.url, url, e) {
-                        Error::Etcd {
-                            url,
-                            detail,
-                            source,
-                        } if is_transient(&source) && !hint.is_empty() => Error::Etcd {
-                            url,
-                            detail: format!("{detail}{hint}"),
-                            source,
-                        },
-                        other => other,
-                    });
-                }
+                Err(e) => return Err(connect_error(&conn.inner.url, url, e, hint)),
             }
         }
         Ok(conn)
@@ -418,8 +405,24 @@ fn tls_options(files: &TlsFiles) -> Result<TlsOptions> {
     }
 }
 
-fn connect_error(shown: &str, raw: &str, e: etcd_client::Error) -> Error {
-    map_error(shown, raw, e, "connecting")
+/// A failed connect as a fencelock error. On a TLS URL a handshake
+/// refused by the member often reaches the client as a closed stream
+/// ("broken pipe", "connection reset", "transport error") that names no
+/// TLS problem, so every such failure carries `hint`, except a refused
+/// user or password, which is not a TLS matter.
+fn connect_error(shown: &str, raw: &str, e: etcd_client::Error, hint: &str) -> Error {
+    match map_error(shown, raw, e, "connecting") {
+        Error::Etcd {
+            url,
+            detail,
+            source,
+        } if !hint.is_empty() && !is_config(&source) => Error::Etcd {
+            url,
+            detail: format!("{detail}{hint}"),
+            source,
+        },
+        other => other,
+    }
 }
 
 /// The whole text of `e` and its causes (tonic hides the cause of a
@@ -517,10 +520,19 @@ pub(crate) fn is_transient(e: &etcd_client::Error) -> bool {
                     | Code::Cancelled
                     | Code::Aborted
                     | Code::ResourceExhausted
-            ) || (status.code() == Code::Unknown && status.message().contains("leader"))
+            ) || (status.code() == Code::Unknown
+                && (status.message().contains("leader") || broke_the_connection(status)))
         }
         _ => false,
     }
+}
+
+/// Whether `status` is tonic's wrapping of a failed connection (a reset
+/// or closed stream it could not map to a gRPC code; with TLS, also how a
+/// member's refused handshake often ends).
+fn broke_the_connection(status: &tonic::Status) -> bool {
+    std::error::Error::source(status)
+        .is_some_and(|cause| cause.downcast_ref::<tonic::transport::Error>().is_some())
 }
 
 /// Whether `e` is a refusal that only a change of configuration cures:
