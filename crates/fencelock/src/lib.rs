@@ -257,6 +257,11 @@ pub mod testing {
 
     pub use crate::backend::BatchFault;
 
+    /// How many grant (or release) calls of one client, of one Cluster
+    /// slot, go to Redis at once before further ones queue and are batched:
+    /// a test that wants a batch first holds this many calls inside Redis.
+    pub const BATCH_IN_FLIGHT: usize = crate::backend::IN_FLIGHT;
+
     /// Makes `client`'s batched grants run a deliberately broken script
     /// (`None`: the real one again): the negative controls of the tests
     /// of batched grants. A Redis client only.

@@ -1,6 +1,6 @@
 //! Coalescing: the grants (and the releases) of one client that arrive
-//! while another of their kind is in flight go to Redis together, as one
-//! script call.
+//! while [`IN_FLIGHT`] others of their kind are in flight go to Redis
+//! together, as one script call.
 //!
 //! Redis spends a fixed cost on every script call (a few µs: the `EVALSHA`
 //! lookup, the Lua call, the reply) on top of the calls the script makes.
@@ -10,15 +10,16 @@
 //! One [`Lane`] per kind (grants, releases) per client, with one group per
 //! [`batch group`](RedisConn::batch_group) (a Cluster slot; one group off a
 //! Cluster, where any keys may share a script):
-//! - a call that finds no call of its group in flight goes alone, at once,
-//!   with its own script and reply, exactly as it would without a lane: a
-//!   lone caller is never delayed;
-//! - while one is in flight, further calls of the group queue; when it has
-//!   replied, everything queued (up to [`MAX_BATCH`]) goes as one batch
-//!   call (`grant_many.lua`, `release_many.lua`), sent by a task of its own
-//!   (a caller that gives up never strands the others), which then sends
-//!   what queued meanwhile, until nothing is queued. A single queued call
-//!   is sent back to go alone, with its own script;
+//! - a call that finds fewer than [`IN_FLIGHT`] calls of its group in
+//!   flight goes alone, at once, with its own script and reply, exactly as
+//!   it would without a lane: a lone caller is never delayed;
+//! - while [`IN_FLIGHT`] are in flight, further calls of the group queue;
+//!   when one of those has replied, everything queued (up to
+//!   [`MAX_BATCH`]) goes as one batch call (`grant_many.lua`,
+//!   `release_many.lua`) in its place, sent by a task of its own (a caller
+//!   that gives up never strands the others), which then sends what queued
+//!   meanwhile, until nothing is queued. A single queued call is sent back
+//!   to go alone, with its own script;
 //! - a batch settles each item with its own script's common case and
 //!   sends back the items it cannot settle (a queue to pass a lock on to,
 //!   a key of another type, a retry, …), having written nothing for them:
@@ -42,6 +43,13 @@ use tokio::sync::oneshot;
 use super::conn::RedisConn;
 use super::ops::{Batched, Checked, GrantItem, GrantMany, GrantReply, ReleaseItem, ReleaseMany};
 use crate::error::{Error, Result};
+
+/// Calls of one group that go to Redis at once, alone or as batches,
+/// before further calls queue. One would halve the throughput of many
+/// tasks on one client: each batch would wait for the round trip of the
+/// one before it, while Redis idles. A few keep Redis busy and still
+/// gather what arrives meanwhile into batches.
+pub(crate) const IN_FLIGHT: usize = 16;
 
 /// Most calls in one batch: a batch of 128 grants holds Redis for a few
 /// hundred µs, and a bigger one would delay every other client's calls for
@@ -150,11 +158,18 @@ struct Waiting<K: Kind> {
     reply: oneshot::Sender<Outcome<K::Reply>>,
 }
 
+/// A group with calls in flight: how many, and the calls queued behind
+/// them.
+struct Busy<K: Kind> {
+    in_flight: usize,
+    queued: Vec<Waiting<K>>,
+}
+
 /// The calls of one kind of one client (see the module docs): per group,
 /// present while a call of the group is in flight, the calls queued behind
 /// it.
 pub(super) struct Lane<K: Kind> {
-    groups: Mutex<HashMap<Option<Slot>, Vec<Waiting<K>>>>,
+    groups: Mutex<HashMap<Option<Slot>, Busy<K>>>,
 }
 
 impl<K: Kind> std::fmt::Debug for Lane<K> {
@@ -165,13 +180,13 @@ impl<K: Kind> std::fmt::Debug for Lane<K> {
     }
 }
 
-/// What is next for a group whose call in flight replied.
+/// What is next for a group one of whose calls in flight replied.
 enum Next<K: Kind> {
-    /// Nothing queued: the group is idle.
+    /// Nothing queued: one call fewer in flight.
     Idle,
-    /// One call queued: it goes alone (the group is idle).
+    /// One call queued: it goes alone (one call fewer in flight).
     One(Waiting<K>),
-    /// A batch to send (the group stays in flight).
+    /// A batch to send in the replied call's place.
     Batch(Vec<Waiting<K>>),
 }
 
@@ -182,13 +197,30 @@ impl<K: Kind> Lane<K> {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Option<Slot>, Vec<Waiting<K>>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Option<Slot>, Busy<K>>> {
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs one call of `group`: alone at once (`alone`) if none of the
-    /// group is in flight; otherwise queued (`item` makes its queued form)
-    /// and settled by a batch, or sent back to go alone.
+    /// One call of `group` is no longer in flight and takes nothing queued
+    /// along: with none left in flight, the group is idle, and whatever is
+    /// still queued (only when a batch's task or runtime ended early) is
+    /// dropped, so those callers go alone.
+    fn done(&self, group: Option<Slot>) {
+        let mut groups = self.lock();
+        if let Entry::Occupied(mut busy) = groups.entry(group) {
+            let left = busy.get().in_flight.saturating_sub(1);
+            if left == 0 {
+                busy.remove();
+            } else {
+                busy.get_mut().in_flight = left;
+            }
+        }
+    }
+
+    /// Runs one call of `group`: alone at once (`alone`) if fewer than
+    /// [`IN_FLIGHT`] of the group are in flight; otherwise queued (`item`
+    /// makes its queued form) and settled by a batch, or sent back to go
+    /// alone.
     pub(super) async fn call<Alone>(
         self: &Arc<Self>,
         conn: &RedisConn,
@@ -203,12 +235,19 @@ impl<K: Kind> Lane<K> {
             let mut groups = self.lock();
             match groups.entry(group) {
                 Entry::Vacant(idle) => {
-                    idle.insert(Vec::new());
+                    idle.insert(Busy {
+                        in_flight: 1,
+                        queued: Vec::new(),
+                    });
+                    None
+                }
+                Entry::Occupied(mut busy) if busy.get().in_flight < IN_FLIGHT => {
+                    busy.get_mut().in_flight += 1;
                     None
                 }
                 Entry::Occupied(mut busy) => {
                     let (reply, queued) = oneshot::channel();
-                    busy.get_mut().push(Waiting {
+                    busy.get_mut().queued.push(Waiting {
                         item: item(),
                         reply,
                     });
@@ -235,21 +274,29 @@ impl<K: Kind> Lane<K> {
         }
     }
 
-    /// Takes what is queued for `group`, whose call in flight replied.
+    /// Takes what is queued for `group`, one of whose calls in flight
+    /// replied: a batch to send in its place, or (nothing or one queued)
+    /// one call fewer in flight.
     fn take(&self, group: Option<Slot>) -> Next<K> {
         let mut groups = self.lock();
         let Entry::Occupied(mut busy) = groups.entry(group) else {
             return Next::Idle;
         };
-        let queue = busy.get_mut();
+        let queue = &mut busy.get_mut().queued;
         // Callers that gave up are not sent.
         queue.retain(|w| !w.reply.is_closed());
         let mut batch: Vec<Waiting<K>> = queue.drain(..queue.len().min(MAX_BATCH)).collect();
         if batch.len() >= 2 {
             return Next::Batch(batch);
         }
-        // At most one was queued: the group is idle again.
-        busy.remove();
+        // At most one was queued, and nothing is now: the call that
+        // replied leaves the group (the one queued goes alone, uncounted).
+        let left = busy.get().in_flight.saturating_sub(1);
+        if left == 0 {
+            busy.remove();
+        } else {
+            busy.get_mut().in_flight = left;
+        }
         match batch.pop() {
             Some(one) => Next::One(one),
             None => Next::Idle,
@@ -268,10 +315,9 @@ impl<K: Kind> Lane<K> {
                 Ok(runtime) => {
                     runtime.spawn(send_batches(self.clone(), group, conn.clone(), batch));
                 }
-                // No runtime to send from: the queued callers go alone.
-                Err(_) => {
-                    self.lock().remove(&group);
-                }
+                // No runtime to send from: the batch's callers go alone
+                // (their replies dropped with it).
+                Err(_) => self.done(group),
             },
         }
     }
@@ -298,8 +344,8 @@ async fn send_batches<K: Kind>(
     conn: RedisConn,
     mut batch: Vec<Waiting<K>>,
 ) {
-    // If this task is dropped before the group is idle (its runtime shut
-    // down), the group must not stay in flight: its queued callers go alone.
+    // If this task is dropped before it is done (its runtime shut down),
+    // its call must not stay in flight.
     let mut stranded = Stranded {
         lane: &lane,
         group,
@@ -324,7 +370,7 @@ async fn send_batches<K: Kind>(
     stranded.armed = false;
 }
 
-/// Marks a group idle if its batch task ends before it did.
+/// Takes a batch task's call out of flight if the task ends early.
 struct Stranded<'a, K: Kind> {
     lane: &'a Lane<K>,
     group: Option<Slot>,
@@ -334,7 +380,7 @@ struct Stranded<'a, K: Kind> {
 impl<K: Kind> Drop for Stranded<'_, K> {
     fn drop(&mut self) {
         if self.armed {
-            self.lane.lock().remove(&self.group);
+            self.lane.done(self.group);
         }
     }
 }

@@ -8,7 +8,7 @@
 //! | `ops` | the operations as typed calls and replies (`Grant`, `Release`, `Extend`, `Leave`, `Inspect`, `FencedWrite`, and the batches `GrantMany`, `ReleaseMany`, `ExtendMany`): the one place where a script's arguments are encoded and its reply decoded |
 //! | `wire` | the data kept in Redis: lock value, queue member, wake-up payload |
 //! | `scripts` | the Lua scripts, one per operation (`scripts/*.lua`), grant, release and leave sharing `prelude.lua`; `grant_many.lua` and `release_many.lua` for batches |
-//! | `coalesce` | the concurrent grants and releases of one client (of one Cluster slot) sent as one batch call while another is in flight; a lone call goes alone at once |
+//! | `coalesce` | the concurrent grants and releases of one client (of one Cluster slot) sent as one batch call while `IN_FLIGHT` others are in flight; a call with room goes alone at once |
 //! | `target` | the one URL for every topology (`redis://`, `rediss://`, `unix://`, `redis+sentinel://`, `redis+cluster://`), parsed |
 //! | `conn` | [`RedisConn`], the connection seam: one variant per kind of deployment (one server, Sentinel, Cluster), script calls by SHA with `NOSCRIPT` reload, error mapping |
 //! | `sentinel` | the master found through Sentinel, followed across failovers |
@@ -44,6 +44,8 @@ pub(crate) mod wire;
 pub(crate) use audit::{info_field, memory_policy};
 #[cfg(feature = "testing")]
 pub use coalesce::BatchFault;
+#[cfg(feature = "testing")]
+pub(crate) use coalesce::IN_FLIGHT;
 #[cfg(feature = "testing")]
 pub(crate) use conn::invocation;
 pub(crate) use conn::{ConnSettings, Node, RedisConn, Topology};

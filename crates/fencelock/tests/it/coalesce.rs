@@ -1,8 +1,9 @@
 //! Coalesced grants and releases: the calls of one client that arrive while
-//! another of their kind is in flight go to Redis as one script call.
+//! [`BATCH_IN_FLIGHT`] others of their kind are in flight go to Redis as one
+//! script call.
 //!
-//! - 64 tasks on one client (one connection) take and release their own
-//!   locks: far fewer script calls than operations, every fence the one
+//! - 128 tasks on one client (one connection) take and release their own
+//!   locks: fewer than half as many script calls as operations, every fence the one
 //!   stored in Redis and above the last, starting from fence keys set far
 //!   ahead of the clock; then 4 tasks per name contend (poll and notify
 //!   waiters): never two holders at once, fences strictly increasing per
@@ -18,8 +19,9 @@
 //! - On a Cluster, items of one slot share a call and items of different
 //!   slots never do (a shared call would fail with `CROSSSLOT`).
 //!
-//! Batches are made deterministic with `CLIENT PAUSE WRITE`: a first call
-//! is held inside Redis while the others queue behind it in the client.
+//! Batches are made deterministic with `CLIENT PAUSE WRITE`: the first
+//! [`BATCH_IN_FLIGHT`] calls (the plugs) are held inside Redis while the
+//! others queue behind them in the client.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use fencelock::testing::{BatchFault, QueueMember, break_batched_grants};
+use fencelock::testing::{BATCH_IN_FLIGHT, BatchFault, QueueMember, break_batched_grants};
 use fencelock::{
     Error, FenceMode, KeyLayout, Lease, LockClient, LockOptions, LossReason, ReleaseOutcome,
     WaitMode,
@@ -41,8 +43,8 @@ use crate::support::connect;
 /// fence of a name whose fence key holds it is this + 1, not the clock.
 const AHEAD: u64 = 5_000_000_000_000_000;
 
-/// How long `CLIENT PAUSE WRITE` holds the first call inside Redis while
-/// the others queue behind it.
+/// How long `CLIENT PAUSE WRITE` holds the plugs inside Redis while the
+/// others queue behind them.
 const PAUSE: Duration = Duration::from_millis(600);
 
 /// Script calls `server` has run, not counting an `EVALSHA` that found its
@@ -58,21 +60,25 @@ fn calls(server: &RedisServer) -> u64 {
 }
 
 /// The fence stored in `server` for lock key `lock`.
+/// Tasks on names of their own: many times [`BATCH_IN_FLIGHT`], so most
+/// of their calls find the lanes full and queue.
+const OWN: usize = 8 * BATCH_IN_FLIGHT;
+
 fn stored_fence(server: &RedisServer, lock: &str) -> Option<u64> {
     server
         .query::<Option<String>>(&["GET", &format!("{lock}:fence")])
         .and_then(|f| f.parse().ok())
 }
 
-/// 64 tasks on one client: first each on its own name (the batches), then
-/// four on each of 16 names (exclusion), checking every fence; with
-/// `fault`, batched grants run that broken script.
+/// [`OWN`] tasks on one client, each on its own name (the batches), then
+/// 64 tasks, four on each of 16 names (exclusion), checking every fence;
+/// with `fault`, batched grants run that broken script.
 async fn fences_and_exclusion(fault: Option<BatchFault>) -> Result<()> {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await?;
     break_batched_grants(&client, fault);
     let mut raw = connect(&server).await?;
-    for i in 0..64 {
+    for i in 0..OWN {
         let lock = client
             .keys(&format!("own:{i}"), KeyLayout::HashTagged)?
             .lock;
@@ -80,8 +86,8 @@ async fn fences_and_exclusion(fault: Option<BatchFault>) -> Result<()> {
     }
     let opts = LockOptions::default().wait_mode(WaitMode::Poll);
     let before = calls(&server);
-    let cycles = 20;
-    let tasks: Vec<_> = (0..64)
+    let cycles = 10;
+    let tasks: Vec<_> = (0..OWN)
         .map(|i| {
             let client = client.clone();
             let opts = opts.clone();
@@ -108,9 +114,10 @@ async fn fences_and_exclusion(fault: Option<BatchFault>) -> Result<()> {
         task.await??;
     }
     let used = calls(&server) - before;
-    let operations = 64 * cycles * 2;
+    let operations = OWN as u64 * cycles * 2;
+    // Fewer than half: most calls found the lanes full and shared a batch.
     ensure!(
-        used * 4 < operations,
+        used * 2 < operations,
         "{operations} grants and releases took {used} script calls: not coalesced"
     );
 
@@ -182,9 +189,10 @@ async fn a_batch_that_ignores_the_stored_fence_is_caught() -> Result<()> {
     }
 }
 
-/// Holds the next script call inside Redis for [`PAUSE`]: the calls made
-/// meanwhile queue behind it in the client.
-async fn hold_first_call(server: &RedisServer) -> Result<()> {
+/// Holds the next script calls inside Redis for [`PAUSE`]: once
+/// [`BATCH_IN_FLIGHT`] of a client's are in flight, the calls it makes
+/// meanwhile queue behind them.
+async fn hold_calls(server: &RedisServer) -> Result<()> {
     let millis = PAUSE.as_millis().to_string();
     server.cmd(&["CLIENT", "PAUSE", &millis, "WRITE"]);
     Ok(())
@@ -227,12 +235,14 @@ async fn mixed_grants(fault: Option<BatchFault>) -> Result<()> {
     let fair = opts.clone().wait_mode(WaitMode::Fair);
     let counter = opts.clone().fence_mode(FenceMode::Counter);
     let before = calls(&server);
-    hold_first_call(&server).await?;
-    let plug = tokio::spawn({
-        let client = client.clone();
-        let opts = opts.clone();
-        async move { client.try_acquire("plug", &opts).await }
-    });
+    hold_calls(&server).await?;
+    let plugs: Vec<_> = (0..BATCH_IN_FLIGHT)
+        .map(|i| {
+            let client = client.clone();
+            let opts = opts.clone();
+            tokio::spawn(async move { client.try_acquire(&format!("plug:{i}"), &opts).await })
+        })
+        .collect();
     tokio::time::sleep(PAUSE / 4).await;
     let grants = futures_util::future::join_all(
         batched
@@ -244,7 +254,10 @@ async fn mixed_grants(fault: Option<BatchFault>) -> Result<()> {
             ]),
     )
     .await;
-    let plug = plug.await??;
+    let mut plugged = Vec::new();
+    for plug in plugs {
+        plugged.push(plug.await??);
+    }
     let used = calls(&server) - before;
     let names: Vec<&str> = batched
         .iter()
@@ -297,10 +310,15 @@ async fn mixed_grants(fault: Option<BatchFault>) -> Result<()> {
         "list-lock: {}",
         got["list-lock"]
     );
-    // The plug alone, one batch of 13, the three it sent back alone, and
+    // The plugs alone, one batch of 13, the three it sent back alone, and
     // the fair and counter-fenced grants, which never join a batch.
-    ensure!(used == 7, "{used} script calls for 16 grants, not 7");
-    drop(plug);
+    let want = BATCH_IN_FLIGHT as u64 + 6;
+    ensure!(
+        used == want,
+        "{used} script calls for {} grants, not {want}",
+        BATCH_IN_FLIGHT + 15
+    );
+    drop(plugged);
     Ok(())
 }
 
@@ -333,8 +351,12 @@ async fn heavy_a_mixed_batch_of_releases_gives_each_its_outcome() -> Result<()> 
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await?;
     let opts = LockOptions::default().wait(Duration::ZERO);
+    let mut plugs = Vec::new();
+    for i in 0..BATCH_IN_FLIGHT {
+        plugs.push(client.try_acquire(&format!("plug:{i}"), &opts).await?);
+    }
     let mut leases = Vec::new();
-    for name in ["plug", "ok:0", "ok:1", "ok:2", "gone", "taken", "queued"] {
+    for name in ["ok:0", "ok:1", "ok:2", "gone", "taken", "queued"] {
         leases.push(client.try_acquire(name, &opts).await?);
     }
     let gone = key_of(&client, "gone")?;
@@ -367,17 +389,17 @@ async fn heavy_a_mixed_batch_of_releases_gives_each_its_outcome() -> Result<()> 
     ]);
 
     let before = calls(&server);
-    hold_first_call(&server).await?;
-    let mut leases = leases.into_iter();
-    let plug = tokio::spawn(leases.next().context("the plug")?.release());
-    tokio::time::sleep(PAUSE / 4).await;
-    let names: Vec<String> = leases
-        .as_slice()
-        .iter()
-        .map(|l| l.name().to_owned())
+    hold_calls(&server).await?;
+    let plugs: Vec<_> = plugs
+        .into_iter()
+        .map(|plug| tokio::spawn(plug.release()))
         .collect();
-    let released = futures_util::future::join_all(leases.map(Lease::release)).await;
-    ensure!(plug.await??.is_released());
+    tokio::time::sleep(PAUSE / 4).await;
+    let names: Vec<String> = leases.iter().map(|l| l.name().to_owned()).collect();
+    let released = futures_util::future::join_all(leases.into_iter().map(Lease::release)).await;
+    for plug in plugs {
+        ensure!(plug.await??.is_released());
+    }
     let used = calls(&server) - before;
     for (name, outcome) in names.iter().zip(released) {
         let outcome = outcome?;
@@ -392,8 +414,13 @@ async fn heavy_a_mixed_batch_of_releases_gives_each_its_outcome() -> Result<()> 
         server.query::<Option<String>>(&["GET", &taken]).as_deref() == Some("someone-else:1"),
         "another holder's lock was touched"
     );
-    // The plug alone, one batch of 6, and the queued one alone.
-    ensure!(used == 3, "{used} script calls for 7 releases, not 3");
+    // The plugs alone, one batch of 6, and the queued one alone.
+    let want = BATCH_IN_FLIGHT as u64 + 2;
+    ensure!(
+        used == want,
+        "{used} script calls for {} releases, not {want}",
+        BATCH_IN_FLIGHT + 6
+    );
     Ok(())
 }
 
@@ -417,7 +444,8 @@ async fn cluster_batches_grants_of_one_slot_only() -> Result<()> {
     let cluster = RedisCluster::start();
     let client = LockClient::connect(&cluster.cluster_url()).await?;
     let opts = LockOptions::default().wait(Duration::ZERO);
-    let (slot, same) = names_in_one_slot(8);
+    let (slot, same) = names_in_one_slot(BATCH_IN_FLIGHT + 7);
+    let (plugs, batched) = same.split_at(BATCH_IN_FLIGHT);
     // Names of 8 other slots, on every master.
     let mut seen = vec![slot];
     let others: Vec<String> = (0..)
@@ -439,22 +467,28 @@ async fn cluster_batches_grants_of_one_slot_only() -> Result<()> {
     cluster
         .node(owner)
         .cmd(&["CLIENT", "PAUSE", &millis, "WRITE"]);
-    let plug = tokio::spawn({
-        let client = client.clone();
-        let opts = opts.clone();
-        let name = same[0].clone();
-        async move { client.try_acquire(&name, &opts).await }
-    });
+    let plugs: Vec<_> = plugs
+        .iter()
+        .map(|name| {
+            let client = client.clone();
+            let opts = opts.clone();
+            let name = name.clone();
+            tokio::spawn(async move { client.try_acquire(&name, &opts).await })
+        })
+        .collect();
     tokio::time::sleep(PAUSE / 4).await;
     let grants = futures_util::future::join_all(
-        same[1..]
+        batched
             .iter()
             .chain(&others)
             .map(|name| client.try_acquire(name, &opts)),
     )
     .await;
-    let mut leases = vec![plug.await??];
-    for (name, grant) in same[1..].iter().chain(&others).zip(grants) {
+    let mut leases = Vec::new();
+    for plug in plugs {
+        leases.push(plug.await??);
+    }
+    for (name, grant) in batched.iter().chain(&others).zip(grants) {
         leases.push(grant.with_context(|| name.clone())?);
     }
     let used = total(&cluster) - before;
@@ -467,9 +501,14 @@ async fn cluster_batches_grants_of_one_slot_only() -> Result<()> {
             lease.fence()
         );
     }
-    // The plug alone and one batch for the 7 names of its slot; each name of
-    // another slot alone.
-    ensure!(used == 2 + 8, "{used} script calls for 16 grants, not 10");
+    // The plugs alone and one batch for the 7 other names of their slot;
+    // each name of another slot alone.
+    let want = BATCH_IN_FLIGHT as u64 + 1 + 8;
+    ensure!(
+        used == want,
+        "{used} script calls for {} grants, not {want}",
+        BATCH_IN_FLIGHT + 15
+    );
     for lease in leases {
         ensure!(lease.release().await?.is_released());
     }

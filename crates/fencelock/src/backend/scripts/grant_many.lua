@@ -1,5 +1,6 @@
 -- Grant, for many callers of one client at once (the coalescer sends the
--- grants that queued while another grant call was in flight as one call):
+-- grants that queued while its grant calls in flight were at their limit
+-- as one call):
 -- grant_fast.lua's common case for each item, and nothing else. Standalone
 -- (no common.lua, no prelude.lua) and closure-free, like grant_fast.lua:
 -- what this saves is Redis's fixed cost per script call, so each item must
