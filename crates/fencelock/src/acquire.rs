@@ -95,6 +95,28 @@ pub(crate) fn new_token() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+/// A refused grant attempt.
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    /// The holder's time left, if known.
+    remaining: Option<Duration>,
+    /// The fence stored when the attempt was refused (see
+    /// [`GrantReply::seen`]).
+    seen: Option<u64>,
+}
+
+/// Whether a hand-over wake-up carrying `handed` can be trusted without
+/// asking Redis: only if it minted a fence above `seen`, the fence stored
+/// when this waiter's last attempt was refused, so the hand-over happened
+/// after that attempt (fences only grow), and a deadline counted from the
+/// attempt's send time is safe. A wake-up that is not above it is from
+/// before the attempt: that hand-over may be long over (the waiter was
+/// paused with the message queued), so it must be confirmed first. With no
+/// fence stored at the refusal nothing is known: confirm.
+pub(crate) fn handover_is_fresh(seen: Option<u64>, handed: Fence) -> bool {
+    seen.is_some_and(|seen| handed.get() > seen)
+}
+
 /// Takes locks for one client.
 #[derive(Debug)]
 pub(crate) struct Engine {
@@ -213,19 +235,29 @@ impl Engine {
         }
         let mut queued = QueuedGuard::new(&self.backend, keys, member.as_ref(), opts);
         let mut backoff = Backoff::new();
+        // When the last refused attempt was sent, and the fence stored then.
         let mut refused_at = None;
+        let mut seen = None;
         // Whether an earlier attempt may have queued this waiter (even one
         // whose reply was lost), so a successful grant removes the entry.
         let mut tried = false;
         loop {
             let attempt_at = Instant::now();
             let error = match self
-                .grant(name, keys, &token, opts, member.as_ref(), tried)
+                .attempt(name, keys, &token, opts, member.as_ref(), tried)
                 .await
             {
-                Ok(lease) => {
+                Ok(Ok(lease)) => {
                     queued.disarm();
                     return Ok(lease);
+                }
+                Ok(Err(refused)) => {
+                    seen = refused.seen;
+                    let error = self.contended(name, refused.remaining);
+                    if opts.wait.is_zero() {
+                        return Err(error);
+                    }
+                    error
                 }
                 Err(e) if opts.wait.is_zero() || !e.is_retryable() => return Err(e),
                 Err(e) => e,
@@ -286,7 +318,7 @@ impl Engine {
             }
             if let Some(refused_at) = refused_at
                 && let Some(lease) = self
-                    .handed_over(name, keys, &token, fence, opts, refused_at)
+                    .handed_over(name, keys, &token, fence, opts, (refused_at, seen))
                     .await
             {
                 queued.disarm();
@@ -333,7 +365,7 @@ impl Engine {
         wakeups.register(&wake_channel(keys, &self.client_id)).await
     }
 
-    /// One grant attempt.
+    /// One grant attempt; a refusal is [`Error::Contended`].
     async fn grant(
         &self,
         name: &str,
@@ -343,6 +375,21 @@ impl Engine {
         member: Option<&QueueMember>,
         queued: bool,
     ) -> Result<Lease> {
+        self.attempt(name, keys, token, opts, member, queued)
+            .await?
+            .map_err(|refused| self.contended(name, refused.remaining))
+    }
+
+    /// One grant attempt: the lease, or the refusal.
+    async fn attempt(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        token: &str,
+        opts: &LockOptions,
+        member: Option<&QueueMember>,
+        queued: bool,
+    ) -> Result<std::result::Result<Lease, Refused>> {
         let ttl = opts.ttl;
         let sent = Instant::now();
         let grant = Grant {
@@ -370,8 +417,18 @@ impl Engine {
         };
         let fence = match reply {
             GrantReply::Granted(fence) => fence,
-            GrantReply::Held(remaining) => return Err(self.contended(name, remaining)),
-            GrantReply::ReservedForHead => return Err(self.contended(name, None)),
+            GrantReply::Held { remaining, .. } => {
+                return Ok(Err(Refused {
+                    remaining,
+                    seen: reply.seen(),
+                }));
+            }
+            GrantReply::ReservedForHead { .. } => {
+                return Ok(Err(Refused {
+                    remaining: None,
+                    seen: reply.seen(),
+                }));
+            }
         };
         let state = self.lease_state(name, keys, token, fence, opts, sent + ttl - drift(ttl));
         if let (Some(replication), Some(acked)) = (opts.replication, acked)
@@ -393,12 +450,12 @@ impl Engine {
             });
         }
         tracing::debug!(lock = %name, %fence, "acquired");
-        Ok(Lease::start(
+        Ok(Ok(Lease::start(
             state,
             &self.keeper,
             opts.renewal_interval(),
             false,
-        ))
+        )))
     }
 
     fn contended(&self, name: &str, remaining: Option<Duration>) -> Error {
@@ -410,16 +467,20 @@ impl Engine {
     }
 
     /// A lease for a lock that a release handed over to this waiter (see
-    /// [`handover_deadline`]), once confirmed.
+    /// [`handover_deadline`]), whose last refused attempt was sent at
+    /// `refused.0` and saw fence `refused.1` stored.
     ///
-    /// The wake-up may be older than the waiter's last refused attempt (its
-    /// process was paused with the message queued), and the hand-over may
-    /// have ended meanwhile: a local deadline counted from that later
-    /// attempt would outlive the lock in Redis. So the lock is first
-    /// confirmed with a compare-and-pexpire to the full ttl, and the lease's
-    /// deadline starts when that confirmation was sent. Anything else (gone,
-    /// taken, no reply) leaves the waiter waiting. (Found by `fencelock
-    /// torture`, checker C4.)
+    /// A fresh wake-up ([`handover_is_fresh`]) is a hand-over made after
+    /// that attempt: the lease counts from the attempt's send time, with the
+    /// hand-over lease, and the keeper renews it to the full ttl at once.
+    ///
+    /// Any other wake-up may be older than the attempt (the waiter's process
+    /// was paused with the message queued), and the hand-over may have
+    /// ended meanwhile: a deadline counted from the later attempt would
+    /// outlive the lock in Redis (found by `fencelock torture`, checker C4).
+    /// So the lock is first confirmed with a compare-and-pexpire to the full
+    /// ttl, and the lease's deadline starts when that confirmation was sent.
+    /// Anything else (gone, taken, no reply) leaves the waiter waiting.
     async fn handed_over(
         &self,
         name: &str,
@@ -427,9 +488,20 @@ impl Engine {
         token: &str,
         fence: Fence,
         opts: &LockOptions,
-        refused_at: Instant,
+        (refused_at, seen): (Instant, Option<u64>),
     ) -> Option<Lease> {
-        handover_deadline(refused_at, opts.handover_lease(), Instant::now())?;
+        let provisional = opts.handover_lease();
+        let deadline = handover_deadline(refused_at, provisional, Instant::now())?;
+        if handover_is_fresh(seen, fence) {
+            let state = self.lease_state(name, keys, token, fence, opts, deadline);
+            tracing::debug!(lock = %name, %fence, "acquired by hand-over");
+            return Some(Lease::start(
+                state,
+                &self.keeper,
+                opts.renewal_interval(),
+                provisional < opts.ttl,
+            ));
+        }
         // Not valid until confirmed: the deadline moves to the
         // confirmation's send time + ttl - drift.
         let state = self.lease_state(name, keys, token, fence, opts, Instant::now());

@@ -12,6 +12,16 @@ mod pure {
     }
 
     #[test]
+    fn only_a_handover_above_the_fence_seen_at_the_refusal_is_fresh() {
+        let fence = Fence::new;
+        assert!(handover_is_fresh(Some(41), fence(42)));
+        // Not above: minted before the refused attempt, or nothing known.
+        assert!(!handover_is_fresh(Some(42), fence(42)));
+        assert!(!handover_is_fresh(Some(43), fence(42)));
+        assert!(!handover_is_fresh(None, fence(42)));
+    }
+
+    #[test]
     fn queued_waiters_sleep_until_the_lease_ends_or_a_third_of_their_waiter_lease() {
         let lease = Duration::from_millis(900);
         let mut backoff = Backoff::new();

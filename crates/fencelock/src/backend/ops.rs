@@ -151,23 +151,55 @@ pub(crate) enum GrantReply {
     /// Granted with this fence (a retry with the same token gets the same
     /// grant back).
     Granted(Fence),
-    /// Held by another holder, whose lease ends in this long (if known).
-    Held(Option<Duration>),
+    /// Held by another holder, whose lease ends in `remaining` (if known).
+    Held {
+        /// The holder's time left.
+        remaining: Option<Duration>,
+        /// See [`GrantReply::seen`].
+        seen: Option<u64>,
+    },
     /// Free, but reserved for the head of a fair queue.
-    ReservedForHead,
+    ReservedForHead {
+        /// See [`GrantReply::seen`].
+        seen: Option<u64>,
+    },
+}
+
+impl GrantReply {
+    /// For a refusal by `grant.lua`: the fence stored when the attempt was
+    /// refused. A hand-over to this waiter minted a higher fence only if it
+    /// happened after this attempt (fences only grow), so a wake-up whose
+    /// fence is higher cannot be a stale one from before it.
+    pub(crate) fn seen(&self) -> Option<u64> {
+        match self {
+            GrantReply::Granted(_) => None,
+            GrantReply::Held { seen, .. } | GrantReply::ReservedForHead { seen } => *seen,
+        }
+    }
 }
 
 impl FromRedisValue for GrantReply {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
-        let (code, n): (i64, i64) = FromRedisValue::from_redis_value(v)?;
+        let mut fields: Vec<Value> = FromRedisValue::from_redis_value(v)?;
+        if !(2..=3).contains(&fields.len()) {
+            return Err(format!("grant returned {} fields, not 2 or 3", fields.len()).into());
+        }
+        // The fence stored at a refusal (grant.lua; absent from a batch).
+        let seen = match fields.get(2).cloned() {
+            None | Some(Value::Nil) => None,
+            Some(last) => Some(u64::from_redis_value(last)?),
+        };
+        fields.truncate(2);
+        let (code, n): (i64, i64) = FromRedisValue::from_redis_value(Value::Array(fields))?;
         match code {
             1 => u64::try_from(n)
                 .map(|f| GrantReply::Granted(Fence::new(f)))
                 .map_err(|_| format!("grant returned the negative fence {n}").into()),
-            0 => Ok(GrantReply::Held(
-                u64::try_from(n).ok().map(Duration::from_millis),
-            )),
-            2 => Ok(GrantReply::ReservedForHead),
+            0 => Ok(GrantReply::Held {
+                remaining: u64::try_from(n).ok().map(Duration::from_millis),
+                seen,
+            }),
+            2 => Ok(GrantReply::ReservedForHead { seen }),
             other => Err(format!("grant returned the unknown code {other}").into()),
         }
     }

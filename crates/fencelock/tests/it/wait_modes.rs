@@ -877,6 +877,95 @@ async fn heavy_fair_handover_with_a_lost_message_is_picked_up_by_the_retry() -> 
     Ok(())
 }
 
+/// A hand-over wake-up is trusted without another round trip only if its
+/// fence is above the one stored when the waiter's last attempt was
+/// refused: only then was the hand-over made after that attempt. A queued
+/// fair waiter (long waiter lease: no retries of its own) is sent forged
+/// wake-ups on its channel while another client holds the lock:
+///
+/// - one with the fence it saw refused (as a stale message from before its
+///   last attempt would carry): it asks Redis (a compare-and-pexpire, which
+///   fails), tries again, and keeps waiting; a waiter that trusted the
+///   message would hold a lease next to the holder;
+/// - after a real hand-over, which it takes at once with a fence above;
+/// - one above the fence it saw (as only a hand-over made after its attempt
+///   can carry): taken without asking, on a lease of the hand-over lease
+///   only, which its renewal at once finds not its own: lost within
+///   moments, where trusting a stale message would have left it believed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn handover_wake_ups_are_trusted_only_above_the_fence_seen_at_the_last_refusal() -> Result<()>
+{
+    let TestRedis {
+        server,
+        client: holder,
+    } = TestRedis::start().await?;
+    let waiter = LockClient::connect(&server.url()).await?;
+    let keys = holder.keys("job", KeyLayout::HashTagged)?;
+    // A hand-over lease (the waiter lease) shorter than the ttl: renewed at
+    // once after a hand-over.
+    let opts = waiter_opts(WaitMode::Fair, Duration::from_secs(30)).ttl(Duration::from_secs(60));
+    let wake = |member: &str, fence: Fence| -> Result<(String, String)> {
+        let member = parse_member(member)?;
+        let message = fencelock::testing::Wake::HandedOver {
+            waiter: member.waiter,
+            fence,
+        };
+        Ok((member.wake_channel(&keys), message.to_string()))
+    };
+
+    let h = holder
+        .try_acquire("job", &holder_opts(Duration::from_secs(30)))
+        .await?;
+    let task = spawn_acquire(&waiter, "job", &opts);
+    let member = queued(&server, &keys, 1).await?.remove(0);
+    let (channel, stale) = wake(&member, h.fence())?;
+    let before = server.script_calls();
+    let heard: i64 = server.query(&["PUBLISH", &channel, &stale]);
+    ensure!(heard == 1, "{heard} subscribers heard the wake-up");
+    // The confirmation, then the next attempt, refused.
+    poll(
+        "the waiter's confirmation and next attempt",
+        POLL_DEADLINE,
+        || (server.script_calls() >= before + 2).then_some(()),
+    )
+    .await?;
+    ensure!(
+        !task.is_finished(),
+        "a wake-up with the fence seen at the refusal was trusted: {:?}",
+        task.await
+    );
+    ensure!(server.get(&keys.lock) == Some(format!("{}:{}", h.token(), h.fence())));
+    ensure!(queue(&server, &keys) == vec![member.clone()]);
+
+    // A real hand-over: granted at once, with a fence above.
+    let h_fence = h.fence();
+    ensure!(h.release().await? == ReleaseOutcome::Released);
+    let (lease, _) = granted(task, POLL_DEADLINE).await?;
+    ensure!(lease.fence() > h_fence);
+    ensure!(lease.release().await? == ReleaseOutcome::Released);
+
+    // Forged, with a fence above the one seen: taken without asking, and
+    // lost as soon as the renewal finds the lock is the holder's.
+    let h = holder
+        .try_acquire("job", &holder_opts(Duration::from_secs(30)))
+        .await?;
+    let task = spawn_acquire(&waiter, "job", &opts);
+    let member = queued(&server, &keys, 1).await?.remove(0);
+    let forged = Fence::new(h.fence().get() + 1);
+    let (channel, fresh) = wake(&member, forged)?;
+    let heard: i64 = server.query(&["PUBLISH", &channel, &fresh]);
+    ensure!(heard == 1, "{heard} subscribers heard the wake-up");
+    let (lease, _) = granted(task, POLL_DEADLINE).await?;
+    ensure!(lease.fence() == forged, "fence {}", lease.fence());
+    poll("the forged lease lost", Duration::from_secs(1), || {
+        lease.is_lost().then_some(())
+    })
+    .await?;
+    ensure!(server.get(&keys.lock) == Some(format!("{}:{}", h.token(), h.fence())));
+    ensure!(h.release().await? == ReleaseOutcome::Released);
+    Ok(())
+}
+
 /// Fair: a queued waiter whose `acquire` future is dropped (its task
 /// aborted) leaves the queue from the background, so the holder's release
 /// hands the lock to nobody.

@@ -90,16 +90,39 @@ fn replies_decode_every_code() {
     );
     assert_eq!(
         GrantReply::from_redis_value(pair(0, 250)).ok(),
-        Some(GrantReply::Held(Some(Duration::from_millis(250))))
+        Some(GrantReply::Held {
+            remaining: Some(Duration::from_millis(250)),
+            seen: None
+        })
     );
     assert_eq!(
         GrantReply::from_redis_value(pair(0, -1)).ok(),
-        Some(GrantReply::Held(None))
+        Some(GrantReply::Held {
+            remaining: None,
+            seen: None
+        })
     );
     assert_eq!(
         GrantReply::from_redis_value(pair(2, 0)).ok(),
-        Some(GrantReply::ReservedForHead)
+        Some(GrantReply::ReservedForHead { seen: None })
     );
+    // grant.lua's refusals carry the fence stored then (nil: none).
+    let triple = |a, b, last: Value| Value::Array(vec![Value::Int(a), Value::Int(b), last]);
+    let held = GrantReply::from_redis_value(triple(0, 250, Value::BulkString(b"77".to_vec())));
+    assert_eq!(held.ok().and_then(|r| r.seen()), Some(77));
+    let reserved = GrantReply::from_redis_value(triple(2, 0, Value::BulkString(b"9".to_vec())));
+    assert_eq!(
+        reserved.ok(),
+        Some(GrantReply::ReservedForHead { seen: Some(9) })
+    );
+    assert_eq!(
+        GrantReply::from_redis_value(triple(0, 5, Value::Nil)).ok(),
+        Some(GrantReply::Held {
+            remaining: Some(Duration::from_millis(5)),
+            seen: None
+        })
+    );
+    assert!(GrantReply::from_redis_value(triple(0, 5, Value::BulkString(b"x".to_vec()))).is_err());
     assert!(GrantReply::from_redis_value(pair(1, -5)).is_err());
     assert!(GrantReply::from_redis_value(pair(9, 0)).is_err());
     assert_eq!(
@@ -200,7 +223,10 @@ fn batch_replies_decode_every_code() {
     );
     assert_eq!(
         grant(item(0, Value::Int(-1))),
-        Some(Batched::Done(GrantReply::Held(None)))
+        Some(Batched::Done(GrantReply::Held {
+            remaining: None,
+            seen: None
+        }))
     );
     assert_eq!(grant(item(3, Value::Int(0))), Some(Batched::Alone));
     assert_eq!(

@@ -12,9 +12,11 @@ local waiter_lease = tonumber(ARGV[6])  -- ms a queued waiter keeps its place
 local queued = member ~= '' and ARGV[7] == '1'
 --
 -- Returns {1, fence} when granted (a retry with the same token gets the same
--- grant back), {0, pttl} when held by another, {2, 0} when free but reserved
--- for the head of a fair queue. Refused notify/fair callers are queued (or
--- keep their place, with a renewed waiter lease).
+-- grant back), {0, pttl, last} when held by another, {2, 0, last} when free
+-- but reserved for the head of a fair queue, where `last` is the fence stored
+-- now (nil: none): a hand-over wake-up with a higher fence was made after
+-- this attempt. Refused notify/fair callers are queued (or keep their place,
+-- with a renewed waiter lease).
 
 -- The common case (no fair queue to honour, never queued) sets the lock in
 -- the same call that reads it: the fence is computed first (nothing is
@@ -83,7 +85,7 @@ end
 
 if held then
   if wait_mode ~= 'poll' then enqueue(now or now_us()) end
-  return {0, call('PTTL', LOCK)}
+  return {0, call('PTTL', LOCK), last}
 end
 
 now = now or now_us()
@@ -91,7 +93,7 @@ if wait_mode == 'fair' and queue_live then
   local head = live_head(math.floor(now / 1000))
   if head and head ~= member then
     enqueue(now)
-    return {2, 0}
+    return {2, 0, last}
   end
 end
 local fence = mint(last, now)
