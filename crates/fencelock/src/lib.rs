@@ -273,7 +273,8 @@ pub mod testing {
 
     /// The script call one keeper tick makes to renew a batch of leases
     /// (`(lock key, exact lock value)` each) to `ttl`, to run on any
-    /// connection.
+    /// connection. It replies with the leases it did not renew, as pairs
+    /// (1-based index, 0 absent or -1 another value): empty when all were.
     pub fn renewal_batch_invocation(
         leases: &[(&str, &str)],
         ttl: std::time::Duration,

@@ -197,7 +197,9 @@ impl Backend {
                     leases: &leases,
                     ttl,
                 })
-                .await
+                .await?
+                .per_lease(leases.len())
+                .map_err(|e| Error::UnexpectedReply(e.to_string()))
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd(conn) => {

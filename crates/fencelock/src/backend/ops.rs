@@ -443,7 +443,7 @@ impl ToRedisArgs for ExtendMany<'_> {
 }
 
 impl ScriptCall for ExtendMany<'_> {
-    type Reply = Vec<Checked>;
+    type Reply = NotExtended;
 
     fn script(&self) -> &'static Lua {
         &scripts::EXTEND_MANY
@@ -451,6 +451,47 @@ impl ScriptCall for ExtendMany<'_> {
 
     fn keys(&self) -> Vec<&str> {
         self.leases.iter().map(|(key, _)| *key).collect()
+    }
+}
+
+/// The reply of [`ExtendMany`]: the leases it did not extend (1-based
+/// index, why); every other lease was extended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NotExtended(pub(crate) Vec<(usize, Checked)>);
+
+impl NotExtended {
+    /// One code per lease of a call that renewed `n` leases, in order.
+    pub(crate) fn per_lease(self, n: usize) -> Result<Vec<Checked>, ParsingError> {
+        let mut codes = vec![Checked::Done; n];
+        for (i, code) in self.0 {
+            let slot = i
+                .checked_sub(1)
+                .and_then(|i| codes.get_mut(i))
+                .ok_or_else(|| format!("a batched renewal of {n} leases named lease {i}"))?;
+            *slot = code;
+        }
+        Ok(codes)
+    }
+}
+
+impl FromRedisValue for NotExtended {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let flat: Vec<i64> = FromRedisValue::from_redis_value(v)?;
+        if flat.len() % 2 != 0 {
+            return Err("a batched renewal returned an odd number of fields".into());
+        }
+        flat.chunks_exact(2)
+            .map(|pair| {
+                let i = usize::try_from(pair[0])
+                    .map_err(|_| format!("a batched renewal named lease {}", pair[0]))?;
+                match Checked::from_redis_value(Value::Int(pair[1]))? {
+                    // Listed means not extended.
+                    Checked::Done => Err("a batched renewal listed a lease it extended".into()),
+                    code => Ok((i, code)),
+                }
+            })
+            .collect::<Result<_, ParsingError>>()
+            .map(NotExtended)
     }
 }
 

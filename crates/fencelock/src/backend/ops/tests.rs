@@ -248,3 +248,25 @@ fn batch_replies_decode_every_code() {
     assert_eq!(release(2), Some(Batched::Alone));
     assert_eq!(release(5), None);
 }
+
+#[test]
+fn a_batched_renewal_lists_only_the_leases_it_did_not_extend() {
+    let flat = |v: &[i64]| Value::Array(v.iter().map(|&n| Value::Int(n)).collect());
+    let parse = |v: &[i64]| NotExtended::from_redis_value(flat(v));
+    let expired = Checked::NotOurs(LossReason::Expired);
+    let taken = Checked::NotOurs(LossReason::TakenOver);
+    assert_eq!(
+        parse(&[]).ok().and_then(|r| r.per_lease(3).ok()),
+        Some(vec![Checked::Done; 3])
+    );
+    assert_eq!(
+        parse(&[2, 0, 3, -1]).ok().and_then(|r| r.per_lease(3).ok()),
+        Some(vec![Checked::Done, expired, taken])
+    );
+    // A lease outside the call, a listed success, a half pair: refused.
+    assert!(parse(&[4, 0]).is_ok_and(|r| r.per_lease(3).is_err()));
+    assert!(parse(&[0, 0]).is_ok_and(|r| r.per_lease(3).is_err()));
+    assert!(parse(&[1, 1]).is_err());
+    assert!(parse(&[1]).is_err());
+    assert!(parse(&[-1, 0]).is_err());
+}
