@@ -477,7 +477,7 @@ impl NotExtended {
 impl FromRedisValue for NotExtended {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
         let flat: Vec<i64> = FromRedisValue::from_redis_value(v)?;
-        if flat.len() % 2 != 0 {
+        if !flat.len().is_multiple_of(2) {
             return Err("a batched renewal returned an odd number of fields".into());
         }
         flat.chunks_exact(2)
