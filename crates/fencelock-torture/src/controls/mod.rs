@@ -157,13 +157,16 @@ impl ControlLock {
 
     /// fencelock's grant script (poll mode): the one atomic grant.
     async fn grant(&self, keys: &LockKeys, token: &str) -> Result<Option<(Fence, String)>, String> {
-        let reply: (i64, i64) = fencelock::testing::grant_invocation(keys, token, &self.opts)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(match reply {
-            (1, fence) => {
-                let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
+        // {1, fence} when granted; a refusal carries a third field (the
+        // fence stored then).
+        let reply: Vec<redis::Value> =
+            fencelock::testing::grant_invocation(keys, token, &self.opts)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+        Ok(match reply.as_slice() {
+            [redis::Value::Int(1), redis::Value::Int(fence)] => {
+                let fence = Fence::new(u64::try_from(*fence).unwrap_or(0));
                 Some((
                     fence,
                     fencelock::testing::lock_value(token, fence, self.opts.layout_value()),
