@@ -148,6 +148,21 @@ fn cycle(w: &str, n: u32, t: i64, fence: u64, read: i64, seq: u64) -> Vec<Event>
     ]
 }
 
+/// The observer saw `holder` hold t0 with `fence`, its read sent 100 µs
+/// before `t`.
+fn observed(t: i64, holder: &str, fence: u64) -> Event {
+    ev(
+        t,
+        "observer",
+        Entry::Observed {
+            name: "t0".into(),
+            holder: Some(holder.into()),
+            fence: Some(fence),
+            sent: t - 100,
+        },
+    )
+}
+
 fn final_value(v: i64) -> Event {
     ev(
         9_000_000,
@@ -259,16 +274,7 @@ fn c5_a_loss_signalled_too_late() {
     let mut e = clean();
     // w0's key is taken at 12 ms while w0 still works until 500 ms, and its
     // loss signal comes at 450 ms.
-    e.push(ev(
-        12_000,
-        "observer",
-        Entry::Observed {
-            name: "t0".into(),
-            holder: Some("other".into()),
-            fence: Some(150),
-            sent: 11_900,
-        },
-    ));
+    e.push(observed(12_000, "other", 150));
     for x in &mut e {
         if let Entry::Release { op, .. } = &x.e
             && op == "w0.1"
@@ -301,16 +307,7 @@ fn c6_a_later_grant_with_a_lower_fence() {
 #[test]
 fn c7_a_key_back_after_its_release() {
     let mut e = clean();
-    e.push(ev(
-        30_000,
-        "observer",
-        Entry::Observed {
-            name: "t0".into(),
-            holder: Some("hw01".into()),
-            fence: Some(100),
-            sent: 29_900,
-        },
-    ));
+    e.push(observed(30_000, "hw01", 100));
     let found = violations(e);
     assert!(found.iter().any(|(id, _)| *id == "C7"), "{found:?}");
 }
@@ -331,16 +328,7 @@ fn c5_with_a_pause_that_never_ended_does_not_overflow() {
             rollback: false,
         },
     ));
-    e.push(ev(
-        12_000,
-        "observer",
-        Entry::Observed {
-            name: "t0".into(),
-            holder: Some("other".into()),
-            fence: Some(150),
-            sent: 11_900,
-        },
-    ));
+    e.push(observed(12_000, "other", 150));
     let results = check(&History::new(e));
     let c5 = results.iter().find(|c| c.id == "C5").expect("C5");
     assert_eq!(c5.violations, 0, "{c5:?}");
@@ -474,16 +462,7 @@ fn c7_and_c6_excuse_what_a_failover_rolled_back() {
     // w0's release is rolled back by a failover: its key is back.
     let mut e = clean();
     e.extend(failover(25, 29));
-    e.push(ev(
-        30_000,
-        "observer",
-        Entry::Observed {
-            name: "t0".into(),
-            holder: Some("hw01".into()),
-            fence: Some(100),
-            sent: 29_900,
-        },
-    ));
+    e.push(observed(30_000, "hw01", 100));
     let results = check(&History::new(e));
     let c7 = results.iter().find(|c| c.id == "C7").expect("C7");
     assert_eq!((c7.violations, c7.excused), (0, 1), "{c7:?}");
@@ -493,27 +472,9 @@ fn c7_and_c6_excuse_what_a_failover_rolled_back() {
     e.extend(cycle("w0", 1, 10, 100, 0, 1));
     e.extend(cycle("w1", 1, 20, 200, 1, 2));
     e.push(final_value(2));
-    e.push(ev(
-        23_000,
-        "observer",
-        Entry::Observed {
-            name: "t0".into(),
-            holder: Some("refused".into()),
-            fence: Some(300),
-            sent: 22_900,
-        },
-    ));
+    e.push(observed(23_000, "refused", 300));
     e.extend(failover(23, 24));
-    e.push(ev(
-        24_500,
-        "observer",
-        Entry::Observed {
-            name: "t0".into(),
-            holder: Some("hw11".into()),
-            fence: Some(200),
-            sent: 24_400,
-        },
-    ));
+    e.push(observed(24_500, "hw11", 200));
     let results = check(&History::new(e));
     let c6 = results.iter().find(|c| c.id == "C6").expect("C6");
     assert_eq!((c6.violations, c6.excused), (0, 1), "{c6:?}");
@@ -530,27 +491,9 @@ fn c6_excuses_a_rolled_back_fence_that_its_holder_was_refused_and_retried() {
         let mut e = vec![replicated_header("clock", 2, 2)];
         e.extend(cycle("w0", 1, 10, 100, 0, 1));
         e.extend(cycle("w1", 1, 20, 200, 1, 2));
-        e.push(ev(
-            23_000,
-            "observer",
-            Entry::Observed {
-                name: "t0".into(),
-                holder: Some("hw21".into()),
-                fence: Some(300),
-                sent: 22_900,
-            },
-        ));
+        e.push(observed(23_000, "hw21", 300));
         e.extend(failover(23, 24));
-        e.push(ev(
-            24_500,
-            "observer",
-            Entry::Observed {
-                name: "t0".into(),
-                holder: Some("hw11".into()),
-                fence: Some(200),
-                sent: 24_400,
-            },
-        ));
+        e.push(observed(24_500, "hw11", 200));
         // w2's retry, with the same token, is granted after the failover.
         e.extend(cycle("w2", 1, 30, told, 2, 3));
         e.push(final_value(3));
