@@ -198,6 +198,33 @@ async fn hold_calls(server: &RedisServer) -> Result<()> {
     Ok(())
 }
 
+/// One `try_acquire` per name, each in a task of its own: the plugs, held
+/// inside Redis while the calls made after them queue in the client.
+fn spawn_plugs(
+    client: &LockClient,
+    names: Vec<String>,
+    opts: &LockOptions,
+) -> Vec<tokio::task::JoinHandle<fencelock::Result<Lease>>> {
+    names
+        .into_iter()
+        .map(|name| {
+            let (client, opts) = (client.clone(), opts.clone());
+            tokio::spawn(async move { client.try_acquire(&name, &opts).await })
+        })
+        .collect()
+}
+
+/// The plugs' leases, once Redis let them through.
+async fn plugged(
+    plugs: Vec<tokio::task::JoinHandle<fencelock::Result<Lease>>>,
+) -> Result<Vec<Lease>> {
+    let mut leases = Vec::new();
+    for plug in plugs {
+        leases.push(plug.await??);
+    }
+    Ok(leases)
+}
+
 /// What a grant gave, comparable across runs: the fence, or the error's
 /// message (a contended one without the holder's time left).
 fn outcome(result: &fencelock::Result<Lease>) -> String {
@@ -236,13 +263,11 @@ async fn mixed_grants(fault: Option<BatchFault>) -> Result<()> {
     let counter = opts.clone().fence_mode(FenceMode::Counter);
     let before = calls(&server);
     hold_calls(&server).await?;
-    let plugs: Vec<_> = (0..BATCH_IN_FLIGHT)
-        .map(|i| {
-            let client = client.clone();
-            let opts = opts.clone();
-            tokio::spawn(async move { client.try_acquire(&format!("plug:{i}"), &opts).await })
-        })
-        .collect();
+    let plugs = spawn_plugs(
+        &client,
+        (0..BATCH_IN_FLIGHT).map(|i| format!("plug:{i}")).collect(),
+        &opts,
+    );
     tokio::time::sleep(PAUSE / 4).await;
     let grants = futures_util::future::join_all(
         batched
@@ -254,10 +279,7 @@ async fn mixed_grants(fault: Option<BatchFault>) -> Result<()> {
             ]),
     )
     .await;
-    let mut plugged = Vec::new();
-    for plug in plugs {
-        plugged.push(plug.await??);
-    }
+    let plugged = plugged(plugs).await?;
     let used = calls(&server) - before;
     let names: Vec<&str> = batched
         .iter()
@@ -467,15 +489,7 @@ async fn cluster_batches_grants_of_one_slot_only() -> Result<()> {
     cluster
         .node(owner)
         .cmd(&["CLIENT", "PAUSE", &millis, "WRITE"]);
-    let plugs: Vec<_> = plugs
-        .iter()
-        .map(|name| {
-            let client = client.clone();
-            let opts = opts.clone();
-            let name = name.clone();
-            tokio::spawn(async move { client.try_acquire(&name, &opts).await })
-        })
-        .collect();
+    let plugs = spawn_plugs(&client, plugs.to_vec(), &opts);
     tokio::time::sleep(PAUSE / 4).await;
     let grants = futures_util::future::join_all(
         batched
@@ -484,10 +498,7 @@ async fn cluster_batches_grants_of_one_slot_only() -> Result<()> {
             .map(|name| client.try_acquire(name, &opts)),
     )
     .await;
-    let mut leases = Vec::new();
-    for plug in plugs {
-        leases.push(plug.await??);
-    }
+    let mut leases = plugged(plugs).await?;
     for (name, grant) in batched.iter().chain(&others).zip(grants) {
         leases.push(grant.with_context(|| name.clone())?);
     }
