@@ -101,7 +101,7 @@ struct Refused {
     /// The holder's time left, if known.
     remaining: Option<Duration>,
     /// The fence stored when the attempt was refused (see
-    /// [`GrantReply::seen`]).
+    /// [`handover_is_fresh`]).
     seen: Option<u64>,
 }
 
@@ -236,8 +236,7 @@ impl Engine {
         let mut queued = QueuedGuard::new(&self.backend, keys, member.as_ref(), opts);
         let mut backoff = Backoff::new();
         // When the last refused attempt was sent, and the fence stored then.
-        let mut refused_at = None;
-        let mut seen = None;
+        let mut last_refusal: Option<(Instant, Option<u64>)> = None;
         // Whether an earlier attempt may have queued this waiter (even one
         // whose reply was lost), so a successful grant removes the entry.
         let mut tried = false;
@@ -252,7 +251,7 @@ impl Engine {
                     return Ok(lease);
                 }
                 Ok(Err(refused)) => {
-                    seen = refused.seen;
+                    last_refusal = Some((attempt_at, refused.seen));
                     let error = self.contended(name, refused.remaining);
                     if opts.wait.is_zero() {
                         return Err(error);
@@ -263,16 +262,17 @@ impl Engine {
                 Err(e) => e,
             };
             tried = member.is_some();
-            if matches!(error, Error::Contended { .. }) {
-                refused_at = Some(attempt_at);
-                if queues && waiter.is_none() && member.is_none() {
-                    // A notify waiter refused once: register, then queue
-                    // with the next attempt, at once.
-                    (waiter, member) = self.queue_up(name, keys, &token, opts).await;
-                    queued = QueuedGuard::new(&self.backend, keys, member.as_ref(), opts);
-                    if member.is_some() {
-                        continue;
-                    }
+            if matches!(error, Error::Contended { .. })
+                && queues
+                && waiter.is_none()
+                && member.is_none()
+            {
+                // A notify waiter refused once: register, then queue with
+                // the next attempt, at once.
+                (waiter, member) = self.queue_up(name, keys, &token, opts).await;
+                queued = QueuedGuard::new(&self.backend, keys, member.as_ref(), opts);
+                if member.is_some() {
+                    continue;
                 }
             }
             let now = Instant::now();
@@ -316,9 +316,9 @@ impl Engine {
                     Err(_) => continue,
                 }
             }
-            if let Some(refused_at) = refused_at
+            if let Some(refusal) = last_refusal
                 && let Some(lease) = self
-                    .handed_over(name, keys, &token, fence, opts, (refused_at, seen))
+                    .handed_over(name, keys, &token, fence, opts, refusal)
                     .await
             {
                 queued.disarm();
@@ -417,16 +417,11 @@ impl Engine {
         };
         let fence = match reply {
             GrantReply::Granted(fence) => fence,
-            GrantReply::Held { remaining, .. } => {
-                return Ok(Err(Refused {
-                    remaining,
-                    seen: reply.seen(),
-                }));
-            }
-            GrantReply::ReservedForHead { .. } => {
+            GrantReply::Held { remaining, seen } => return Ok(Err(Refused { remaining, seen })),
+            GrantReply::ReservedForHead { seen } => {
                 return Ok(Err(Refused {
                     remaining: None,
-                    seen: reply.seen(),
+                    seen,
                 }));
             }
         };
@@ -468,7 +463,7 @@ impl Engine {
 
     /// A lease for a lock that a release handed over to this waiter (see
     /// [`handover_deadline`]), whose last refused attempt was sent at
-    /// `refused.0` and saw fence `refused.1` stored.
+    /// `refusal.0` and saw fence `refusal.1` stored.
     ///
     /// A fresh wake-up ([`handover_is_fresh`]) is a hand-over made after
     /// that attempt: the lease counts from the attempt's send time, with the

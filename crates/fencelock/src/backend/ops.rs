@@ -155,27 +155,18 @@ pub(crate) enum GrantReply {
     Held {
         /// The holder's time left.
         remaining: Option<Duration>,
-        /// See [`GrantReply::seen`].
+        /// The fence stored when the attempt was refused (`grant.lua`; a
+        /// batch does not say). A hand-over to this waiter minted a higher
+        /// fence only if it happened after this attempt (fences only
+        /// grow), so a wake-up whose fence is higher is not a stale one
+        /// from before it.
         seen: Option<u64>,
     },
     /// Free, but reserved for the head of a fair queue.
     ReservedForHead {
-        /// See [`GrantReply::seen`].
+        /// As for [`GrantReply::Held`].
         seen: Option<u64>,
     },
-}
-
-impl GrantReply {
-    /// For a refusal by `grant.lua`: the fence stored when the attempt was
-    /// refused. A hand-over to this waiter minted a higher fence only if it
-    /// happened after this attempt (fences only grow), so a wake-up whose
-    /// fence is higher cannot be a stale one from before it.
-    pub(crate) fn seen(&self) -> Option<u64> {
-        match self {
-            GrantReply::Granted(_) => None,
-            GrantReply::Held { seen, .. } | GrantReply::ReservedForHead { seen } => *seen,
-        }
-    }
 }
 
 impl FromRedisValue for GrantReply {

@@ -109,7 +109,13 @@ fn replies_decode_every_code() {
     // grant.lua's refusals carry the fence stored then (nil: none).
     let triple = |a, b, last: Value| Value::Array(vec![Value::Int(a), Value::Int(b), last]);
     let held = GrantReply::from_redis_value(triple(0, 250, Value::BulkString(b"77".to_vec())));
-    assert_eq!(held.ok().and_then(|r| r.seen()), Some(77));
+    assert_eq!(
+        held.ok(),
+        Some(GrantReply::Held {
+            remaining: Some(Duration::from_millis(250)),
+            seen: Some(77)
+        })
+    );
     let reserved = GrantReply::from_redis_value(triple(2, 0, Value::BulkString(b"9".to_vec())));
     assert_eq!(
         reserved.ok(),
