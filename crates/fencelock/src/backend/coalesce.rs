@@ -206,15 +206,7 @@ impl<K: Kind> Lane<K> {
     /// still queued (only when a batch's task or runtime ended early) is
     /// dropped, so those callers go alone.
     fn done(&self, group: Option<Slot>) {
-        let mut groups = self.lock();
-        if let Entry::Occupied(mut busy) = groups.entry(group) {
-            let left = busy.get().in_flight.saturating_sub(1);
-            if left == 0 {
-                busy.remove();
-            } else {
-                busy.get_mut().in_flight = left;
-            }
-        }
+        leave(&mut self.lock(), group);
     }
 
     /// Runs one call of `group`: alone at once (`alone`) if fewer than
@@ -279,10 +271,10 @@ impl<K: Kind> Lane<K> {
     /// one call fewer in flight.
     fn take(&self, group: Option<Slot>) -> Next<K> {
         let mut groups = self.lock();
-        let Entry::Occupied(mut busy) = groups.entry(group) else {
+        let Some(busy) = groups.get_mut(&group) else {
             return Next::Idle;
         };
-        let queue = &mut busy.get_mut().queued;
+        let queue = &mut busy.queued;
         // Callers that gave up are not sent.
         queue.retain(|w| !w.reply.is_closed());
         let mut batch: Vec<Waiting<K>> = queue.drain(..queue.len().min(MAX_BATCH)).collect();
@@ -291,12 +283,7 @@ impl<K: Kind> Lane<K> {
         }
         // At most one was queued, and nothing is now: the call that
         // replied leaves the group (the one queued goes alone, uncounted).
-        let left = busy.get().in_flight.saturating_sub(1);
-        if left == 0 {
-            busy.remove();
-        } else {
-            busy.get_mut().in_flight = left;
-        }
+        leave(&mut groups, group);
         match batch.pop() {
             Some(one) => Next::One(one),
             None => Next::Idle,
@@ -319,6 +306,20 @@ impl<K: Kind> Lane<K> {
                 // (their replies dropped with it).
                 Err(_) => self.done(group),
             },
+        }
+    }
+}
+
+/// One call of `group` leaves flight: with none left, the group is idle
+/// and removed (dropping anything still queued, whose callers then go
+/// alone).
+fn leave<K: Kind>(groups: &mut HashMap<Option<Slot>, Busy<K>>, group: Option<Slot>) {
+    if let Entry::Occupied(mut busy) = groups.entry(group) {
+        let left = busy.get().in_flight.saturating_sub(1);
+        if left == 0 {
+            busy.remove();
+        } else {
+            busy.get_mut().in_flight = left;
         }
     }
 }
