@@ -176,11 +176,10 @@ impl FromRedisValue for GrantReply {
             return Err(format!("grant returned {} fields, not 2 or 3", fields.len()).into());
         }
         // The fence stored at a refusal (grant.lua; absent from a batch).
-        let seen = match fields.get(2).cloned() {
+        let seen = match (fields.len() == 3).then(|| fields.pop()).flatten() {
             None | Some(Value::Nil) => None,
             Some(last) => Some(u64::from_redis_value(last)?),
         };
-        fields.truncate(2);
         let (code, n): (i64, i64) = FromRedisValue::from_redis_value(Value::Array(fields))?;
         match code {
             1 => u64::try_from(n)
