@@ -17,15 +17,31 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// What counter workers saw: every grant (when, which fence) and how many
-/// increments the resource acknowledged.
+/// What counter workers saw: every grant (when, which fence), how many
+/// increments the resource acknowledged, and how many failed with an error
+/// (a reply lost in the failover, replicas that did not confirm in time):
+/// those may have been applied all the same.
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
     pub(crate) grants: Vec<(Instant, Fence)>,
     pub(crate) acknowledged: u64,
+    pub(crate) uncertain: u64,
 }
 
 impl Tally {
+    /// The counter's final value holds every acknowledged increment (none
+    /// lost) and nothing beyond the increments that may have been applied
+    /// (none invented).
+    pub(crate) fn check_counter(&self, final_value: u64) -> Result<()> {
+        ensure!(
+            final_value >= self.acknowledged && final_value <= self.acknowledged + self.uncertain,
+            "acknowledged {} increments ({} more failed with an error), the counter holds {final_value}",
+            self.acknowledged,
+            self.uncertain
+        );
+        Ok(())
+    }
+
     /// Fences granted after `failed_over` are all above every fence granted
     /// before `paused_at`, and there is at least one of each; no fence was
     /// granted twice.
@@ -97,8 +113,10 @@ impl CounterWorkers {
                                 (v.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1).to_string()
                             })
                             .await;
-                        if let Ok(WriteOutcome::Accepted) = updated {
-                            tally.lock().await.acknowledged += 1;
+                        match updated {
+                            Ok(WriteOutcome::Accepted) => tally.lock().await.acknowledged += 1,
+                            Err(_) => tally.lock().await.uncertain += 1,
+                            Ok(_) => {}
                         }
                         let _ = lease.release().await;
                     }
