@@ -4,7 +4,8 @@
 //!
 //! The scripts raise their own codes for what they check (see
 //! `scripts/common.lua`): `FLWRONGTYPE TYPE KEY`, `FLBADFENCE KEY`,
-//! `FLFENCEMAX KEY` and `FLNOPERM COMMAND`. Redis itself answers `NOPERM`
+//! `FLFENCEMAX KEY`, `FLNOPERM COMMAND` and `FLNOKEY KEY`. Redis itself
+//! answers `NOPERM`
 //! for a command or key the ACL user may not use before a script runs.
 
 use crate::error::Error;
@@ -43,6 +44,7 @@ pub(crate) fn classify(code: &str, detail: &str, keys: &[&str]) -> Option<Error>
             detail: "a value of another type".to_owned(),
         }),
         "FLNOPERM" => Some(no_permission(format!("run the command {detail}"), detail)),
+        "FLNOKEY" => Some(no_key_permission(detail)),
         "NOPERM" => Some(noperm(detail, keys)),
         _ => None,
     }
@@ -72,14 +74,7 @@ fn noperm(detail: &str, keys: &[&str]) -> Error {
         return no_permission(format!("run the command {command}"), &fix);
     }
     if detail.contains("keys") {
-        let key = keys.first().copied().unwrap_or("the lock's keys");
-        return Error::NoPermission {
-            detail: format!("access the key {key:?}"),
-            fix: format!(
-                "a key pattern that covers it, such as ~{}",
-                key_pattern(key)
-            ),
-        };
+        return no_key_permission(keys.first().copied().unwrap_or("the lock's keys"));
     }
     if detail.contains("channels") {
         let pattern = keys
@@ -93,6 +88,18 @@ fn noperm(detail: &str, keys: &[&str]) -> Error {
     Error::NoPermission {
         detail: detail.to_owned(),
         fix: "the permission named".to_owned(),
+    }
+}
+
+/// The user may not access `key` (or may read it but not write it: Redis
+/// words both alike).
+fn no_key_permission(key: &str) -> Error {
+    Error::NoPermission {
+        detail: format!("access the key {key:?}"),
+        fix: format!(
+            "a key pattern that covers it, such as ~{}",
+            key_pattern(key)
+        ),
     }
 }
 
@@ -162,6 +169,15 @@ mod tests {
         let e = classify("FLNOPERM", "TIME script: 1234, on @user_script:3.", &[]);
         assert!(
             matches!(&e, Some(Error::NoPermission { detail, fix }) if detail == "run the command TIME" && fix == "+time"),
+            "{e:?}"
+        );
+        let e = classify(
+            "FLNOKEY",
+            "lock:{q}:fence script: 1234, on @user_script:3.",
+            &["lock:{q}"],
+        );
+        assert!(
+            matches!(&e, Some(Error::NoPermission { detail, fix }) if detail == "access the key \"lock:{q}:fence\"" && fix == "a key pattern that covers it, such as ~lock:*"),
             "{e:?}"
         );
         let e = classify(

@@ -7,7 +7,10 @@
 //! - a user missing one part of it gets `Error::NoPermission` naming that
 //!   part and the rule to add, for every part a lock or fenced-hash
 //!   operation needs; a background renewal refused for a missing `PEXPIRE`
-//!   is a warning naming it (the lease is then lost at its deadline). The parts whose absence is not an error (pub/sub,
+//!   is a warning naming it (the lease is then lost at its deadline);
+//! - a user that may write a lock key but not its fence key is refused
+//!   naming the fence key, and no lock is left without its fence (every
+//!   grant path; a release that cannot hand over still releases). The parts whose absence is not an error (pub/sub,
 //!   `INFO`, `SCAN`/`ZCARD` of `top`) are named by the audit
 //!   (`audit.rs`) and the CLI (`fencelock top`).
 
@@ -358,6 +361,90 @@ fn a_renewal_refused_for_a_missing_permission_is_a_warning_naming_it() -> Result
             && text.contains("PEXPIRE")
             && text.contains("+pexpire"),
         "{text}"
+    );
+    Ok(())
+}
+
+/// The README's rule with the keys of lock `name` only, its fence key
+/// read-only: such a user may set the lock key but not store its fence.
+pub(crate) fn rule_with_read_only_fence(keys: &fencelock::LockKeys) -> Vec<String> {
+    let mut rule = rule_without("~lock:*");
+    rule.extend([
+        format!("~{}", keys.lock),
+        format!("~{}", keys.queue),
+        format!("~{}", keys.waiters),
+        format!("%R~{}", keys.fence),
+    ]);
+    rule
+}
+
+/// A grant whose fence cannot be stored (a user whose rule lets it write
+/// the lock key but not the fence key) fails naming the missing permission
+/// and leaves no lock behind: a lock without its fence stored would let the
+/// next holder get the same fence (counter fences) or a retry read back an
+/// older one (the guide layout). For every grant path: the common case
+/// (clock fences), counter fences, fair waiting, both layouts. Without the
+/// undo in the scripts the lock key is left set (the check fails).
+#[tokio::test]
+async fn a_grant_whose_fence_cannot_be_stored_leaves_no_lock_behind() -> Result<()> {
+    let server = RedisServer::start();
+    for layout in [KeyLayout::HashTagged, KeyLayout::Guide] {
+        let keys = fencelock::LockKeys::new("lock:", layout, "job")?;
+        let url = server.acl_user("app", &rule_with_read_only_fence(&keys));
+        let client = LockClient::connect(&url).await?;
+        server.cmd(&["SET", &keys.fence, "5"]);
+        let opts = client.options().layout(layout);
+        for (what, opts) in [
+            ("clock", opts.clone()),
+            ("counter", opts.clone().fence_mode(FenceMode::Counter)),
+            ("fair", opts.clone().wait_mode(WaitMode::Fair)),
+        ] {
+            let e = match client.try_acquire("job", &opts).await {
+                Ok(lease) => bail!("{layout:?} {what}: granted fence {}", lease.fence()),
+                Err(e) => e,
+            };
+            let named = format!("access the key {:?}", keys.fence);
+            ensure!(
+                matches!(&e, Error::NoPermission { detail, .. } if *detail == named),
+                "{layout:?} {what}: expected NoPermission naming the fence key, got {e:?}"
+            );
+            let lock: Option<String> = server.query(&["GET", &keys.lock]);
+            let fence: Option<String> = server.query(&["GET", &keys.fence]);
+            ensure!(
+                lock.is_none() && fence.as_deref() == Some("5"),
+                "{layout:?} {what}: after the refusal the lock key holds {lock:?}, the fence key {fence:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A release that would hand the lock to a fair waiter but may not store
+/// the hand-over's fence (the user's rule was narrowed to a read-only fence
+/// key while it held the lock) still releases: the lock key is gone, the
+/// waiter stays queued and is woken to try for itself (its own grant names
+/// what is missing). Before, the release failed with `NoPermission` after
+/// it had deleted the lock: an error saying less than what had happened.
+#[tokio::test]
+async fn a_release_that_may_not_store_the_hand_over_fence_releases_and_wakes() -> Result<()> {
+    let server = RedisServer::start();
+    let keys = fencelock::LockKeys::new("lock:", KeyLayout::HashTagged, "job")?;
+    let url = server.acl_user("app", &readme_acl_rule());
+    let client = LockClient::connect(&url).await?;
+    let lease = client.try_acquire("job", &client.options()).await?;
+    let member = "someone:1:fair:10000:100:0b5e7a9c-0000-4000-8000-000000000001";
+    server.cmd(&["ZADD", &keys.queue, "1", member]);
+    server.cmd(&["ZADD", &keys.waiters, "99999999999999", member]);
+    server.acl_user("app", &rule_with_read_only_fence(&keys));
+    let fence_before: Option<String> = server.query(&["GET", &keys.fence]);
+    let outcome = lease.release().await?;
+    ensure!(outcome.is_released(), "{outcome:?}");
+    let lock: Option<String> = server.query(&["GET", &keys.lock]);
+    let queued: Vec<String> = server.query(&["ZRANGE", &keys.queue, "0", "-1"]);
+    let fence: Option<String> = server.query(&["GET", &keys.fence]);
+    ensure!(
+        lock.is_none() && queued == [member] && fence == fence_before,
+        "lock {lock:?}, queue {queued:?}, fence {fence:?} (was {fence_before:?})"
     );
     Ok(())
 }

@@ -16,6 +16,8 @@
 //!   item fails only itself. Negative control: a batch script whose
 //!   `WRONGTYPE` fails the whole call fails the same check. The same for
 //!   releases (expired, taken over, a wait queue to pass the lock on to).
+//! - A batched grant whose fence cannot be stored leaves no lock behind
+//!   and fails only itself.
 //! - On a Cluster, items of one slot share a call and items of different
 //!   slots never do (a shared call would fail with `CROSSSLOT`).
 //!
@@ -366,6 +368,55 @@ async fn heavy_a_batch_whose_error_fails_its_neighbours_is_caught() -> Result<()
         }
         other => bail!("the broken batch script went unnoticed: {other:?}"),
     }
+}
+
+/// A batched grant whose fence cannot be stored (a user whose rule lets it
+/// write that lock key but not its fence key) fails naming the fence key
+/// and leaves no lock behind, while its neighbours in the batch are
+/// granted, in one batch call. Without the undo in `grant_many.lua` the
+/// lock key is left set (the check fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_a_batched_grant_whose_fence_cannot_be_stored_leaves_no_lock() -> Result<()> {
+    let server = RedisServer::start();
+    let keys = fencelock::LockKeys::new("lock:", KeyLayout::HashTagged, "job")?;
+    let mut rule = crate::acl::rule_with_read_only_fence(&keys);
+    rule.extend(["~lock:{plug:*".to_owned(), "~lock:{ok:*".to_owned()]);
+    let client = LockClient::connect(&server.acl_user("app", &rule)).await?;
+    server.cmd(&["SET", &keys.fence, "5"]);
+    let opts = LockOptions::default().wait(Duration::ZERO);
+    let names: Vec<String> = ["job", "ok:1", "ok:2"].map(String::from).into();
+    let before = calls(&server);
+    hold_calls(&server).await?;
+    let plugs = spawn_plugs(
+        &client,
+        (0..BATCH_IN_FLIGHT).map(|i| format!("plug:{i}")).collect(),
+        &opts,
+    );
+    tokio::time::sleep(PAUSE / 4).await;
+    let grants =
+        futures_util::future::join_all(names.iter().map(|name| client.try_acquire(name, &opts)))
+            .await;
+    let plugged = plugged(plugs).await?;
+    let used = calls(&server) - before;
+    let named = format!("access the key {:?}", keys.fence);
+    ensure!(
+        matches!(&grants[0], Err(Error::NoPermission { detail, .. }) if *detail == named),
+        "job: {}",
+        outcome(&grants[0])
+    );
+    let lock: Option<String> = server.query(&["GET", &keys.lock]);
+    let fence: Option<String> = server.query(&["GET", &keys.fence]);
+    ensure!(
+        lock.is_none() && fence.as_deref() == Some("5"),
+        "after the refusal the lock key holds {lock:?}, the fence key {fence:?}"
+    );
+    for (name, grant) in names.iter().zip(&grants).skip(1) {
+        ensure!(grant.is_ok(), "{name}: {}", outcome(grant));
+    }
+    let want = BATCH_IN_FLIGHT as u64 + 1;
+    ensure!(used == want, "{used} script calls, not {want} (one batch)");
+    drop(plugged);
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

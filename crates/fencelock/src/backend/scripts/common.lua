@@ -4,6 +4,7 @@
 --   FLBADFENCE KEY         KEY holds a fence that is not a canonical integer
 --   FLFENCEMAX KEY         KEY holds a fence at or above 2^53 - 1
 --   FLNOPERM COMMAND       the ACL user may not run COMMAND
+--   FLNOKEY KEY            the ACL user may not access KEY as COMMAND does
 -- Any other error is passed on as the server gave it. Every script checks
 -- the keys it writes before its first write, so such an error changes
 -- nothing (Redis does not roll a script back).
@@ -17,12 +18,21 @@ local function wrong_type(key)
   fail('FLWRONGTYPE ' .. redis.call('TYPE', key)['ok'] .. ' ' .. key)
 end
 
+-- A key this call has set and must delete again if a later call fails
+-- (grant.lua: a lock whose fence could not be stored). Lua's pcall cannot
+-- do this: Redis turns the error it catches into a string.
+local undo = nil
+
 -- redis.call, with the first argument taken as the key an error names.
 local function call(cmd, ...)
   local r = redis.pcall(cmd, ...)
   if type(r) == 'table' and r.err then
+    if undo then redis.pcall('DEL', undo) end
     if string.sub(r.err, 1, 9) == 'WRONGTYPE' then wrong_type((...)) end
     if string.find(r.err, "can't run this command", 1, true) then fail('FLNOPERM ' .. cmd) end
+    if string.find(r.err, "can't access at least one of the keys", 1, true) then
+      fail('FLNOKEY ' .. (...))
+    end
     error(r)
   end
   return r

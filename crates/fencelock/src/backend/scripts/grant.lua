@@ -30,6 +30,11 @@ if wait_mode ~= 'fair' and not queued then
   local fence = next_fence(last, now)
   held = call('SET', LOCK, lock_value(token, fence), 'NX', 'PX', ttl_ms, 'GET')
   if not held then
+    -- A lock must never stand without its fence stored: the next grant
+    -- would mint the same counter fence, and a retry in the guide layout
+    -- would read back an older one. SET NX found the key absent, so
+    -- deleting it restores what was there.
+    undo = LOCK
     store_fence(fence)
     return {1, fence}
   end

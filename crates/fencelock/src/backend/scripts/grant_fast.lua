@@ -8,7 +8,8 @@
 -- below 2^53, a lock that is held, an error) falls through to the full
 -- script below, which reads again and decides, naming what is wrong. Nothing
 -- is written before the SET that takes the lock, and a fallen-through call
--- has written nothing.
+-- has written nothing (a lock whose fence could not be stored is deleted
+-- again).
 do
   local mint = ARGV[1]
   -- Clock fences ("c"), not fair, not queued (ARGV 5-7, see grant.lua).
@@ -36,12 +37,18 @@ do
         -- Taken (SET replied nil: the key was absent). The fence key held a
         -- string or nothing, so this SET cannot meet a wrong type.
         local retention = string.sub(mint, 3)
+        local stored
         if retention ~= '0' then
-          redis.call('SET', fence_key, fs, 'PX', retention)
+          stored = redis.pcall('SET', fence_key, fs, 'PX', retention)
         else
-          redis.call('SET', fence_key, fs)
+          stored = redis.pcall('SET', fence_key, fs)
         end
-        return {1, f}
+        if not (type(stored) == 'table' and stored.err) then return {1, f} end
+        -- The fence could not be stored (an ACL that lets the user write
+        -- the lock key only): undo the grant (SET NX found the key absent)
+        -- and fall through: grant.lua tries again, undoes again and names
+        -- what is missing.
+        redis.pcall('DEL', KEYS[1])
       end
     end
   end

@@ -19,8 +19,9 @@
 --               decides, naming what is wrong (a fence key that is not a
 --               canonical integer below 2^53, a lock key of another type,
 --               a retry whose token already holds the lock, any error)
---   {4, err}    the lock was taken but its fence could not be stored (an
---               ACL that lets the user write the lock key only): the error
+--   {4, err}    the fence could not be stored (an ACL that lets the user
+--               write the lock key only): the lock was deleted again, and
+--               this is the error
 -- Every Redis call of an item goes through redis.pcall, so one item's
 -- error never fails its neighbours.
 
@@ -62,8 +63,15 @@ for i, lock in ipairs(KEYS) do
         stored = redis.pcall('SET', fence_key, fs)
       end
       if type(stored) == 'table' and stored.err then
+        -- Undo the grant (SET NX found the key absent): a lock must never
+        -- stand without its fence stored (see grant.lua).
+        redis.pcall('DEL', lock)
         local err = stored.err
-        if string.find(err, "can't run this command", 1, true) then err = 'FLNOPERM SET' end
+        if string.find(err, "can't run this command", 1, true) then
+          err = 'FLNOPERM SET'
+        elseif string.find(err, "can't access at least one of the keys", 1, true) then
+          err = 'FLNOKEY ' .. fence_key
+        end
         reply = {4, err}
       else
         reply = {1, f}

@@ -133,8 +133,8 @@ end
 -- to the head waiter (a fair one, or a notify one that has waited
 -- `starving_us`) or wake it (a notify one). One message to one waiter per
 -- call: the Redis work does not grow with the number of waiters. If the
--- fence key is unusable the head is only woken, and its own grant attempt
--- reports the problem.
+-- fence key is unusable (or may not be written) the head is only woken, and
+-- its own grant attempt reports the problem.
 local function pass_on(wake_prefix, publish, starving_us)
   local usable, last = pcall(last_fence)
   local now = now_us()
@@ -143,6 +143,13 @@ local function pass_on(wake_prefix, publish, starving_us)
   local client, waiter, wmode, ttl, handover, token = string.match(head, MEMBER)
   local hand = token and usable
     and (wmode == 'fair' or now - arrived >= starving_us)
+  local fence
+  if hand then
+    -- Mint the fence first: if it cannot be stored (an ACL that lets the
+    -- user write the lock key only), the head is only woken, and the lock
+    -- this call deleted stays released.
+    hand, fence = pcall(mint, last, now)
+  end
   if not hand then
     client, waiter = string.match(head, '^([^:]+):([^:]+)')
     -- pcall: a wake-up is best effort (waiters retry on their own), and a
@@ -150,11 +157,10 @@ local function pass_on(wake_prefix, publish, starving_us)
     if client then redis.pcall(publish, wake_prefix .. client, waiter) end
     return
   end
-  -- Hand over: mint the fence and grant in this same script. Until the new
+  -- Hand over: the fence is minted, grant in this same script. Until the new
   -- holder renews (at once), the lease lasts only its hand-over lease (its
   -- waiter lease in fair mode, at most 100 ms in notify mode), so a waiter
   -- that vanished cannot keep the lock for a whole ttl.
-  local fence = mint(last, now)
   local px = math.min(tonumber(ttl), tonumber(handover))
   call('SET', LOCK, lock_value(token, fence), 'PX', px)
   dequeue(head)
