@@ -256,7 +256,7 @@ async fn a_user_missing_one_part_of_the_rule_is_told_which() -> Result<()> {
         ),
         ("+pttl", Inspect, "run the command PTTL", "+pttl"),
         ("+pexpire", Extend, "run the command PEXPIRE", "+pexpire"),
-        ("+type", Release, "run the command TYPE", "+type"),
+        ("+type", ReleaseToWaiter, "run the command TYPE", "+type"),
         ("+del", Release, "run the command DEL", "+del"),
         (
             "+zrange",
@@ -445,6 +445,35 @@ async fn a_release_that_may_not_store_the_hand_over_fence_releases_and_wakes() -
     ensure!(
         lock.is_none() && queued == [member] && fence == fence_before,
         "lock {lock:?}, queue {queued:?}, fence {fence:?} (was {fence_before:?})"
+    );
+    Ok(())
+}
+
+/// `+zcard` is in the rule for `fencelock top`, and the release's fast path
+/// asks `ZCARD` whether anyone waits: a user without it still releases (the
+/// refused `ZCARD` sends the call down the full path), with and without a
+/// queue to pass the lock on to.
+#[tokio::test]
+async fn a_user_without_zcard_still_releases() -> Result<()> {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.acl_user("app", &rule_without("+zcard"))).await?;
+    let keys = fencelock::LockKeys::new("lock:", KeyLayout::HashTagged, "job")?;
+    let alone = client.try_acquire("job", &client.options()).await?;
+    ensure!(alone.release().await?.is_released(), "released alone");
+    ensure!(
+        server.query::<i64>(&["EXISTS", &keys.lock]) == 0,
+        "lock left"
+    );
+    let lease = client.try_acquire("job", &client.options()).await?;
+    let member = "someone:1:fair:10000:100:0b5e7a9c-0000-4000-8000-000000000001";
+    server.cmd(&["ZADD", &keys.queue, "1", member]);
+    server.cmd(&["ZADD", &keys.waiters, "99999999999999", member]);
+    ensure!(lease.release().await?.is_released(), "released to a waiter");
+    let held: Option<String> = server.query(&["GET", &keys.lock]);
+    ensure!(
+        held.as_deref()
+            .is_some_and(|v| v.starts_with("0b5e7a9c-0000-4000-8000-000000000001:")),
+        "handed over: the lock holds {held:?}"
     );
     Ok(())
 }

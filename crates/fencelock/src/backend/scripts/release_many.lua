@@ -20,8 +20,7 @@ for i, lock in ipairs(KEYS) do
   elseif held ~= ARGV[i] then
     if held then out[i] = -1 else out[i] = 0 end
   else
-    local queue = redis.pcall('TYPE', lock .. ':queue')
-    if type(queue) == 'table' and queue['ok'] == 'none'
+    if redis.pcall('ZCARD', lock .. ':queue') == 0
       and redis.pcall('DEL', lock) == 1 then
       out[i] = 1
     else
