@@ -63,23 +63,22 @@ impl ServerCounters {
     }
 }
 
-/// CPU time (user + system) this process has used so far.
+/// CPU time (user + system) this process has used so far, to the
+/// nanosecond (`/proc`'s ticks of 10 ms are too coarse for a slice).
 pub(crate) fn process_cpu() -> Duration {
-    // /proc/self/stat fields 14 and 15 (utime, stime) in clock ticks; the
-    // command name (field 2) may contain spaces, so count after its ')'.
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return Duration::ZERO;
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
     };
-    let Some((_, rest)) = stat.rsplit_once(')') else {
+    // SAFETY: clock_gettime only writes the timespec it is given, which
+    // lives on this stack frame for the whole call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) } != 0 {
         return Duration::ZERO;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
-    match (ticks(11), ticks(12)) {
-        // Linux's USER_HZ is 100 on every architecture it runs fencelock on.
-        (Some(u), Some(s)) => Duration::from_millis((u + s) * 10),
-        _ => Duration::ZERO,
     }
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Bytes this process has allocated and not freed (glibc's `mallinfo2`:

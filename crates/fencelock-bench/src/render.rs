@@ -220,7 +220,7 @@ fn cycles_text(out: &mut String, scenario: &str, r: &Cycles) {
     );
     let _ = writeln!(
         out,
-        "  {:<10} {:>10} {:>18} {:>11} {:>11} {:>11} {:>11} {:>9} {:>7} {:>7}",
+        "  {:<10} {:>10} {:>18} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10} {:>7} {:>7}",
         "",
         "per s",
         "ratio to it",
@@ -229,13 +229,14 @@ fn cycles_text(out: &mut String, scenario: &str, r: &Cycles) {
         "2nd p50 µs",
         "2nd p99 µs",
         "cpu µs",
+        "client µs",
         "cmds",
         "reads"
     );
     let row = |out: &mut String, name: &str, c: &Contestant, ratio: Option<Spread>| {
         let _ = writeln!(
             out,
-            "  {:<10} {:>10.0} {:>18} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>7.2} {:>7.2}",
+            "  {:<10} {:>10.0} {:>18} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>10.1} {:>7.2} {:>7.2}",
             name,
             c.per_s.median,
             ratio.map_or("-".to_string(), spread_text),
@@ -244,6 +245,7 @@ fn cycles_text(out: &mut String, scenario: &str, r: &Cycles) {
             c.second_us(0.5),
             c.second_us(0.99),
             c.redis_cpu_us_per_cycle,
+            c.client_cpu_us_per_cycle,
             c.commands_per_cycle,
             c.reads_per_cycle
         );
@@ -275,7 +277,7 @@ fn cycles_text(out: &mut String, scenario: &str, r: &Cycles) {
     }
     let _ = writeln!(
         out,
-        "  (ratio to it = fencelock ÷ that row, per round; 1st = acquire/grant/PING, 2nd = release; cpu = Redis CPU per cycle; cmds = Redis commands per cycle; reads = Redis socket reads per cycle)"
+        "  (ratio to it = fencelock ÷ that row, per round; 1st = acquire/grant/PING, 2nd = release; cpu = Redis CPU per cycle; client = this process's CPU per cycle (one thread runs every contestant); cmds = Redis commands per cycle; reads = Redis socket reads per cycle)"
     );
 }
 
@@ -479,6 +481,18 @@ fn cycles_json(scenario: &str, r: &Cycles) -> Vec<(String, Value)> {
             round3(r.unfenced.redis_cpu_us_per_cycle).into(),
         ),
         (
+            "client_cpu_us_per_cycle",
+            round3(r.fencelock.client_cpu_us_per_cycle).into(),
+        ),
+        (
+            "floor_client_cpu_us_per_cycle",
+            round3(r.floor.client_cpu_us_per_cycle).into(),
+        ),
+        (
+            "unfenced_client_cpu_us_per_cycle",
+            round3(r.unfenced.client_cpu_us_per_cycle).into(),
+        ),
+        (
             "redis_cpu_ratio_to_floor",
             round3(r.redis_cpu_ratio_to_floor()).into(),
         ),
@@ -546,6 +560,7 @@ mod tests {
                 Vec::new()
             },
             redis_cpu_us_per_cycle: cpu,
+            client_cpu_us_per_cycle: cpu * 2.0,
             commands_per_cycle: 9.0,
             reads_per_cycle: 2.0,
         }
@@ -639,6 +654,8 @@ mod tests {
         assert_eq!(u["release_p99_us"], 80.0);
         assert_eq!(u["ping_p50_us"], 45.0);
         assert_eq!(u["redis_cpu_ratio_to_floor"], 1.2);
+        assert_eq!(u["client_cpu_us_per_cycle"], 60.0);
+        assert_eq!(u["floor_client_cpu_us_per_cycle"], 50.0);
         assert!(u["redis_benchmark_ping_per_s"].is_null());
         assert!(u["ratio_to_benchmark_bound"].is_null());
         let h = &lines[1];

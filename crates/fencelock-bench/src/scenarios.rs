@@ -75,6 +75,9 @@ pub struct Contestant {
     pub second_us: Vec<f64>,
     /// Redis CPU µs per cycle (all masters).
     pub redis_cpu_us_per_cycle: f64,
+    /// This process's CPU µs per cycle (the client side: every contestant
+    /// runs on one thread, so 1 / this bounds its rate).
+    pub client_cpu_us_per_cycle: f64,
     /// Redis commands per cycle (a script's own calls included).
     pub commands_per_cycle: f64,
     /// Socket reads Redis made per cycle: how well the client batched its
@@ -148,6 +151,7 @@ struct Tally {
     first_us: Vec<f64>,
     second_us: Vec<f64>,
     cpu_s: f64,
+    client_cpu: Duration,
     commands: u64,
     reads: u64,
 }
@@ -164,6 +168,7 @@ impl Tally {
         self.cycles += other.cycles;
         self.time += other.time;
         self.cpu_s += other.cpu_s;
+        self.client_cpu += other.client_cpu;
         self.commands += other.commands;
         self.reads += other.reads;
         let room = MAX_SAMPLES.saturating_sub(self.first_us.len());
@@ -196,6 +201,7 @@ async fn run_until(cycler: &mut Cycler, until: Instant, tally: &mut Tally) -> Re
 /// one task each.
 async fn slice(cyclers: &mut Vec<Cycler>, length: Duration, probe: &mut RefConn) -> Result<Tally> {
     let before = ServerCounters::read(probe).await?;
+    let client_before = process_cpu();
     let started = Instant::now();
     let until = started + length;
     let mut tally = Tally::default();
@@ -220,6 +226,7 @@ async fn slice(cyclers: &mut Vec<Cycler>, length: Duration, probe: &mut RefConn)
         }
     }
     tally.time = started.elapsed();
+    tally.client_cpu = process_cpu().saturating_sub(client_before);
     let after = ServerCounters::read(probe).await?;
     let (commands, cpu_s) = before.delta(after);
     tally.cpu_s = cpu_s;
@@ -350,6 +357,7 @@ async fn cycles_on(setup: &Setup, scenario: &str, tasks: usize) -> Result<Cycles
             first_us: first,
             second_us: second,
             redis_cpu_us_per_cycle: t.cpu_s * 1e6 / n,
+            client_cpu_us_per_cycle: t.client_cpu.as_secs_f64() * 1e6 / n,
             commands_per_cycle: t.commands as f64 / n,
             reads_per_cycle: t.reads as f64 / n,
         }

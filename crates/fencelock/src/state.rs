@@ -101,11 +101,6 @@ impl Granted {
     pub(crate) fn token(&self) -> &str {
         &self.value[..self.token_len]
     }
-
-    /// Every key of the lock, for a release.
-    pub(crate) fn keys(&self) -> LockKeys {
-        LockKeys::of_lock_key(&self.lock)
-    }
 }
 
 /// Shared state of one lease.
@@ -208,10 +203,9 @@ impl LeaseState {
         let g = &self.grant;
         let reply = match &*self.backend {
             Backend::Redis(_) => {
-                let keys = g.keys();
                 self.backend
                     .release(&Release {
-                        keys: &keys,
+                        lock: &g.lock,
                         mint: g.mint,
                         pass_on: PassOn {
                             publish: self.backend.publish(),

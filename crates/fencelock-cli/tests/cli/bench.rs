@@ -181,6 +181,9 @@ fn check_cycles(obj: &Map<String, Value>, tasks: u64) {
         "redis_cpu_us_per_cycle",
         "floor_redis_cpu_us_per_cycle",
         "unfenced_redis_cpu_us_per_cycle",
+        "client_cpu_us_per_cycle",
+        "floor_client_cpu_us_per_cycle",
+        "unfenced_client_cpu_us_per_cycle",
     ] {
         positive(obj, cpu);
     }

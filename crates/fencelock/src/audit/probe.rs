@@ -271,7 +271,7 @@ async fn locks(
     report.note(
         backend
             .run(&Release {
-                keys,
+                lock: &keys.lock,
                 mint,
                 pass_on,
                 value: &value,

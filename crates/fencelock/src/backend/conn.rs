@@ -235,7 +235,7 @@ impl RedisConn {
             .releases
             .call(
                 self,
-                self.batch_group(&call.keys.lock),
+                self.batch_group(call.lock),
                 || ReleaseItem::from(call),
                 || self.run(call),
             )
@@ -813,7 +813,7 @@ mod tests {
         let value = crate::backend::wire::lock_value("holder", fence, KeyLayout::HashTagged);
         let released = conn
             .run(&Release {
-                keys: &keys,
+                lock: &keys.lock,
                 mint,
                 pass_on: PassOn {
                     publish: Publish::SPublish,

@@ -305,7 +305,7 @@ pub(crate) struct ReleaseItem {
 impl From<&Release<'_>> for ReleaseItem {
     fn from(release: &Release<'_>) -> Self {
         ReleaseItem {
-            lock: release.keys.lock.clone(),
+            lock: release.lock.to_owned(),
             value: release.value.to_owned(),
         }
     }
@@ -354,7 +354,8 @@ impl FromRedisValue for Batched<Checked> {
 /// Compare-and-delete, then pass the lock on (`release.lua`).
 #[derive(Debug)]
 pub(crate) struct Release<'a> {
-    pub(crate) keys: &'a LockKeys,
+    /// The lock key (the script derives the others from it).
+    pub(crate) lock: &'a str,
     pub(crate) mint: Mint,
     pub(crate) pass_on: PassOn,
     /// The exact lock value of the grant.
@@ -377,7 +378,7 @@ impl ScriptCall for Release<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
-        vec![&self.keys.lock]
+        vec![self.lock]
     }
 }
 

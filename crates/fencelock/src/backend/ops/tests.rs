@@ -60,7 +60,7 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
         publish: Publish::Publish,
     };
     let release = Release {
-        keys: &keys,
+        lock: &keys.lock,
         mint,
         pass_on,
         value: "t:7",
@@ -203,15 +203,15 @@ fn batch_calls_write_their_items_in_order() -> crate::Result<()> {
     let pass_on = PassOn {
         publish: Publish::Publish,
     };
-    let release = |keys, value| Release {
-        keys,
+    let release = |lock, value| Release {
+        lock,
         mint: Mint::new(&opts),
         pass_on,
         value,
     };
     let items = [
-        ReleaseItem::from(&release(&a, "t1:7")),
-        ReleaseItem::from(&release(&b, "t2")),
+        ReleaseItem::from(&release(&a.lock, "t1:7")),
+        ReleaseItem::from(&release(&b.lock, "t2")),
     ];
     let many = ReleaseMany { items: &items };
     assert_eq!(args(&many), ["t1:7", "t2"]);
