@@ -216,6 +216,24 @@ fn spawn_plugs(
         .collect()
 }
 
+/// [`BATCH_IN_FLIGHT`] grants of `client` (names `plug:N`) held inside
+/// Redis (see [`hold_calls`]), so that its grants made next queue behind
+/// them and go as one batch.
+async fn plug_grants(
+    server: &RedisServer,
+    client: &LockClient,
+    opts: &LockOptions,
+) -> Result<Vec<tokio::task::JoinHandle<fencelock::Result<Lease>>>> {
+    hold_calls(server).await?;
+    let plugs = spawn_plugs(
+        client,
+        (0..BATCH_IN_FLIGHT).map(|i| format!("plug:{i}")).collect(),
+        opts,
+    );
+    tokio::time::sleep(PAUSE / 4).await;
+    Ok(plugs)
+}
+
 /// The plugs' leases, once Redis let them through.
 async fn plugged(
     plugs: Vec<tokio::task::JoinHandle<fencelock::Result<Lease>>>,
@@ -264,13 +282,7 @@ async fn mixed_grants(fault: Option<BatchFault>) -> Result<()> {
     let fair = opts.clone().wait_mode(WaitMode::Fair);
     let counter = opts.clone().fence_mode(FenceMode::Counter);
     let before = calls(&server);
-    hold_calls(&server).await?;
-    let plugs = spawn_plugs(
-        &client,
-        (0..BATCH_IN_FLIGHT).map(|i| format!("plug:{i}")).collect(),
-        &opts,
-    );
-    tokio::time::sleep(PAUSE / 4).await;
+    let plugs = plug_grants(&server, &client, &opts).await?;
     let grants = futures_util::future::join_all(
         batched
             .iter()
@@ -386,13 +398,7 @@ async fn heavy_a_batched_grant_whose_fence_cannot_be_stored_leaves_no_lock() -> 
     let opts = LockOptions::default().wait(Duration::ZERO);
     let names: Vec<String> = ["job", "ok:1", "ok:2"].map(String::from).into();
     let before = calls(&server);
-    hold_calls(&server).await?;
-    let plugs = spawn_plugs(
-        &client,
-        (0..BATCH_IN_FLIGHT).map(|i| format!("plug:{i}")).collect(),
-        &opts,
-    );
-    tokio::time::sleep(PAUSE / 4).await;
+    let plugs = plug_grants(&server, &client, &opts).await?;
     let grants =
         futures_util::future::join_all(names.iter().map(|name| client.try_acquire(name, &opts)))
             .await;
