@@ -64,19 +64,14 @@ impl LockKeys {
             KeyLayout::HashTagged => format!("{prefix}{{{name}}}"),
             KeyLayout::Guide => format!("{prefix}{name}"),
         };
-        Ok(Self::of_lock_key(&lock))
-    }
-
-    /// The keys of the lock whose lock key is `lock` (every other key is
-    /// the lock key and a suffix, in both layouts).
-    pub(crate) fn of_lock_key(lock: &str) -> Self {
-        LockKeys {
+        // Every other key is the lock key and a suffix, in both layouts.
+        Ok(LockKeys {
             fence: format!("{lock}:fence"),
             queue: format!("{lock}:queue"),
             waiters: format!("{lock}:waiters"),
             wake_prefix: format!("{lock}:wake:"),
-            lock: lock.to_owned(),
-        }
+            lock,
+        })
     }
 }
 

@@ -166,8 +166,8 @@ struct Busy<K: Kind> {
 }
 
 /// The calls of one kind of one client (see the module docs): per group,
-/// present while a call of the group is in flight, the calls queued behind
-/// it.
+/// present while calls of the group are in flight, how many and the calls
+/// queued behind them.
 pub(super) struct Lane<K: Kind> {
     groups: Mutex<HashMap<Option<Slot>, Busy<K>>>,
 }

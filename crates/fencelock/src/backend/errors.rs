@@ -5,8 +5,8 @@
 //! The scripts raise their own codes for what they check (see
 //! `scripts/common.lua`): `FLWRONGTYPE TYPE KEY`, `FLBADFENCE KEY`,
 //! `FLFENCEMAX KEY`, `FLNOPERM COMMAND` and `FLNOKEY KEY`. Redis itself
-//! answers `NOPERM`
-//! for a command or key the ACL user may not use before a script runs.
+//! answers `NOPERM` for a command or key the ACL user may not use before a
+//! script runs.
 
 use crate::error::Error;
 

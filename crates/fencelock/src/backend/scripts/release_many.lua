@@ -1,6 +1,7 @@
 -- Release, for many leases of one client at once (the coalescer sends the
 -- releases that queued while its release calls in flight were at their
--- limit as one call): release.lua's compare-and-delete for each item when nobody waits.
+-- limit as one call): release.lua's compare-and-delete for each item when
+-- nobody waits.
 -- Standalone and closure-free (see grant_many.lua).
 -- KEYS[i]: the lock key of item i (on a Cluster, all of one slot).
 -- ARGV[i]: the exact lock value granted for KEYS[i].
