@@ -11,7 +11,6 @@
 //! waiter; [`handover_deadline`] decides whether such a lock is still worth
 //! taking. The decisions are pure functions, tested without Redis.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,7 +91,13 @@ pub(crate) fn arrived_too_late(deadline: Instant, ttl: Duration, now: Instant) -
 /// A fresh holder token: 122 random bits, hyphenated like the guide's
 /// `str(uuid.uuid4())`.
 pub(crate) fn new_token() -> String {
-    uuid::Uuid::new_v4().to_string()
+    // Encoded directly: `to_string` goes through the formatting machinery,
+    // a measurable share of an acquire's own work.
+    let mut buf = uuid::Uuid::encode_buffer();
+    uuid::Uuid::new_v4()
+        .hyphenated()
+        .encode_lower(&mut buf)
+        .to_owned()
 }
 
 /// A refused grant attempt.
@@ -115,6 +120,16 @@ struct Refused {
 /// fence stored at the refusal nothing is known: confirm.
 pub(crate) fn handover_is_fresh(seen: Option<u64>, handed: Fence) -> bool {
     seen.is_some_and(|seen| handed.get() > seen)
+}
+
+/// The span of one acquisition call; its `fence` is recorded once granted.
+fn acquire_span(name: &str) -> tracing::Span {
+    tracing::debug_span!(
+        "acquire",
+        lock = %name,
+        fence = tracing::field::Empty,
+        outcome = tracing::field::Empty
+    )
 }
 
 /// Takes locks for one client.
@@ -152,6 +167,7 @@ impl Engine {
         keys: LockKeys,
         opts: &LockOptions,
     ) -> Result<Lease> {
+        let (span, started) = (acquire_span(name), Instant::now());
         #[cfg(feature = "etcd")]
         if let Backend::Etcd(conn) = &self.backend {
             // Boxed: etcd's request futures are large, and this one would
@@ -159,13 +175,15 @@ impl Engine {
             let attempt = Box::pin(crate::backend::etcd::acquire(
                 self, conn, name, &keys, opts, false,
             ));
-            return self.recorded(name, opts, attempt).await;
+            let result = attempt.instrument(span.clone()).await;
+            return self.recorded(&span, name, opts, result, started);
         }
-        let attempt = async {
-            let token = new_token();
-            self.grant(name, &keys, &token, opts, None, false).await
-        };
-        self.recorded(name, opts, attempt).await
+        let token = new_token();
+        let result = self
+            .grant(name, &keys, &token, opts, None, false)
+            .instrument(span.clone())
+            .await;
+        self.recorded(&span, name, opts, result, started)
     }
 
     /// Attempts until the wait deadline (`acquire`), recorded.
@@ -175,44 +193,48 @@ impl Engine {
         keys: LockKeys,
         opts: &LockOptions,
     ) -> Result<Lease> {
+        let (span, started) = (acquire_span(name), Instant::now());
         #[cfg(feature = "etcd")]
         if let Backend::Etcd(conn) = &self.backend {
             let attempt = Box::pin(crate::backend::etcd::acquire(
                 self, conn, name, &keys, opts, true,
             ));
-            return self.recorded(name, opts, attempt).await;
+            let result = attempt.instrument(span.clone()).await;
+            return self.recorded(&span, name, opts, result, started);
         }
-        self.recorded(name, opts, self.wait_for(name, &keys, opts))
-            .await
+        let result = self
+            .wait_for(name, &keys, opts)
+            .instrument(span.clone())
+            .await;
+        self.recorded(&span, name, opts, result, started)
     }
 
-    /// Runs one acquisition call inside an `acquire` span and records its
-    /// outcome (metrics and stats).
-    async fn recorded(
+    /// Records the outcome of one acquisition call (its `acquire` span,
+    /// metrics and stats) and returns it.
+    ///
+    /// The call's future is instrumented where it is awaited rather than
+    /// passed in here: an `async fn` keeps its future argument and the
+    /// moved copy it awaits side by side, and every acquisition future
+    /// would carry that doubled size (it was three times the attempt's).
+    fn recorded(
         &self,
+        span: &tracing::Span,
         name: &str,
         opts: &LockOptions,
-        attempt: impl Future<Output = Result<Lease>>,
+        result: Result<Lease>,
+        started: Instant,
     ) -> Result<Lease> {
-        let span = tracing::debug_span!(
-            "acquire",
-            lock = %name,
-            fence = tracing::field::Empty,
-            outcome = tracing::field::Empty
-        );
-        async {
-            let started = Instant::now();
-            let result = attempt.await;
-            if let Ok(lease) = &result {
-                tracing::Span::current().record("fence", lease.fence().get());
-            }
-            crate::metrics::acquire(&self.stats, opts.family_of(name), &result, started);
-            result
+        if let Ok(lease) = &result {
+            span.record("fence", lease.fence().get());
         }
-        .instrument(span)
-        .await
+        crate::metrics::acquire(&self.stats, opts.family_of(name), &result, started);
+        result
     }
 
+    /// The steps that only a waiting or replicated acquisition takes
+    /// (queueing up, hand-overs, `WAIT`) run boxed: inline, their futures
+    /// would widen the future of every acquisition, which is moved whole
+    /// when it is created (a free lock needs none of them).
     async fn wait_for(&self, name: &str, keys: &LockKeys, opts: &LockOptions) -> Result<Lease> {
         let started = Instant::now();
         // None: a wait too long to add to the clock is a wait forever.
@@ -231,7 +253,7 @@ impl Engine {
         let mut waiter = None;
         let mut member = None;
         if queues && opts.wait_mode == WaitMode::Fair {
-            (waiter, member) = self.queue_up(name, keys, &token, opts).await;
+            (waiter, member) = Box::pin(self.queue_up(name, keys, &token, opts)).await;
         }
         let mut queued = QueuedGuard::new(&self.backend, keys, member.as_ref(), opts);
         let mut backoff = Backoff::new();
@@ -269,7 +291,7 @@ impl Engine {
             {
                 // A notify waiter refused once: register, then queue with
                 // the next attempt, at once.
-                (waiter, member) = self.queue_up(name, keys, &token, opts).await;
+                (waiter, member) = Box::pin(self.queue_up(name, keys, &token, opts)).await;
                 queued = QueuedGuard::new(&self.backend, keys, member.as_ref(), opts);
                 if member.is_some() {
                     continue;
@@ -304,10 +326,7 @@ impl Engine {
                 // client's connection, which this client's WAIT does not
                 // cover: take it through a grant (same token, same fence,
                 // its lease restarted by this connection), then wait.
-                match self
-                    .grant(name, keys, &token, opts, member.as_ref(), true)
-                    .await
-                {
+                match Box::pin(self.grant(name, keys, &token, opts, member.as_ref(), true)).await {
                     Ok(lease) => {
                         queued.disarm();
                         return Ok(lease);
@@ -317,9 +336,8 @@ impl Engine {
                 }
             }
             if let Some(refusal) = last_refusal
-                && let Some(lease) = self
-                    .handed_over(name, keys, &token, fence, opts, refusal)
-                    .await
+                && let Some(lease) =
+                    Box::pin(self.handed_over(name, keys, &token, fence, opts, refusal)).await
             {
                 queued.disarm();
                 return Ok(lease);
@@ -404,10 +422,12 @@ impl Engine {
         };
         let (reply, acked) = match opts.replication {
             Some(replication) => {
-                let (reply, acked) = self
-                    .backend
-                    .run_replicated(&grant, replication.replicas, replication.timeout)
-                    .await?;
+                let (reply, acked) = Box::pin(self.backend.run_replicated(
+                    &grant,
+                    replication.replicas,
+                    replication.timeout,
+                ))
+                .await?;
                 (reply, Some(acked))
             }
             // Batched with the client's concurrent grants when it can be:

@@ -60,16 +60,18 @@ impl LockKeys {
     /// [`Error::InvalidName`] for an empty, oversized or malformed name.
     pub fn new(prefix: &str, layout: KeyLayout, name: &str) -> Result<Self> {
         validate_name(name, layout)?;
+        // Concatenated rather than formatted: every acquire builds these
+        // five keys, and `format!` costs several times a copy.
         let lock = match layout {
-            KeyLayout::HashTagged => format!("{prefix}{{{name}}}"),
-            KeyLayout::Guide => format!("{prefix}{name}"),
+            KeyLayout::HashTagged => [prefix, "{", name, "}"].concat(),
+            KeyLayout::Guide => [prefix, name].concat(),
         };
         // Every other key is the lock key and a suffix, in both layouts.
         Ok(LockKeys {
-            fence: format!("{lock}:fence"),
-            queue: format!("{lock}:queue"),
-            waiters: format!("{lock}:waiters"),
-            wake_prefix: format!("{lock}:wake:"),
+            fence: [&*lock, ":fence"].concat(),
+            queue: [&*lock, ":queue"].concat(),
+            waiters: [&*lock, ":waiters"].concat(),
+            wake_prefix: [&*lock, ":wake:"].concat(),
             lock,
         })
     }

@@ -19,10 +19,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{
-    ConnectionAddr, FromRedisValue, IntoConnectionInfo, RedisError, ScriptInvocation,
-    TlsCertificates,
-};
+use redis::{ConnectionAddr, FromRedisValue, IntoConnectionInfo, RedisError, TlsCertificates};
 
 use super::coalesce::Coalescer;
 use super::ops::{
@@ -274,18 +271,30 @@ impl RedisConn {
         &self,
         call: &C,
     ) -> std::result::Result<C::Reply, RedisError> {
-        let invocation = invocation(call);
-        match &self.link {
-            Link::Standalone { conn, .. } => invocation.invoke_async(&mut conn.clone()).await,
-            Link::Cluster { conn, .. } => invocation.invoke_async(&mut conn.clone()).await,
+        let (cmd, script) = (evalsha(call), &call.script().script);
+        let reply = match &self.link {
+            Link::Standalone { conn, .. } => evalsha_on(&mut conn.clone(), &cmd, script).await,
+            Link::Cluster { conn, .. } => {
+                let mut conn = conn.clone();
+                match cmd.query_async(&mut conn).await {
+                    Err(e) if is_noscript(&e) => {
+                        script.load_async(&mut conn).await?;
+                        cmd.query_async(&mut conn).await
+                    }
+                    reply => reply,
+                }
+            }
+            // Boxed: following a failover makes this future several times
+            // larger than the others, and every call would carry its size.
             Link::Sentinel(link) => {
-                let invocation = &invocation;
-                link.on_master(
-                    move |mut conn| async move { invocation.invoke_async(&mut conn).await },
-                )
+                let (cmd, script) = (&cmd, script);
+                Box::pin(link.on_master(move |mut conn| async move {
+                    evalsha_on(&mut conn, cmd, script).await
+                }))
                 .await
             }
-        }
+        }?;
+        Ok(C::Reply::from_redis_value(reply)?)
     }
 
     /// Runs a plain command on `key` (used for reads such as `HMGET`).
@@ -684,14 +693,59 @@ pub(super) fn cluster_client(
     builder.build()
 }
 
-/// The script invocation (by SHA, `NOSCRIPT` reloads) of `call`.
-pub(crate) fn invocation<C: ScriptCall>(call: &C) -> ScriptInvocation<'static> {
+/// The script invocation (by SHA, `NOSCRIPT` reloads) of `call`, for
+/// raw calls of the testing surface.
+#[cfg(feature = "testing")]
+pub(crate) fn invocation<C: ScriptCall>(call: &C) -> redis::ScriptInvocation<'static> {
     let mut invocation = call.script().script.prepare_invoke();
     for key in call.keys() {
         invocation.key(key);
     }
     invocation.arg(call);
     invocation
+}
+
+/// The `EVALSHA` command of `call`, its arguments written straight into
+/// the command (a `ScriptInvocation` allocates each one on its own first,
+/// then copies them all into a command like this one).
+fn evalsha<C: ScriptCall>(call: &C) -> redis::Cmd {
+    let keys = call.keys();
+    let mut cmd = redis::Cmd::with_capacity(16, 128);
+    cmd.arg("EVALSHA")
+        .arg(call.script().script.get_hash())
+        .arg(keys.len());
+    for key in keys {
+        cmd.arg(key);
+    }
+    cmd.arg(call);
+    cmd
+}
+
+/// Whether `e` says that the server does not have the script.
+fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// Runs `cmd`, an `EVALSHA` of `script`, on `conn`, loading the script
+/// first if the server does not have it.
+///
+/// Sent with the manager's own `send_packed_command`: going through its
+/// `ConnectionLike` implementation, as `query_async` does, boxes a future of
+/// 1.3 KB for each call, too large for the allocator's per-thread cache
+/// (measured: about one large allocation per lock cycle, and with it a
+/// consolidation of the allocator's free lists).
+async fn evalsha_on(
+    conn: &mut ConnectionManager,
+    cmd: &redis::Cmd,
+    script: &redis::Script,
+) -> std::result::Result<redis::Value, RedisError> {
+    match conn.send_packed_command(cmd).await?.extract_error() {
+        Err(e) if is_noscript(&e) => {
+            script.load_async(conn).await?;
+            conn.send_packed_command(cmd).await?.extract_error()
+        }
+        reply => reply,
+    }
 }
 
 /// How the connection managers of a client connect and reconnect.

@@ -47,6 +47,7 @@ pub use coalesce::BatchFault;
 #[cfg(feature = "testing")]
 pub(crate) use coalesce::IN_FLIGHT;
 #[cfg(feature = "testing")]
+#[cfg(feature = "testing")]
 pub(crate) use conn::invocation;
 pub(crate) use conn::{ConnSettings, Node, RedisConn, Topology};
 pub(crate) use errors::without_script_internals;
