@@ -101,7 +101,7 @@ impl Kind for Grants {
             script: conn.coalescer().grant_script(),
         };
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
-        outcomes(conn, &keys, conn.invoke(&call).await)
+        outcomes(conn, &keys, conn.invoke(&call).await.map(|r| r.0))
     }
 }
 

