@@ -227,6 +227,9 @@ impl Engine {
         if let Ok(lease) = &result {
             span.record("fence", lease.fence().get());
         }
+        // Entered, so the outcome lands on this call's span (the metrics
+        // record it on the current one).
+        let _entered = span.enter();
         crate::metrics::acquire(&self.stats, opts.family_of(name), &result, started);
         result
     }

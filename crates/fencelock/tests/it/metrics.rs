@@ -304,3 +304,54 @@ fn heavy_a_blocked_runtime_is_measured_and_warned_once() -> Result<()> {
     assert!(text.contains("suggested_ttl_ms="), "{text}");
     Ok(())
 }
+
+/// Each acquisition call's `acquire` span carries its outcome (and, when
+/// granted, its fence), also for a refused attempt and a wait that timed
+/// out: the span closes with them, as a log subscriber shows it.
+#[test]
+fn the_acquire_span_carries_the_outcome_and_the_fence() -> Result<()> {
+    let server = RedisServer::start();
+    let url = server.url();
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish();
+    let fence = tracing::subscriber::with_default(subscriber, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(async {
+                let client = LockClient::connect(&url).await?;
+                let lease = client.acquire("span:job", &opts(10_000)).await?;
+                let refused = client.try_acquire("span:job", &opts(10_000)).await;
+                ensure!(refused.is_err(), "{refused:?}");
+                let waited = client
+                    .acquire("span:job", &opts(10_000).wait(Duration::from_millis(50)))
+                    .await;
+                ensure!(waited.is_err(), "{waited:?}");
+                let fence = lease.fence();
+                ensure!(lease.release().await? == ReleaseOutcome::Released);
+                Ok(fence)
+            })
+    })?;
+    let text = log.text();
+    let spans: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("acquire{") && l.contains("close"))
+        .collect();
+    ensure!(spans.len() == 3, "three acquire spans closed: {text}");
+    ensure!(
+        spans[0].contains(&format!("fence={}", fence.get())) && spans[0].contains("acquired"),
+        "{}",
+        spans[0]
+    );
+    ensure!(spans[1].contains("outcome=\"contended\""), "{}", spans[1]);
+    ensure!(spans[2].contains("outcome=\"timed_out\""), "{}", spans[2]);
+    Ok(())
+}
