@@ -22,6 +22,7 @@ use fencelock::{
 };
 use fencelock_testkit::RedisServer;
 use fencelock_testkit::acl::readme_acl_rule;
+use tracing_subscriber::fmt::format::FmtSpan;
 
 use crate::support::{Captured, POLL_DEADLINE, poll};
 
@@ -328,14 +329,7 @@ fn a_renewal_refused_for_a_missing_permission_is_a_warning_naming_it() -> Result
     let server = RedisServer::start();
     let url = server.acl_user("app", &rule_without("+pexpire"));
     let log = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let log = log.clone();
-            move || log.clone()
-        })
-        .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
-        .finish();
+    let subscriber = log.subscriber(tracing::Level::WARN, FmtSpan::NONE);
     let reason = tracing::subscriber::with_default(subscriber, || -> Result<_> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

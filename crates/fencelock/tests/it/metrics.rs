@@ -21,6 +21,7 @@ use fencelock::metrics::{
 };
 use fencelock::{Fence, LockClient, LockOptions, ReleaseOutcome, Renewal};
 use fencelock_testkit::RedisServer;
+use tracing_subscriber::fmt::format::FmtSpan;
 
 use crate::support::Captured;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -254,14 +255,7 @@ fn heavy_a_blocked_runtime_is_measured_and_warned_once() -> Result<()> {
     let server = RedisServer::start();
     let url = server.url();
     let log = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let log = log.clone();
-            move || log.clone()
-        })
-        .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
-        .finish();
+    let subscriber = log.subscriber(tracing::Level::WARN, FmtSpan::NONE);
     let ttl = Duration::from_millis(900);
     let (stats, seen) = tracing::subscriber::with_default(subscriber, || {
         recorded(async {
@@ -313,15 +307,7 @@ fn the_acquire_span_carries_the_outcome_and_the_fence() -> Result<()> {
     let server = RedisServer::start();
     let url = server.url();
     let log = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let log = log.clone();
-            move || log.clone()
-        })
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .finish();
+    let subscriber = log.subscriber(tracing::Level::DEBUG, FmtSpan::CLOSE);
     let fence = tracing::subscriber::with_default(subscriber, || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

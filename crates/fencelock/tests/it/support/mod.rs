@@ -93,9 +93,8 @@ impl Keys for RedisServer {
     }
 }
 
-/// A log writer shared with the test: give a `tracing_subscriber::fmt()`
-/// `.with_writer(move || log.clone())`, then read what was logged with
-/// [`Captured::text`].
+/// A log writer shared with the test: install [`Captured::subscriber`],
+/// then read what was logged with [`Captured::text`].
 #[derive(Clone, Default)]
 pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
 
@@ -113,7 +112,30 @@ impl std::io::Write for Captured {
     }
 }
 
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
 impl Captured {
+    /// A log subscriber writing into this capture, without colours: events
+    /// up to `level`, and the span events `spans` (`FmtSpan::NONE`: none).
+    pub(crate) fn subscriber(
+        &self,
+        level: tracing::Level,
+        spans: tracing_subscriber::fmt::format::FmtSpan,
+    ) -> impl tracing::Subscriber + Send + Sync + 'static {
+        tracing_subscriber::fmt()
+            .with_writer(self.clone())
+            .with_ansi(false)
+            .with_max_level(level)
+            .with_span_events(spans)
+            .finish()
+    }
+
     /// Everything logged so far.
     pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
