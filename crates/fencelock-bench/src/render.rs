@@ -469,30 +469,6 @@ fn cycles_json(scenario: &str, r: &Cycles) -> Vec<(String, Value)> {
             round3(r.unfenced.second_us(0.5)).into(),
         ),
         (
-            "redis_cpu_us_per_cycle",
-            round3(r.fencelock.redis_cpu_us_per_cycle).into(),
-        ),
-        (
-            "floor_redis_cpu_us_per_cycle",
-            round3(r.floor.redis_cpu_us_per_cycle).into(),
-        ),
-        (
-            "unfenced_redis_cpu_us_per_cycle",
-            round3(r.unfenced.redis_cpu_us_per_cycle).into(),
-        ),
-        (
-            "client_cpu_us_per_cycle",
-            round3(r.fencelock.client_cpu_us_per_cycle).into(),
-        ),
-        (
-            "floor_client_cpu_us_per_cycle",
-            round3(r.floor.client_cpu_us_per_cycle).into(),
-        ),
-        (
-            "unfenced_client_cpu_us_per_cycle",
-            round3(r.unfenced.client_cpu_us_per_cycle).into(),
-        ),
-        (
             "redis_cpu_ratio_to_floor",
             round3(r.redis_cpu_ratio_to_floor()).into(),
         ),
@@ -513,6 +489,22 @@ fn cycles_json(scenario: &str, r: &Cycles) -> Vec<(String, Value)> {
             round3(r.floor.reads_per_cycle).into(),
         ),
     ]);
+    // Redis's and this process's CPU per cycle of each contestant.
+    for (prefix, c) in [
+        ("", &r.fencelock),
+        ("floor_", &r.floor),
+        ("unfenced_", &r.unfenced),
+    ] {
+        for (what, us) in [
+            ("redis", c.redis_cpu_us_per_cycle),
+            ("client", c.client_cpu_us_per_cycle),
+        ] {
+            fields.push((
+                format!("{prefix}{what}_cpu_us_per_cycle"),
+                round3(us).into(),
+            ));
+        }
+    }
     fields.extend(spread_json("ratio_to_floor", r.ratio_to_floor));
     fields.extend(spread_json("ratio_to_unfenced", r.ratio_to_unfenced));
     fields.extend(spread_json("ratio_to_bound", r.ratio_to_bound));

@@ -274,16 +274,7 @@ impl RedisConn {
         let (cmd, script) = (evalsha(call), &call.script().script);
         let reply = match &self.link {
             Link::Standalone { conn, .. } => evalsha_on(&mut conn.clone(), &cmd, script).await,
-            Link::Cluster { conn, .. } => {
-                let mut conn = conn.clone();
-                match cmd.query_async(&mut conn).await {
-                    Err(e) if is_noscript(&e) => {
-                        script.load_async(&mut conn).await?;
-                        cmd.query_async(&mut conn).await
-                    }
-                    reply => reply,
-                }
-            }
+            Link::Cluster { conn, .. } => evalsha_on(&mut conn.clone(), &cmd, script).await,
             // Boxed: following a failover makes this future several times
             // larger than the others, and every call would carry its size.
             Link::Sentinel(link) => {
@@ -726,23 +717,43 @@ fn is_noscript(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
+/// A connection that script calls are sent on.
+trait SendCmd: redis::aio::ConnectionLike {
+    /// Sends `cmd`; a server error in the reply is an `Err`.
+    fn send<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> impl std::future::Future<Output = std::result::Result<redis::Value, RedisError>> + Send + 'a;
+}
+
+impl SendCmd for ConnectionManager {
+    /// With the manager's own `send_packed_command`: going through its
+    /// `ConnectionLike` implementation, as `query_async` does, boxes a
+    /// future of 1.3 KB for each call, too large for the allocator's
+    /// per-thread cache (measured: about one large allocation per lock
+    /// cycle, and with it a consolidation of the allocator's free lists).
+    async fn send(&mut self, cmd: &redis::Cmd) -> std::result::Result<redis::Value, RedisError> {
+        self.send_packed_command(cmd).await?.extract_error()
+    }
+}
+
+impl SendCmd for ClusterConnection {
+    async fn send(&mut self, cmd: &redis::Cmd) -> std::result::Result<redis::Value, RedisError> {
+        cmd.query_async(self).await
+    }
+}
+
 /// Runs `cmd`, an `EVALSHA` of `script`, on `conn`, loading the script
 /// first if the server does not have it.
-///
-/// Sent with the manager's own `send_packed_command`: going through its
-/// `ConnectionLike` implementation, as `query_async` does, boxes a future of
-/// 1.3 KB for each call, too large for the allocator's per-thread cache
-/// (measured: about one large allocation per lock cycle, and with it a
-/// consolidation of the allocator's free lists).
 async fn evalsha_on(
-    conn: &mut ConnectionManager,
+    conn: &mut impl SendCmd,
     cmd: &redis::Cmd,
     script: &redis::Script,
 ) -> std::result::Result<redis::Value, RedisError> {
-    match conn.send_packed_command(cmd).await?.extract_error() {
+    match conn.send(cmd).await {
         Err(e) if is_noscript(&e) => {
             script.load_async(conn).await?;
-            conn.send_packed_command(cmd).await?.extract_error()
+            conn.send(cmd).await
         }
         reply => reply,
     }

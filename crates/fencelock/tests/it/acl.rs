@@ -10,9 +10,11 @@
 //!   is a warning naming it (the lease is then lost at its deadline);
 //! - a user that may write a lock key but not its fence key is refused
 //!   naming the fence key, and no lock is left without its fence (every
-//!   grant path; a release that cannot hand over still releases). The parts whose absence is not an error (pub/sub,
-//!   `INFO`, `SCAN`/`ZCARD` of `top`) are named by the audit
-//!   (`audit.rs`) and the CLI (`fencelock top`).
+//!   grant path; a release that cannot hand over still releases).
+//!
+//! The parts whose absence is not an error (pub/sub, `INFO`, `SCAN`/`ZCARD`
+//! of `top`) are named by the audit (`audit.rs`) and the CLI
+//! (`fencelock top`).
 
 use std::time::Duration;
 
@@ -359,6 +361,16 @@ fn a_renewal_refused_for_a_missing_permission_is_a_warning_naming_it() -> Result
     Ok(())
 }
 
+/// A fair waiter's queue member (client `someone`, waiter 1, ttl 10 s,
+/// hand-over lease 100 ms, its token last), put in a queue by hand.
+const FAIR_WAITER: &str = "someone:1:fair:10000:100:0b5e7a9c-0000-4000-8000-000000000001";
+
+/// Queues [`FAIR_WAITER`] on lock `keys`, its waiter lease far ahead.
+fn queue_fair_waiter(server: &RedisServer, keys: &fencelock::LockKeys) {
+    server.cmd(&["ZADD", &keys.queue, "1", FAIR_WAITER]);
+    server.cmd(&["ZADD", &keys.waiters, "99999999999999", FAIR_WAITER]);
+}
+
 /// The README's rule with the keys of lock `name` only, its fence key
 /// read-only: such a user may set the lock key but not store its fence.
 pub(crate) fn rule_with_read_only_fence(keys: &fencelock::LockKeys) -> Vec<String> {
@@ -426,9 +438,7 @@ async fn a_release_that_may_not_store_the_hand_over_fence_releases_and_wakes() -
     let url = server.acl_user("app", &readme_acl_rule());
     let client = LockClient::connect(&url).await?;
     let lease = client.try_acquire("job", &client.options()).await?;
-    let member = "someone:1:fair:10000:100:0b5e7a9c-0000-4000-8000-000000000001";
-    server.cmd(&["ZADD", &keys.queue, "1", member]);
-    server.cmd(&["ZADD", &keys.waiters, "99999999999999", member]);
+    queue_fair_waiter(&server, &keys);
     server.acl_user("app", &rule_with_read_only_fence(&keys));
     let fence_before: Option<String> = server.query(&["GET", &keys.fence]);
     let outcome = lease.release().await?;
@@ -437,7 +447,7 @@ async fn a_release_that_may_not_store_the_hand_over_fence_releases_and_wakes() -
     let queued: Vec<String> = server.query(&["ZRANGE", &keys.queue, "0", "-1"]);
     let fence: Option<String> = server.query(&["GET", &keys.fence]);
     ensure!(
-        lock.is_none() && queued == [member] && fence == fence_before,
+        lock.is_none() && queued == [FAIR_WAITER] && fence == fence_before,
         "lock {lock:?}, queue {queued:?}, fence {fence:?} (was {fence_before:?})"
     );
     Ok(())
@@ -459,9 +469,7 @@ async fn a_user_without_zcard_still_releases() -> Result<()> {
         "lock left"
     );
     let lease = client.try_acquire("job", &client.options()).await?;
-    let member = "someone:1:fair:10000:100:0b5e7a9c-0000-4000-8000-000000000001";
-    server.cmd(&["ZADD", &keys.queue, "1", member]);
-    server.cmd(&["ZADD", &keys.waiters, "99999999999999", member]);
+    queue_fair_waiter(&server, &keys);
     ensure!(lease.release().await?.is_released(), "released to a waiter");
     let held: Option<String> = server.query(&["GET", &keys.lock]);
     ensure!(

@@ -308,23 +308,20 @@ fn the_acquire_span_carries_the_outcome_and_the_fence() -> Result<()> {
     let url = server.url();
     let log = Captured::default();
     let subscriber = log.subscriber(tracing::Level::DEBUG, FmtSpan::CLOSE);
-    let fence = tracing::subscriber::with_default(subscriber, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(async {
-                let client = LockClient::connect(&url).await?;
-                let lease = client.acquire("span:job", &opts(10_000)).await?;
-                let refused = client.try_acquire("span:job", &opts(10_000)).await;
-                ensure!(refused.is_err(), "{refused:?}");
-                let waited = client
-                    .acquire("span:job", &opts(10_000).wait(Duration::from_millis(50)))
-                    .await;
-                ensure!(waited.is_err(), "{waited:?}");
-                let fence = lease.fence();
-                ensure!(lease.release().await? == ReleaseOutcome::Released);
-                Ok(fence)
-            })
+    let (fence, _) = tracing::subscriber::with_default(subscriber, || {
+        recorded(async {
+            let client = LockClient::connect(&url).await?;
+            let lease = client.acquire("span:job", &opts(10_000)).await?;
+            let refused = client.try_acquire("span:job", &opts(10_000)).await;
+            ensure!(refused.is_err(), "{refused:?}");
+            let waited = client
+                .acquire("span:job", &opts(10_000).wait(Duration::from_millis(50)))
+                .await;
+            ensure!(waited.is_err(), "{waited:?}");
+            let fence = lease.fence();
+            ensure!(lease.release().await? == ReleaseOutcome::Released);
+            Ok(fence)
+        })
     })?;
     let text = log.text();
     let spans: Vec<&str> = text
