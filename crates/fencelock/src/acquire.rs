@@ -110,6 +110,19 @@ struct Refused {
     seen: Option<u64>,
 }
 
+/// Where a grant attempt stands with the lock's wait queue.
+#[derive(Debug, Clone, Copy, Default)]
+struct Standing<'a> {
+    /// The caller's queue member, if a refusal queues it.
+    member: Option<&'a QueueMember>,
+    /// Whether an earlier attempt may have queued the caller.
+    queued: bool,
+    /// Whether an earlier attempt of the same call was refused: the lock is
+    /// contended, and the lease it grants releases with the next holder
+    /// woken first (`Granted::contended`).
+    refused: bool,
+}
+
 /// Whether a hand-over wake-up carrying `handed` can be trusted without
 /// asking Redis: only if it minted a fence above `seen`, the fence stored
 /// when this waiter's last attempt was refused, so the hand-over happened
@@ -180,7 +193,7 @@ impl Engine {
         }
         let token = new_token();
         let result = self
-            .grant(name, &keys, &token, opts, None, false)
+            .grant(name, &keys, &token, opts, Standing::default())
             .instrument(span.clone())
             .await;
         self.recorded(&span, name, opts, result, started)
@@ -267,10 +280,12 @@ impl Engine {
         let mut tried = false;
         loop {
             let attempt_at = Instant::now();
-            let error = match self
-                .attempt(name, keys, &token, opts, member.as_ref(), tried)
-                .await
-            {
+            let standing = Standing {
+                member: member.as_ref(),
+                queued: tried,
+                refused: last_refusal.is_some(),
+            };
+            let error = match self.attempt(name, keys, &token, opts, standing).await {
                 Ok(Ok(lease)) => {
                     queued.disarm();
                     return Ok(lease);
@@ -329,7 +344,12 @@ impl Engine {
                 // client's connection, which this client's WAIT does not
                 // cover: take it through a grant (same token, same fence,
                 // its lease restarted by this connection), then wait.
-                match Box::pin(self.grant(name, keys, &token, opts, member.as_ref(), true)).await {
+                let handed = Standing {
+                    member: member.as_ref(),
+                    queued: true,
+                    refused: true,
+                };
+                match Box::pin(self.grant(name, keys, &token, opts, handed)).await {
                     Ok(lease) => {
                         queued.disarm();
                         return Ok(lease);
@@ -393,10 +413,9 @@ impl Engine {
         keys: &LockKeys,
         token: &str,
         opts: &LockOptions,
-        member: Option<&QueueMember>,
-        queued: bool,
+        standing: Standing<'_>,
     ) -> Result<Lease> {
-        self.attempt(name, keys, token, opts, member, queued)
+        self.attempt(name, keys, token, opts, standing)
             .await?
             .map_err(|refused| self.contended(name, refused.remaining))
     }
@@ -408,8 +427,7 @@ impl Engine {
         keys: &LockKeys,
         token: &str,
         opts: &LockOptions,
-        member: Option<&QueueMember>,
-        queued: bool,
+        standing: Standing<'_>,
     ) -> Result<std::result::Result<Lease, Refused>> {
         let ttl = opts.ttl;
         let sent = Instant::now();
@@ -419,9 +437,9 @@ impl Engine {
             token,
             ttl,
             wait_mode: opts.wait_mode,
-            member,
+            member: standing.member,
             waiter_lease: opts.waiter_lease,
-            queued,
+            queued: standing.queued,
         };
         let (reply, acked) = match opts.replication {
             Some(replication) => {
@@ -448,7 +466,8 @@ impl Engine {
                 }));
             }
         };
-        let state = self.lease_state(name, keys, token, fence, opts, sent + ttl - drift(ttl));
+        let granted = Granted::new(name, keys, token, fence, opts, standing.refused);
+        let state = self.lease_state(granted, opts, sent + ttl - drift(ttl));
         if let (Some(replication), Some(acked)) = (opts.replication, acked)
             && acked < replication.replicas
         {
@@ -511,7 +530,11 @@ impl Engine {
         let provisional = opts.handover_lease();
         let deadline = handover_deadline(refused_at, provisional, Instant::now())?;
         if handover_is_fresh(seen, fence) {
-            let state = self.lease_state(name, keys, token, fence, opts, deadline);
+            let state = self.lease_state(
+                Granted::new(name, keys, token, fence, opts, true),
+                opts,
+                deadline,
+            );
             tracing::debug!(lock = %name, %fence, "acquired by hand-over");
             return Some(Lease::start(
                 state,
@@ -522,7 +545,8 @@ impl Engine {
         }
         // Not valid until confirmed: the deadline moves to the
         // confirmation's send time + ttl - drift.
-        let state = self.lease_state(name, keys, token, fence, opts, Instant::now());
+        let granted = Granted::new(name, keys, token, fence, opts, true);
+        let state = self.lease_state(granted, opts, Instant::now());
         if !matches!(state.extend_once().await, Ok(Checked::Done))
             || arrived_too_late(state.deadline(), opts.ttl, Instant::now())
         {
@@ -537,21 +561,9 @@ impl Engine {
         ))
     }
 
-    fn lease_state(
-        &self,
-        name: &str,
-        keys: &LockKeys,
-        token: &str,
-        fence: Fence,
-        opts: &LockOptions,
-        deadline: Instant,
-    ) -> LeaseState {
-        LeaseState::new(
-            self.lease_backend.clone(),
-            Granted::new(name, keys, token, fence, opts),
-            deadline,
-            LeaseMetrics::new(opts.family_of(name).to_owned(), self.stats.clone()),
-        )
+    fn lease_state(&self, grant: Granted, opts: &LockOptions, deadline: Instant) -> LeaseState {
+        let metrics = LeaseMetrics::new(opts.family_of(&grant.name).to_owned(), self.stats.clone());
+        LeaseState::new(self.lease_backend.clone(), grant, deadline, metrics)
     }
 }
 

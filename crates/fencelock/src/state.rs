@@ -45,6 +45,10 @@ pub(crate) struct Granted {
     pub(crate) ttl: Duration,
     /// How fences are minted for the name: a release may hand the lock over.
     pub(crate) mint: Mint,
+    /// Whether the lock was contended when granted (the acquisition was
+    /// refused at least once): its release then wakes the next holder first
+    /// (`Release::wake_first`).
+    pub(crate) contended: bool,
     /// On etcd: the holder's lease and its key's create revision.
     #[cfg(feature = "etcd")]
     pub(crate) etcd: Option<crate::backend::etcd::Held>,
@@ -57,6 +61,7 @@ impl Granted {
         token: &str,
         fence: Fence,
         opts: &LockOptions,
+        contended: bool,
     ) -> Self {
         Granted {
             name: name.to_owned(),
@@ -68,6 +73,7 @@ impl Granted {
             fence: Fence::new(fence.get().saturating_add(opts.fence_base(0))),
             ttl: opts.ttl,
             mint: Mint::new(opts),
+            contended,
             #[cfg(feature = "etcd")]
             etcd: None,
         }
@@ -93,6 +99,7 @@ impl Granted {
             fence,
             ttl: opts.ttl,
             mint: Mint::new(opts),
+            contended: false,
             etcd: Some(held),
         }
     }
@@ -211,6 +218,7 @@ impl LeaseState {
                             publish: self.backend.publish(),
                         },
                         value: &g.value,
+                        wake_first: g.contended,
                     })
                     .await?
             }

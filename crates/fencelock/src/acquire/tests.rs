@@ -138,12 +138,12 @@ mod redis {
             let keys = LockKeys::new("lock:", layout, &name)?;
             let token = new_token();
             let first = engine
-                .grant(&name, &keys, &token, &opts, None, false)
+                .grant(&name, &keys, &token, &opts, Standing::default())
                 .await?;
             let fence_key_before: Option<String> = server.query(&["GET", &keys.fence]);
             server.cmd(&["PEXPIRE", &keys.lock, "1000"]);
             let again = engine
-                .grant(&name, &keys, &token, &opts, None, false)
+                .grant(&name, &keys, &token, &opts, Standing::default())
                 .await?;
             assert_eq!(first.fence(), again.fence(), "{layout:?} {mode:?}");
             let fence_key_after: Option<String> = server.query(&["GET", &keys.fence]);
@@ -151,7 +151,7 @@ mod redis {
             let pttl: i64 = server.query(&["PTTL", &keys.lock]);
             assert!(pttl > 4000, "the retry restarted the lease (pttl {pttl})");
             let other = engine
-                .grant(&name, &keys, &new_token(), &opts, None, false)
+                .grant(&name, &keys, &new_token(), &opts, Standing::default())
                 .await;
             assert!(matches!(other, Err(Error::Contended { .. })), "{other:?}");
             // Both guards name the same grant: the first release deletes it.

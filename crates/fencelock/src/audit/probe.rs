@@ -275,6 +275,7 @@ async fn locks(
                 mint,
                 pass_on,
                 value: &value,
+                wake_first: false,
             })
             .await,
         Need::Locks(LOCKS),

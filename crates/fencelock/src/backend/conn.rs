@@ -272,19 +272,30 @@ impl RedisConn {
         call: &C,
     ) -> std::result::Result<C::Reply, RedisError> {
         let (cmd, script) = (evalsha(call), &call.script().script);
-        let reply = match &self.link {
-            Link::Standalone { conn, .. } => evalsha_on(&mut conn.clone(), &cmd, script).await,
-            Link::Cluster { conn, .. } => evalsha_on(&mut conn.clone(), &cmd, script).await,
-            // Boxed: following a failover makes this future several times
-            // larger than the others, and every call would carry its size.
-            Link::Sentinel(link) => {
-                let (cmd, script) = (&cmd, script);
-                Box::pin(link.on_master(move |mut conn| async move {
-                    evalsha_on(&mut conn, cmd, script).await
-                }))
-                .await
-            }
-        }?;
+        // The key a call sent behind a PING is routed by (on a Cluster).
+        let behind_ping = if call.wake_first() {
+            call.keys().first().copied()
+        } else {
+            None
+        };
+        let sent = Sent {
+            cmd: &cmd,
+            script,
+            behind_ping,
+        };
+        let reply =
+            match &self.link {
+                Link::Standalone { conn, .. } => evalsha_on(&mut conn.clone(), sent).await,
+                Link::Cluster { conn, .. } => evalsha_on(&mut conn.clone(), sent).await,
+                // Boxed: following a failover makes this future several times
+                // larger than the others, and every call would carry its size.
+                Link::Sentinel(link) => {
+                    Box::pin(link.on_master(move |mut conn| async move {
+                        evalsha_on(&mut conn, sent).await
+                    }))
+                    .await
+                }
+            }?;
         Ok(C::Reply::from_redis_value(reply)?)
     }
 
@@ -724,6 +735,30 @@ trait SendCmd: redis::aio::ConnectionLike {
         &'a mut self,
         cmd: &'a redis::Cmd,
     ) -> impl std::future::Future<Output = std::result::Result<redis::Value, RedisError>> + Send + 'a;
+
+    /// Sends `PING` and `cmd` in one write, to the node of `key`, and
+    /// returns `cmd`'s reply (see `Release::wake_first`).
+    fn send_behind_ping<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+        key: &'a str,
+    ) -> impl std::future::Future<Output = std::result::Result<redis::Value, RedisError>> + Send + 'a;
+}
+
+/// `PING`, then `cmd`: a pipeline whose second reply is the one wanted.
+fn behind_ping(cmd: &redis::Cmd) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("PING").add_command(cmd.clone());
+    pipe
+}
+
+/// The one reply asked of a pipeline, its server error as an `Err`.
+fn only_reply(values: Vec<redis::Value>) -> std::result::Result<redis::Value, RedisError> {
+    values
+        .into_iter()
+        .next()
+        .ok_or_else(|| RedisError::from((redis::ErrorKind::Client, "no reply")))?
+        .extract_error()
 }
 
 impl SendCmd for ConnectionManager {
@@ -735,25 +770,54 @@ impl SendCmd for ConnectionManager {
     async fn send(&mut self, cmd: &redis::Cmd) -> std::result::Result<redis::Value, RedisError> {
         self.send_packed_command(cmd).await?.extract_error()
     }
+
+    async fn send_behind_ping(
+        &mut self,
+        cmd: &redis::Cmd,
+        _key: &str,
+    ) -> std::result::Result<redis::Value, RedisError> {
+        only_reply(self.send_packed_commands(&behind_ping(cmd), 1, 1).await?)
+    }
 }
 
 impl SendCmd for ClusterConnection {
     async fn send(&mut self, cmd: &redis::Cmd) -> std::result::Result<redis::Value, RedisError> {
         cmd.query_async(self).await
     }
+
+    async fn send_behind_ping(
+        &mut self,
+        cmd: &redis::Cmd,
+        key: &str,
+    ) -> std::result::Result<redis::Value, RedisError> {
+        let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+        only_reply(self.route_pipeline(behind_ping(cmd), 1, 1, route).await?)
+    }
 }
 
-/// Runs `cmd`, an `EVALSHA` of `script`, on `conn`, loading the script
-/// first if the server does not have it.
+/// One script call as sent: its `EVALSHA` command, its script, and the key
+/// to route by if it goes behind a `PING`.
+#[derive(Clone, Copy)]
+struct Sent<'a> {
+    cmd: &'a redis::Cmd,
+    script: &'a redis::Script,
+    behind_ping: Option<&'a str>,
+}
+
+/// Runs `sent` on `conn`, loading the script first if the server does not
+/// have it.
 async fn evalsha_on(
     conn: &mut impl SendCmd,
-    cmd: &redis::Cmd,
-    script: &redis::Script,
+    sent: Sent<'_>,
 ) -> std::result::Result<redis::Value, RedisError> {
-    match conn.send(cmd).await {
+    let reply = match sent.behind_ping {
+        Some(key) => conn.send_behind_ping(sent.cmd, key).await,
+        None => conn.send(sent.cmd).await,
+    };
+    match reply {
         Err(e) if is_noscript(&e) => {
-            script.load_async(conn).await?;
-            conn.send(cmd).await
+            sent.script.load_async(conn).await?;
+            conn.send(sent.cmd).await
         }
         reply => reply,
     }
@@ -884,6 +948,8 @@ mod tests {
                     publish: Publish::SPublish,
                 },
                 value: &value,
+                // Sent behind a PING: the reply taken is the script's.
+                wake_first: true,
             })
             .await?;
         assert_eq!(released, Checked::Done);

@@ -30,6 +30,13 @@ pub(crate) trait ScriptCall: ToRedisArgs {
     /// The keys it touches, in the script's KEYS order (the first one picks
     /// the Cluster slot; the others share it).
     fn keys(&self) -> Vec<&str>;
+
+    /// Whether the call is sent behind a `PING`, in the same write, so that
+    /// a waiter it wakes is answered before the caller (see
+    /// [`Release::wake_first`]).
+    fn wake_first(&self) -> bool {
+        false
+    }
 }
 
 /// How fences are minted for a name: ARGV 1-3 of every call that may grant
@@ -391,6 +398,15 @@ pub(crate) struct Release<'a> {
     pub(crate) pass_on: PassOn,
     /// The exact lock value of the grant.
     pub(crate) value: &'a str,
+    /// Whether the lock is contended (its lease was refused before it was
+    /// granted). Then the release is sent behind a `PING`: Redis writes the
+    /// replies of one event-loop turn newest client first, so the releaser,
+    /// answered last by the script, would be written to before the waiter
+    /// its `PUBLISH` woke. On a machine with few cores the releaser's thread
+    /// (which usually queues up again at once) would then take the core that
+    /// the next holder needs. With the `PING` answered first, the releaser
+    /// is no longer the newest client, and the next holder is woken first.
+    pub(crate) wake_first: bool,
 }
 
 impl ToRedisArgs for Release<'_> {
@@ -410,6 +426,10 @@ impl ScriptCall for Release<'_> {
 
     fn keys(&self) -> Vec<&str> {
         vec![self.lock]
+    }
+
+    fn wake_first(&self) -> bool {
+        self.wake_first
     }
 }
 

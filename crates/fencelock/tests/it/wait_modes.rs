@@ -498,6 +498,52 @@ async fn wake_up_once(
     })
 }
 
+/// `PING`s the server has executed (`INFO commandstats`).
+fn pings(server: &RedisServer) -> u64 {
+    let info: String = server.query(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Fair: the release of a contended lease (one whose acquisition was
+/// refused first) is sent behind a `PING` in the same write, so that Redis,
+/// which writes the replies of one event-loop turn newest client first,
+/// writes the next holder's hand-over before the releaser's reply; an
+/// uncontended lease's release is sent alone. Both hand the lock over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fair_contended_release_goes_behind_a_ping_so_the_next_holder_is_woken_first() -> Result<()>
+{
+    let TestRedis { server, client } = TestRedis::start().await?;
+    let keys = client.keys("job", KeyLayout::HashTagged)?;
+    let opts = waiter_opts(WaitMode::Fair, Duration::from_secs(3)).wait(Duration::from_secs(60));
+    let first = client.acquire("job", &opts).await?;
+    let second = spawn_acquire(&client, "job", &opts);
+    queued(&server, &keys, 1).await?;
+    let (before, first_fence) = (pings(&server), first.fence());
+    ensure!(first.release().await? == ReleaseOutcome::Released);
+    let (second, _) = second.await??;
+    ensure!(
+        pings(&server) == before,
+        "an uncontended lease was released behind a PING"
+    );
+    ensure!(second.fence() > first_fence);
+    let third = spawn_acquire(&client, "job", &opts);
+    queued(&server, &keys, 1).await?;
+    let (before, second_fence) = (pings(&server), second.fence());
+    ensure!(second.release().await? == ReleaseOutcome::Released);
+    let (third, _) = third.await??;
+    ensure!(
+        pings(&server) == before + 1,
+        "a contended lease was released without a PING ahead of it"
+    );
+    ensure!(third.fence() > second_fence);
+    ensure!(third.release().await? == ReleaseOutcome::Released);
+    Ok(())
+}
+
 /// Fair: 8 waiters, each with its own client, queued one by one (each seen
 /// in the queue before the next starts) behind a holder, are granted in
 /// exactly that order once the holder releases, with increasing fences.

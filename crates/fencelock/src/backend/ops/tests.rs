@@ -64,6 +64,7 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
         mint,
         pass_on,
         value: "t:7",
+        wake_first: false,
     };
     assert_eq!(args(&release), ["ct86400000", "PUBLISH 10000", "t:7"]);
     let leave = Leave {
@@ -208,6 +209,7 @@ fn batch_calls_write_their_items_in_order() -> crate::Result<()> {
         mint: Mint::new(&opts),
         pass_on,
         value,
+        wake_first: false,
     };
     let items = [
         ReleaseItem::from(&release(&a.lock, "t1:7")),
