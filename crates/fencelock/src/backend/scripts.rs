@@ -3,8 +3,9 @@
 //! errors name the one command or key in the way); grant, release and leave
 //! also share `prelude.lua` (fence minting and the wait queue). Both are
 //! prepended at compile time. Grant and release start with their common
-//! case (`grant_fast.lua`, `release_fast.lua`), which runs before those
-//! helpers are created and falls through to the full script otherwise.
+//! cases (`grant_fast.lua`, `release_fast.lua`), which run before those
+//! helpers are created and fall through to the full script otherwise; they
+//! and `grant_many.lua` share one small helper (`fast_fence.lua`).
 //!
 //! `redis::Script` computes the SHA once; calls use `EVALSHA` and fall back to
 //! `SCRIPT LOAD` on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a failover),
@@ -41,6 +42,7 @@ impl Lua {
 /// Grant: lock + fence in one atomic step.
 pub(crate) static GRANT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/fast_fence.lua"),
         include_str!("scripts/grant_fast.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
@@ -51,6 +53,7 @@ pub(crate) static GRANT: LazyLock<Lua> = LazyLock::new(|| {
 /// Release: compare-and-delete, then hand over to or wake the next waiter.
 pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/fast_fence.lua"),
         include_str!("scripts/release_fast.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
@@ -61,8 +64,12 @@ pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
 /// Grants of many callers of one client in one call: the common case of
 /// each (`grant_fast.lua`'s), the rest sent back to go alone (the
 /// coalescer's batches, `super::coalesce`).
-pub(crate) static GRANT_MANY: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/grant_many.lua")));
+pub(crate) static GRANT_MANY: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/fast_fence.lua"),
+        include_str!("scripts/grant_many.lua")
+    ))
+});
 
 /// Releases of many leases of one client in one call: compare-and-delete
 /// of each when nobody waits, the rest sent back to go alone.
@@ -130,6 +137,7 @@ pub(crate) fn broken(fault: super::coalesce::BatchFault) -> &'static Lua {
 /// variant would not be broken, and its negative control would say so).
 #[cfg(feature = "testing")]
 fn break_grant_many(from: &str, to: &str) -> Lua {
-    let source = include_str!("scripts/grant_many.lua");
-    Lua::new(Box::leak(source.replace(from, to).into_boxed_str()))
+    Lua::new(Box::leak(
+        GRANT_MANY.source.replace(from, to).into_boxed_str(),
+    ))
 }

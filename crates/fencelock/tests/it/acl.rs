@@ -259,7 +259,7 @@ async fn a_user_missing_one_part_of_the_rule_is_told_which() -> Result<()> {
         ),
         ("+pttl", Inspect, "run the command PTTL", "+pttl"),
         ("+pexpire", Extend, "run the command PEXPIRE", "+pexpire"),
-        ("+type", ReleaseToWaiter, "run the command TYPE", "+type"),
+        ("+type", Wait, "run the command TYPE", "+type"),
         ("+del", Release, "run the command DEL", "+del"),
         (
             "+zrange",
@@ -453,10 +453,10 @@ async fn a_release_that_may_not_store_the_hand_over_fence_releases_and_wakes() -
     Ok(())
 }
 
-/// `+zcard` is in the rule for `fencelock top`, and the release's fast path
-/// asks `ZCARD` whether anyone waits: a user without it still releases (the
-/// refused `ZCARD` sends the call down the full path), with and without a
-/// queue to pass the lock on to.
+/// `+zcard` is in the rule for `fencelock top`, and releases batched
+/// together ask `ZCARD` whether anyone waits: a user without it still
+/// releases (a refused `ZCARD` sends the release down the full path), with
+/// and without a queue to pass the lock on to.
 #[tokio::test]
 async fn a_user_without_zcard_still_releases() -> Result<()> {
     let server = RedisServer::start();

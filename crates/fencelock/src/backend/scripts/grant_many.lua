@@ -1,8 +1,8 @@
 -- Grant, for many callers of one client at once (the coalescer sends the
 -- grants that queued while its grant calls in flight were at their limit
 -- as one call):
--- grant_fast.lua's common case for each item, and nothing else. Standalone
--- (no common.lua, no prelude.lua) and closure-free, like grant_fast.lua:
+-- grant_fast.lua's common case for each item, and nothing else. After
+-- fast_fence.lua alone (no common.lua, no prelude.lua), like grant_fast.lua:
 -- what this saves is Redis's fixed cost per script call, so each item must
 -- cost no more than grant_fast.lua does.
 -- KEYS[i]: the lock key of item i (on a Cluster, all of one slot).
@@ -32,16 +32,7 @@ for i, lock in ipairs(KEYS) do
   local mint, token, ttl_ms = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
   local code, value = 3, 0
   local fence_key = lock .. ':fence'
-  local last = redis.pcall('GET', fence_key)
-  local n = 0
-  if last then
-    if type(last) ~= 'string' or #last > 16 or not string.match(last, '^[1-9]%d*$') then
-      n = nil
-    else
-      n = tonumber(last)
-      if n >= 9007199254740991 then n = nil end
-    end
-  end
+  local n = fast_last_fence(lock)
   if n and now == nil then
     local t = redis.pcall('TIME')
     now = type(t) == 'table' and not t.err and tonumber(t[1]) * 1000000 + tonumber(t[2])
