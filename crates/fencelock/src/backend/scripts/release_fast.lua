@@ -43,7 +43,11 @@ do
         end
       else
         local n = fast_last_fence(lock)
-        if n then
+        -- Until the new holder renews (at once), the lease lasts only its
+        -- hand-over lease (see prelude.lua's pass_on); a member whose
+        -- lease is not a usable PX takes the full script.
+        local px = math.min(tonumber(ttl), tonumber(handover))
+        if n and px >= 1 and px < 9007199254740991 then
           local f = math.max(n + 1, now)
           local fs = string.format('%d', f)
           local retention = string.sub(ARGV[1], 3)
@@ -59,10 +63,7 @@ do
             -- "t": the tagged format, TOKEN:FENCE.
             local v = token
             if string.byte(ARGV[1], 2) == 116 then v = v .. ':' .. fs end
-            -- Until the new holder renews (at once), the lease lasts only
-            -- its hand-over lease (see prelude.lua's pass_on).
-            local px = math.min(tonumber(ttl), tonumber(handover))
-            local set = redis.pcall('SET', lock, v, 'PX', px)
+            local set = redis.pcall('SET', lock, v, 'PX', string.format('%d', px))
             if type(set) == 'table' and set.err then error(set) end
             redis.pcall(publish, channel, waiter .. ' ' .. fs)
             return 1
