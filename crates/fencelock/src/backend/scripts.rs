@@ -5,7 +5,7 @@
 //! prepended at compile time. Grant and release start with their common
 //! cases (`grant_fast.lua`, `release_fast.lua`), which run before those
 //! helpers are created and fall through to the full script otherwise; they
-//! and `grant_many.lua` share one small helper (`fast_fence.lua`).
+//! and `grant_many.lua` share two small helpers (`fast_helpers.lua`).
 //!
 //! `redis::Script` computes the SHA once; calls use `EVALSHA` and fall back to
 //! `SCRIPT LOAD` on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a failover),
@@ -42,7 +42,7 @@ impl Lua {
 /// Grant: lock + fence in one atomic step.
 pub(crate) static GRANT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        include_str!("scripts/fast_fence.lua"),
+        include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/grant_fast.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
@@ -53,7 +53,7 @@ pub(crate) static GRANT: LazyLock<Lua> = LazyLock::new(|| {
 /// Release: compare-and-delete, then hand over to or wake the next waiter.
 pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        include_str!("scripts/fast_fence.lua"),
+        include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/release_fast.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
@@ -66,7 +66,7 @@ pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
 /// coalescer's batches, `super::coalesce`).
 pub(crate) static GRANT_MANY: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        include_str!("scripts/fast_fence.lua"),
+        include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/grant_many.lua")
     ))
 });

@@ -1,4 +1,4 @@
--- Grant, common cases first (after fast_fence.lua; prepended to common.lua,
+-- Grant, common cases first (after fast_helpers.lua; prepended to common.lua,
 -- prelude.lua and grant.lua, which it documents nothing beyond): clock
 -- fences, a caller that is neither fair nor queued. It runs before the
 -- shared helpers are defined, because creating them costs more Redis time
@@ -50,16 +50,8 @@ do
         -- with the holder's time left and the fence stored now. By this
         -- token (a retry whose first reply was lost): grant.lua gives the
         -- same grant back.
-        local mine
-        if tagged then
-          mine = string.sub(held, 1, #token + 1) == token .. ':'
-        else
-          mine = held == token
-        end
-        if not mine then
-          local pttl = redis.pcall('PTTL', KEYS[1])
-          if type(pttl) == 'number' then return {0, pttl, last} end
-        end
+        local pttl = fast_time_left_of_other(KEYS[1], held, token, tagged)
+        if pttl then return {0, pttl, last} end
       end
     end
   end

@@ -2,7 +2,7 @@
 -- grants that queued while its grant calls in flight were at their limit
 -- as one call):
 -- grant_fast.lua's common case for each item, and nothing else. After
--- fast_fence.lua alone (no common.lua, no prelude.lua), like grant_fast.lua:
+-- fast_helpers.lua alone (no common.lua, no prelude.lua), like grant_fast.lua:
 -- what this saves is Redis's fixed cost per script call, so each item must
 -- cost no more than grant_fast.lua does.
 -- KEYS[i]: the lock key of item i (on a Cluster, all of one slot).
@@ -71,16 +71,8 @@ for i, lock in ipairs(KEYS) do
     elseif type(held) == 'string' then
       -- Held. By this token (a retry of a grant whose reply was lost):
       -- grant.lua gives the same grant back and restarts its lease.
-      local mine
-      if tagged then
-        mine = string.sub(held, 1, #token + 1) == token .. ':'
-      else
-        mine = held == token
-      end
-      if not mine then
-        local pttl = redis.pcall('PTTL', lock)
-        if type(pttl) == 'number' then code, value = 0, pttl end
-      end
+      local pttl = fast_time_left_of_other(lock, held, token, tagged)
+      if pttl then code, value = 0, pttl end
     end
   end
   out[2 * i - 1] = code

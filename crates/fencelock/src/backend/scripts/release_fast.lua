@@ -1,4 +1,4 @@
--- Release, common cases first (after fast_fence.lua; prepended to
+-- Release, common cases first (after fast_helpers.lua; prepended to
 -- common.lua, prelude.lua and release.lua): the lock is ours, and
 --   - nobody waits: compare and delete (GET, ZRANGE of the queue, DEL);
 --   - with clock fences, the head waiter's lease has not ended: it is woken

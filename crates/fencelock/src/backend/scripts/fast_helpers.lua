@@ -1,6 +1,6 @@
 -- Prepended to the scripts' common cases (grant_fast.lua, release_fast.lua)
 -- and to grant_many.lua, which run before (or without) the shared helpers:
--- one function, so they create one closure per call, not prelude.lua's
+-- two functions, so they create two closures per call, not prelude.lua's
 -- many.
 --
 -- The last fence issued for lock key LOCK, as a number: 0 when none is
@@ -17,4 +17,21 @@ local function fast_last_fence(lock)
   local n = tonumber(last)
   if n >= 9007199254740991 then return nil end
   return n, last
+end
+
+-- The time left (PTTL) of lock LOCK, held with value HELD by a holder
+-- other than TOKEN (`tagged`: values are TOKEN:FENCE), for a refusal; nil
+-- when TOKEN holds it (a retry whose first reply was lost: the full script
+-- gives the same grant back) or the PTTL fails.
+local function fast_time_left_of_other(lock, held, token, tagged)
+  local mine
+  if tagged then
+    mine = string.sub(held, 1, #token + 1) == token .. ':'
+  else
+    mine = held == token
+  end
+  if mine then return nil end
+  local pttl = redis.pcall('PTTL', lock)
+  if type(pttl) == 'number' then return pttl end
+  return nil
 end
