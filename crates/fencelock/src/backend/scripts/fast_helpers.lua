@@ -1,7 +1,7 @@
 -- Prepended to the scripts' common cases (grant_fast.lua, release_fast.lua)
 -- and to grant_many.lua, which run before (or without) the shared helpers:
--- two functions, so they create two closures per call, not prelude.lua's
--- many.
+-- three functions, so they create three closures per call, not
+-- prelude.lua's many.
 --
 -- The last fence issued for lock key LOCK, as a number: 0 when none is
 -- stored; nil when the fence key holds anything but a canonical decimal
@@ -34,4 +34,15 @@ local function fast_time_left_of_other(lock, held, token, tagged)
   local pttl = redis.pcall('PTTL', lock)
   if type(pttl) == 'number' then return pttl end
   return nil
+end
+
+-- Stores fence FS (text) as the last fence issued for lock LOCK, kept for
+-- the retention in MINT (ARGV[1] of the scripts, e.g. "ct86400000"; "0":
+-- forever); the reply of the SET, an error table if it failed.
+local function fast_store_fence(lock, fs, mint)
+  local retention = string.sub(mint, 3)
+  if retention ~= '0' then
+    return redis.pcall('SET', lock .. ':fence', fs, 'PX', retention)
+  end
+  return redis.pcall('SET', lock .. ':fence', fs)
 end

@@ -32,13 +32,7 @@ do
       if held == false then
         -- Taken (SET replied nil: the key was absent). The fence key held a
         -- string or nothing, so this SET cannot meet a wrong type.
-        local retention = string.sub(mint, 3)
-        local stored
-        if retention ~= '0' then
-          stored = redis.pcall('SET', KEYS[1] .. ':fence', fs, 'PX', retention)
-        else
-          stored = redis.pcall('SET', KEYS[1] .. ':fence', fs)
-        end
+        local stored = fast_store_fence(KEYS[1], fs, mint)
         if not (type(stored) == 'table' and stored.err) then return {1, f} end
         -- The fence could not be stored (an ACL that lets the user write
         -- the lock key only): undo the grant (SET NX found the key absent)

@@ -31,7 +31,6 @@ local out = {}
 for i, lock in ipairs(KEYS) do
   local mint, token, ttl_ms = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
   local code, value = 3, 0
-  local fence_key = lock .. ':fence'
   local n = fast_last_fence(lock)
   if n and now == nil then
     local t = redis.pcall('TIME')
@@ -47,13 +46,7 @@ for i, lock in ipairs(KEYS) do
     local held = redis.pcall('SET', lock, v, 'NX', 'PX', ttl_ms, 'GET')
     if held == false then
       -- Taken. The fence key held a string or nothing: no wrong type here.
-      local retention = string.sub(mint, 3)
-      local stored
-      if retention ~= '0' then
-        stored = redis.pcall('SET', fence_key, fs, 'PX', retention)
-      else
-        stored = redis.pcall('SET', fence_key, fs)
-      end
+      local stored = fast_store_fence(lock, fs, mint)
       if type(stored) == 'table' and stored.err then
         -- Undo the grant (SET NX found the key absent): a lock must never
         -- stand without its fence stored (see grant.lua).
@@ -62,7 +55,7 @@ for i, lock in ipairs(KEYS) do
         if string.find(err, "can't run this command", 1, true) then
           err = 'FLNOPERM SET'
         elseif string.find(err, "can't access at least one of the keys", 1, true) then
-          err = 'FLNOKEY ' .. fence_key
+          err = 'FLNOKEY ' .. lock .. ':fence'
         end
         code, value = 4, err
       else

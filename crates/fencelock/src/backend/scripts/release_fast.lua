@@ -21,8 +21,9 @@
 do
   local lock, value = KEYS[1], ARGV[3]
   local first = redis.pcall('GET', lock) == value and redis.pcall('ZRANGE', lock .. ':queue', 0, 0, 'WITHSCORES')
-  local head = type(first) == 'table' and not first.err and first[1]
-  if first and not first.err and not head then
+  local listed = type(first) == 'table' and not first.err
+  local head = listed and first[1]
+  if listed and not head then
     if redis.pcall('DEL', lock) == 1 then return 1 end
   elseif head and string.byte(ARGV[1], 1) == 99 then
     local client, waiter, wmode, ttl, handover, token =
@@ -50,13 +51,7 @@ do
         if n and px >= 1 and px < 9007199254740991 then
           local f = math.max(n + 1, now)
           local fs = string.format('%d', f)
-          local retention = string.sub(ARGV[1], 3)
-          local stored
-          if retention ~= '0' then
-            stored = redis.pcall('SET', lock .. ':fence', fs, 'PX', retention)
-          else
-            stored = redis.pcall('SET', lock .. ':fence', fs)
-          end
+          local stored = fast_store_fence(lock, fs, ARGV[1])
           if not (type(stored) == 'table' and stored.err)
             and redis.pcall('ZREM', waiters, head) == 1
             and redis.pcall('ZREM', lock .. ':queue', head) == 1 then
