@@ -295,14 +295,21 @@ impl PgServer {
         PausedGuard::new(self)
     }
 
-    /// Kills the postmaster with SIGKILL (no shutdown) and reaps it; its
-    /// backends exit on their own once they notice. The server's System V
-    /// shared memory segment, which only a clean shutdown removes, is
-    /// released. Idempotent.
+    /// Kills the server as a crash of its machine would: the postmaster and
+    /// its backends with SIGKILL (no shutdown), the postmaster reaped. A
+    /// backend left alive would serve its connection until it noticed the
+    /// postmaster's death, so a statement sent right after the kill could
+    /// still succeed. The server's System V shared memory segment, which
+    /// only a clean shutdown removes, is released. Idempotent.
     pub fn kill(&mut self) {
         self.resume();
         if self.child.is_running() {
+            // Listed while the postmaster is still their parent.
+            let backends = children_of(self.pid());
             let _ = self.child.kill();
+            for pid in backends {
+                let _ = signal::kill(nix_pid(pid), Signal::SIGKILL);
+            }
             release_shared_memory(&self.dir.path().join(DATA_DIR));
         }
     }
