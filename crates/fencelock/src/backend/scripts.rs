@@ -5,7 +5,7 @@
 //! prepended at compile time. Grant and release start with their common
 //! cases (`grant_fast.lua`, `release_fast.lua`), which run before those
 //! helpers are created and fall through to the full script otherwise; they
-//! and `grant_many.lua` share two small helpers (`fast_helpers.lua`).
+//! and `grant_many.lua` share three small helpers (`fast_helpers.lua`).
 //!
 //! `redis::Script` computes the SHA once; calls use `EVALSHA` and fall back to
 //! `SCRIPT LOAD` on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a failover),
