@@ -1,4 +1,4 @@
-//! The scenarios of DESIGN.md §6 on etcd (feature `etcd`): `uncontended`,
+//! The scenarios of docs/design.md §6 on etcd (feature `etcd`): `uncontended`,
 //! `contended` and `many`, each next to the cluster's own rates measured in
 //! the same run, and the *etcd floor* — the least etcd work a fenced lock
 //! with a lease per holder does (grant a lease, create the key in a

@@ -1,6 +1,6 @@
 //! # fencelock-bench
 //!
-//! The engine of `fencelock bench`: the benchmark of DESIGN.md §6 against a
+//! The engine of `fencelock bench`: the benchmark of docs/design.md §6 against a
 //! real Redis, every figure next to that Redis's own round-trip rate and
 //! next to the floors any fenced lock has on it, all from the same run.
 //!
@@ -62,7 +62,7 @@ pub use scenarios::{Contended, Contestant, Cycles, Held, mode_name};
 use scenarios::Setup;
 use url::RedisUrl;
 
-/// A scenario of DESIGN.md §6.
+/// A scenario of docs/design.md §6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Scenario {

@@ -354,7 +354,7 @@ fn contended_footer(out: &mut String, runs: &[&Contended]) {
 }
 
 /// One record as a JSON object on one line. Field names are snake_case and
-/// carry their unit (DESIGN.md §6); rates are rounded to integers, ratios
+/// carry their unit (docs/design.md §6); rates are rounded to integers, ratios
 /// and times to 3 decimals; a quantile without samples is `null`.
 fn json_line(measurement: &Measurement) -> String {
     let fields: Vec<(String, Value)> = match measurement {

@@ -1,4 +1,4 @@
-//! The benchmark scenarios of DESIGN.md §6: each is measured in one
+//! The benchmark scenarios of docs/design.md §6: each is measured in one
 //! function here and returns its typed result.
 //!
 //! `uncontended` and `many` are one kind of measurement ([`Cycles`]):

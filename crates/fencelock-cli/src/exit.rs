@@ -1,4 +1,4 @@
-//! Exit codes (DESIGN.md §5) and one-line error messages.
+//! Exit codes (docs/design.md §5) and one-line error messages.
 
 /// Success.
 pub(crate) const OK: u8 = 0;

@@ -20,7 +20,7 @@ pub enum NemesisKind {
     /// directory).
     KillRestart,
     /// kill -9 the lock server and restart it empty: a Redis without
-    /// persistence. Mutual exclusion is not promised across it (DESIGN.md
+    /// persistence. Mutual exclusion is not promised across it (docs/design.md
     /// §9); fences stay monotonic in clock mode. On a replicated topology
     /// (Sentinel, Cluster) it is a crash of the primary instead: the
     /// primary stays down until a replica has taken over (a failover,

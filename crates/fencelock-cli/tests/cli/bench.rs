@@ -305,7 +305,7 @@ fn heavy_bench_repeat_reports_the_median_and_spread_of_the_rounds() {
     }
 }
 
-/// The topology runs of `fencelock bench` (DESIGN.md §6, issue 12): on a
+/// The topology runs of `fencelock bench` (docs/design.md §6): on a
 /// 3-master Cluster and through TLS, uncontended and many are measured with
 /// the library's connection for fencelock and one of the same type for the
 /// references (PING to the node serving the lock; TLS PING over TLS), and

@@ -17,11 +17,11 @@ fn validity(lease: &Lease, void: Option<i64>) -> Vec<(i64, i64)> {
 }
 
 /// Why C4 excuses an overlap across a restart that lost the data.
-const C4_DATA_LOSS: &str = "a restart without persistence lost the lock server's data: mutual exclusion is not promised across it (DESIGN.md §9)";
+const C4_DATA_LOSS: &str = "a restart without persistence lost the lock server's data: mutual exclusion is not promised across it (docs/design.md §9)";
 /// Why C4 excuses an overlap that only a rolled-back renewal explains.
 const C4_RENEWAL_ROLLBACK: &str = "renewals are not waited for by the replicas (only grants are), so a failover may roll a lease back to its grant: across a failover a lease is promised only as far as its grant's own validity";
 /// Why C6 excuses repeated counter fences across a restart.
-const C6_DATA_LOSS: &str = "counter fences repeat after a restart that lost the counter (clock fences do not; DESIGN.md §9)";
+const C6_DATA_LOSS: &str = "counter fences repeat after a restart that lost the counter (clock fences do not; docs/design.md §9)";
 /// Why C6 excuses a lower fence observed after a failover.
 const C6_ROLLBACK: &str = "a failover rolled the key back past a grant that never reached every replica (refused for lack of replica acknowledgements and released, or not waited for): the next grant's fence is still higher than every fence a holder was told";
 /// Why C6 excuses repeated counter fences across a failover.

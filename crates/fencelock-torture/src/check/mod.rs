@@ -12,7 +12,7 @@
 //! | C7 | no lock key re-created after it ended (no zombie renewals) | the observer |
 //!
 //! Every checker counts what it checked, its violations, and what it
-//! excused: only what DESIGN.md §9 does not promise — mutual exclusion
+//! excused: only what docs/design.md §9 does not promise — mutual exclusion
 //! across a restart that lost the lock server's data (C4), and counter-mode
 //! fences across such a restart (C6). The first violation comes with the
 //! surrounding history.

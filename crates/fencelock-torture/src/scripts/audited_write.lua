@@ -1,5 +1,5 @@
 -- The torture resource's fenced write with its audit (fencelock's fence rule,
--- DESIGN.md §2.4, exactly as fencelock's fenced_write.lua applies it to the
+-- docs/design.md §2.4, exactly as fencelock's fenced_write.lua applies it to the
 -- same hash fields; `fencelock::fence_accepts` states it).
 --
 -- KEYS[1] the resource hash (fields fence, holder, value)

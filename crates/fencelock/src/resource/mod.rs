@@ -2,7 +2,7 @@
 //!
 //! A lease cannot stop a holder that does not know it lost the lock; only the
 //! resource can, by refusing writes that carry an older fence. The rule
-//! (DESIGN.md §2.4, [`fence_accepts`]): a write is accepted iff its fence is
+//! (docs/design.md §2.4, [`fence_accepts`]): a write is accepted iff its fence is
 //! greater than the stored fence, or equal to it *and* from the same holder
 //! token. A resource that has no fence yet accepts any write.
 //!
@@ -55,7 +55,7 @@ impl WriteOutcome {
     }
 }
 
-/// The resource rule of DESIGN.md §2.4: may a write carrying `fence` from
+/// The resource rule of docs/design.md §2.4: may a write carrying `fence` from
 /// `holder` replace what was written under `stored` by `stored_holder`?
 ///
 /// - nothing stored yet (`stored == None`): yes;

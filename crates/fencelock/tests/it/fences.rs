@@ -1,4 +1,4 @@
-//! Fences never go backwards for a name (DESIGN.md §2.3): across Redis
+//! Fences never go backwards for a name (docs/design.md §2.3): across Redis
 //! restarts without persistence, deletion and expiry of the fence key, under
 //! concurrency; 16-digit clock fences are exact; and what counter mode does
 //! after a restart (the counter resets, the holder-aware resource still

@@ -1,4 +1,4 @@
-//! The guide's scenario (DESIGN.md §7) with a real holder *process* frozen by
+//! The guide's scenario (docs/design.md §7) with a real holder *process* frozen by
 //! SIGSTOP past its 300 ms lease, and compatibility with workers written from
 //! the guide (raw Redis commands, the guide's key layout and scripts).
 

@@ -1,7 +1,7 @@
-//! The fenced Redis hash (DESIGN.md §2.4): the acceptance rule, exact u64
+//! The fenced Redis hash (docs/design.md §2.4): the acceptance rule, exact u64
 //! comparison, compatibility with the guide's hash, and the lost update that
 //! a write-only check allows between a new holder's read and write
-//! (research/reliability.md §4.4).
+//! (docs/design.md §2.4).
 
 use std::collections::HashMap;
 

@@ -1,4 +1,4 @@
-//! The two-command race of DESIGN.md §2.1 (research/reliability.md §4.1): the
+//! The two-command race of docs/design.md §2.1: the
 //! guide's `SET NX PX` followed by a separate `INCR` lets a holder paused
 //! between the two get a *higher* fence than the next legitimate holder. The
 //! first test reproduces the bug (negative control); the others show that

@@ -1,5 +1,5 @@
 //! The transactions of a fenced etcd key (`FencedKey`): the fence rule of
-//! DESIGN.md §2.4 checked by etcd itself, and optionally the writer still
+//! docs/design.md §2.4 checked by etcd itself, and optionally the writer still
 //! holding its lock.
 //!
 //! The key's value is `FENCE:HOLDER:VALUE`: the fence as 20 decimal digits

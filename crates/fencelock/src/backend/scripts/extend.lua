@@ -1,4 +1,4 @@
--- Compare-and-pexpire (DESIGN.md §2.2). After common.lua.
+-- Compare-and-pexpire (docs/design.md §2.2). After common.lua.
 local lock = KEYS[1]
 local value = ARGV[1]          -- the exact lock value granted
 local ttl_ms = ARGV[2]         -- the new ttl

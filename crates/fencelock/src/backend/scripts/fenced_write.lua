@@ -1,4 +1,4 @@
--- Fenced write to a Redis hash resource (DESIGN.md §2.4). After common.lua.
+-- Fenced write to a Redis hash resource (docs/design.md §2.4). After common.lua.
 local key = KEYS[1]            -- the resource hash (fields fence, holder, value)
 local fence = ARGV[1]          -- the writer's fence, canonical decimal
 -- The writer's public holder id, derived from its secret token here, so

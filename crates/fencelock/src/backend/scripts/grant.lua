@@ -1,4 +1,4 @@
--- Grant: set the lock and mint its fence in one atomic step (DESIGN.md §2.1).
+-- Grant: set the lock and mint its fence in one atomic step (docs/design.md §2.1).
 -- After common.lua and prelude.lua (KEYS and ARGV[1] are documented there).
 local token = ARGV[2]          -- the caller's holder token
 local ttl_ms = ARGV[3]         -- lease ttl in ms

@@ -50,7 +50,7 @@ local function last_fence()
 end
 
 -- The next fence after LAST at server time NOW (µs), not yet stored
--- (DESIGN.md §2.1, §2.3).
+-- (docs/design.md §2.1, §2.3).
 local function next_fence(last, now)
   if FENCE_MODE == 'counter' then
     -- As INCR counts: 1 after none.

@@ -1,4 +1,4 @@
--- Release: compare-and-delete (DESIGN.md §2.2), then pass the lock on to the
+-- Release: compare-and-delete (docs/design.md §2.2), then pass the lock on to the
 -- head waiter. After common.lua and prelude.lua (KEYS and ARGV[1] are
 -- documented there).
 local wake_prefix = LOCK .. ':wake:'  -- wake channel = wake_prefix .. CLIENT

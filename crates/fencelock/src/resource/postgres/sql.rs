@@ -26,7 +26,7 @@ pub(super) struct Params {
     pub(super) holder: usize,
 }
 
-/// The acceptance rule of DESIGN.md §2.4 as an SQL condition, in
+/// The acceptance rule of docs/design.md §2.4 as an SQL condition, in
 /// parentheses: `(F IS NULL OR F < $f OR (F = $f AND H = $h))`, where `F`
 /// and `H` are the stored fence and holder as the statement names them, and
 /// `$f`, `$h` the parameters of the write's fence and holder.

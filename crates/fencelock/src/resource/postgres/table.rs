@@ -70,7 +70,7 @@ const UNDEFINED_COLUMN: &str = "42703";
 /// lock_fence IS NULL OR lock_fence < $f OR (lock_fence = $f AND lock_holder = $h)
 /// ```
 ///
-/// (DESIGN.md §2.4, [`fence_accepts`](crate::fence_accepts)). A row never
+/// (docs/design.md §2.4, [`fence_accepts`](crate::fence_accepts)). A row never
 /// written under a lock (`lock_fence IS NULL`) accepts any fence; an equal
 /// fence with an unknown (NULL) holder is refused. An accepted write sets
 /// `lock_fence = $f, lock_holder = $h` in the same statement.

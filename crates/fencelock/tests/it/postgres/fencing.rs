@@ -1,5 +1,5 @@
 //! Fenced Postgres rows (feature `postgres`): the acceptance rule of
-//! DESIGN.md §2.4 on a real Postgres (started by the testkit as the
+//! docs/design.md §2.4 on a real Postgres (started by the testkit as the
 //! `postgres` user on a free port with its own data directory), the guide's
 //! order with a real Redis lock and a real stall, upserts, registration,
 //! custom keys, and the `Fenced` trait.

@@ -1,6 +1,6 @@
 //! Read-modify-write on a fenced Postgres row (feature `postgres`) when a
 //! stale holder's write lands between the new holder's read and its write
-//! (research/reliability.md §4.4), over 1,000 orchestrated races per
+//! (docs/design.md §2.4), over 1,000 orchestrated races per
 //! variant:
 //!
 //! - write-only check (negative control): every race loses the stale
