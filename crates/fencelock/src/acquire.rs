@@ -20,7 +20,7 @@ use tracing::Instrument;
 use crate::backend::Backend;
 use crate::backend::ops::{Checked, Grant, GrantReply, Leave, Mint, PassOn};
 use crate::backend::wire::{QueueMember, wake_channel};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Retry};
 use crate::fence::Fence;
 use crate::keys::LockKeys;
 use crate::lease::Lease;
@@ -48,14 +48,14 @@ pub(crate) fn retry_delay(
     backoff: &mut Backoff,
 ) -> Duration {
     const JUST_AFTER: Duration = Duration::from_millis(1);
-    match (queued, error) {
-        (true, Error::Contended { remaining, .. }) => remaining
+    match (queued, error.retry()) {
+        (true, Retry::WhenFree { remaining }) => remaining
             .map_or(waiter_lease / 3, |r| r.saturating_add(JUST_AFTER))
             .min(waiter_lease / 3),
         (
             false,
-            Error::Contended {
-                remaining: Some(r), ..
+            Retry::WhenFree {
+                remaining: Some(r),
             },
         ) => backoff.next_delay().min(r.saturating_add(JUST_AFTER)),
         _ => backoff.next_delay(),

@@ -1,4 +1,12 @@
-//! The one error type of the library.
+//! The one error type of the library, and what a caller can do about each
+//! error ([`Retry`], from which every predicate derives).
+//!
+//! The errors of the client libraries fencelock talks through (redis-rs,
+//! etcd-client, sqlx) are converted where they happen, in the store and the
+//! resources, into a [`DriverError`] that keeps their message, their code
+//! and the original error as its `source()`, and knows already whether the
+//! failure may pass. So this module names no dependency's error type and
+//! needs nothing from the layers above it.
 
 use std::time::Duration;
 
@@ -6,9 +14,10 @@ use crate::fence::Fence;
 
 /// Everything that can go wrong when taking, keeping or using a lock.
 ///
-/// Use the predicates ([`Error::is_retryable`], [`Error::is_contended`],
-/// [`Error::is_lost`]) rather than matching variants where you can: the enum is
-/// `#[non_exhaustive]` and grows with new backends.
+/// Use [`Error::retry`] and the predicates ([`Error::is_retryable`],
+/// [`Error::is_contended`], [`Error::is_lost`], …) rather than matching
+/// variants where you can: the enum is `#[non_exhaustive]` and grows with
+/// new backends.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -148,9 +157,9 @@ pub enum Error {
     Unreachable {
         /// The URL, with any password removed.
         url: String,
-        /// The underlying client error.
+        /// The Redis client's error.
         #[source]
-        source: redis::RedisError,
+        source: DriverError,
     },
 
     /// Redis refused the credentials.
@@ -158,9 +167,9 @@ pub enum Error {
     Auth {
         /// The URL, with any password removed.
         url: String,
-        /// The underlying client error.
+        /// The Redis client's error.
         #[source]
-        source: redis::RedisError,
+        source: DriverError,
     },
 
     /// etcd could not be reached, had no leader, refused a request or failed
@@ -174,14 +183,16 @@ pub enum Error {
         url: String,
         /// What failed, and what to do.
         detail: String,
-        /// The etcd client's error.
+        /// The etcd client's error (its gRPC status name as
+        /// [`DriverError::code`]).
         #[source]
-        source: etcd_client::Error,
+        source: DriverError,
     },
 
-    /// Any other error reported by Redis or the client.
-    #[error("Redis error: {}", crate::backend::without_script_internals(&.0.to_string()))]
-    Redis(#[source] redis::RedisError),
+    /// Any other error reported by Redis or the client ([`DriverError::code`]
+    /// is the Redis error code, such as `READONLY`).
+    #[error("Redis error: {0}")]
+    Redis(#[source] DriverError),
 
     /// Redis answered a script with a reply of an unexpected shape.
     #[error("unexpected reply from Redis: {0}")]
@@ -215,9 +226,10 @@ pub enum Error {
     /// written in part. A statement that failed in the database wrote
     /// nothing; after a lost connection ([`Error::is_connection`]) the
     /// outcome is unknown, as with any database call whose reply is lost.
+    /// [`DriverError::code`] is the SQLSTATE, when the database sent one.
     #[cfg(feature = "postgres")]
     #[error("Postgres error: {0}")]
-    Postgres(#[source] sqlx::Error),
+    Postgres(#[source] DriverError),
 }
 
 /// Why a lease was declared lost.
@@ -252,42 +264,150 @@ impl std::fmt::Display for LossReason {
     }
 }
 
+/// What a caller can do about an [`Error`]: the one classification that
+/// [`Error::is_retryable`] and the acquire loop's decisions derive from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Retry {
+    /// Retrying cannot help: the input, the configuration or the data must
+    /// change first, or the lease is gone.
+    Never,
+    /// The lock is held by someone else: try again when it may be free,
+    /// after `remaining` (the holder's time left) if it is known.
+    WhenFree {
+        /// The holder's remaining lease, as the store reported it.
+        remaining: Option<Duration>,
+    },
+    /// A fault that may pass (the store unreachable, loading or failing
+    /// over, a reply that came too late, too few replicas in time): try
+    /// again after a backoff.
+    AfterBackoff,
+}
+
+/// What an error is, beyond what to do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    InvalidInput,
+    Contention,
+    Loss,
+    ResourceSetup,
+    Other,
+}
+
+/// Everything the predicates tell, from one look at the variant.
+#[derive(Debug, Clone, Copy)]
+struct Class {
+    retry: Retry,
+    kind: Kind,
+    /// The connection failed (not the request).
+    connection: bool,
+    /// The deployment or the data must be fixed.
+    config: bool,
+}
+
+impl Class {
+    const fn of(kind: Kind, retry: Retry) -> Self {
+        Class {
+            retry,
+            kind,
+            connection: false,
+            config: false,
+        }
+    }
+
+    const fn config() -> Self {
+        Class {
+            config: true,
+            ..Class::of(Kind::Other, Retry::Never)
+        }
+    }
+
+    /// A driver's error: its own flags say whether it may pass.
+    fn driver(e: &DriverError) -> Self {
+        Class {
+            retry: if e.transient {
+                Retry::AfterBackoff
+            } else {
+                Retry::Never
+            },
+            kind: Kind::Other,
+            connection: e.connection,
+            config: e.config,
+        }
+    }
+}
+
 impl Error {
+    /// What to do about this error (see [`Retry`]).
+    pub fn retry(&self) -> Retry {
+        self.class().retry
+    }
+
+    /// The one match over the variants that every predicate reads.
+    fn class(&self) -> Class {
+        match self {
+            Error::InvalidName { .. } | Error::InvalidOption(_) => {
+                Class::of(Kind::InvalidInput, Retry::Never)
+            }
+            Error::Contended { remaining, .. } => Class::of(
+                Kind::Contention,
+                Retry::WhenFree {
+                    remaining: *remaining,
+                },
+            ),
+            Error::Timeout { .. } => {
+                Class::of(Kind::Contention, Retry::WhenFree { remaining: None })
+            }
+            Error::GrantTooLate { .. }
+            | Error::NotReplicated { .. }
+            | Error::WriteNotReplicated { .. } => Class::of(Kind::Other, Retry::AfterBackoff),
+            Error::LockLost { .. } => Class::of(Kind::Loss, Retry::Never),
+            Error::WrongType { .. }
+            | Error::NoPermission { .. }
+            | Error::Tls { .. }
+            | Error::Config { .. } => Class::config(),
+            Error::Unreachable { .. } => Class {
+                connection: true,
+                ..Class::of(Kind::Other, Retry::AfterBackoff)
+            },
+            Error::Auth { .. } => Class {
+                connection: true,
+                ..Class::config()
+            },
+            Error::Redis(e) => Class::driver(e),
+            #[cfg(feature = "etcd")]
+            Error::Etcd { source, .. } => Class::driver(source),
+            #[cfg(feature = "postgres")]
+            Error::Postgres(e) => Class::driver(e),
+            Error::MissingFenceColumns { .. } | Error::RowNotFound { .. } => {
+                Class::of(Kind::ResourceSetup, Retry::Never)
+            }
+            Error::UnexpectedReply(_) => Class::of(Kind::Other, Retry::Never),
+        }
+    }
+
     /// True when trying again later may succeed: contention, timeouts, late
     /// grants and transient connection problems (Redis or Postgres; for
     /// Postgres also serialization failures and deadlocks). False for bad
     /// input, wrong key types, authentication failures, lost leases and
-    /// resource setup errors.
+    /// resource setup errors. The same as `retry() != Retry::Never`.
     pub fn is_retryable(&self) -> bool {
-        match self {
-            Error::Contended { .. }
-            | Error::Timeout { .. }
-            | Error::GrantTooLate { .. }
-            | Error::NotReplicated { .. }
-            | Error::WriteNotReplicated { .. }
-            | Error::Unreachable { .. } => true,
-            Error::Redis(e) => is_transient(e),
-            #[cfg(feature = "postgres")]
-            Error::Postgres(e) => pg_is_transient(e),
-            #[cfg(feature = "etcd")]
-            Error::Etcd { source, .. } => crate::backend::etcd::is_transient(source),
-            _ => false,
-        }
+        self.retry() != Retry::Never
     }
 
     /// True when the lock was held by someone else (`Contended` or `Timeout`).
     pub fn is_contended(&self) -> bool {
-        matches!(self, Error::Contended { .. } | Error::Timeout { .. })
+        self.class().kind == Kind::Contention
     }
 
     /// True when a lease this caller held was lost.
     pub fn is_lost(&self) -> bool {
-        matches!(self, Error::LockLost { .. })
+        self.class().kind == Kind::Loss
     }
 
     /// True when the input was rejected before anything was sent.
     pub fn is_invalid_input(&self) -> bool {
-        matches!(self, Error::InvalidName { .. } | Error::InvalidOption(_))
+        self.class().kind == Kind::InvalidInput
     }
 
     /// True when Redis could not be reached or refused the credentials, or
@@ -295,86 +415,118 @@ impl Error {
     /// statement is atomic, but whether it committed before the loss is
     /// unknown).
     pub fn is_connection(&self) -> bool {
-        match self {
-            Error::Unreachable { .. } | Error::Auth { .. } => true,
-            Error::Redis(e) => is_transient(e),
-            #[cfg(feature = "postgres")]
-            Error::Postgres(e) => pg_is_connection(e),
-            #[cfg(feature = "etcd")]
-            Error::Etcd { source, .. } => crate::backend::etcd::is_transient(source),
-            _ => false,
-        }
+        self.class().connection
     }
 
     /// True when the deployment or the data must be fixed before retrying:
     /// refused credentials, a missing permission, a key that holds data
     /// fencelock did not write, a database that does not exist.
     pub fn is_config(&self) -> bool {
-        match self {
-            Error::Auth { .. }
-            | Error::NoPermission { .. }
-            | Error::Config { .. }
-            | Error::Tls { .. }
-            | Error::WrongType { .. } => true,
-            #[cfg(feature = "etcd")]
-            Error::Etcd { source, .. } => crate::backend::etcd::is_config(source),
-            _ => false,
-        }
+        self.class().config
     }
 
     /// True when a fenced resource is not set up for fencing or lacks the
     /// addressed record ([`Error::MissingFenceColumns`],
     /// [`Error::RowNotFound`]): fix the data or the schema, do not retry.
     pub fn is_resource_setup(&self) -> bool {
-        matches!(
-            self,
-            Error::MissingFenceColumns { .. } | Error::RowNotFound { .. }
-        )
+        self.class().kind == Kind::ResourceSetup
     }
 }
 
-/// Connection-level failures that a reconnect may cure.
-pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || matches!(
-            e.kind(),
-            redis::ErrorKind::Server(
-                redis::ServerErrorKind::BusyLoading
-                    | redis::ServerErrorKind::TryAgain
-                    | redis::ServerErrorKind::ClusterDown
-                    | redis::ServerErrorKind::MasterDown
-                    | redis::ServerErrorKind::ReadOnly
-            )
-        )
+/// An error of a client library fencelock talks through (redis-rs for
+/// Redis, etcd-client for etcd, sqlx for Postgres), as carried by
+/// [`Error::Redis`], [`Error::Unreachable`], [`Error::Auth`], `Error::Etcd`
+/// and `Error::Postgres`.
+///
+/// Its text is the library's message (for Redis, without the script
+/// internals that a failed script call adds); [`DriverError::code`] is the
+/// server's error code; and `source()` is the library's own error, for
+/// whoever needs more of it:
+///
+/// ```
+/// use std::error::Error as _;
+///
+/// /// The redis-rs error kind behind `e`, if redis-rs reported it.
+/// fn redis_kind(e: &fencelock::DriverError) -> Option<redis::ErrorKind> {
+///     let redis = e.source()?.downcast_ref::<redis::RedisError>()?;
+///     Some(redis.kind())
+/// }
+/// ```
+///
+/// (The downcast finds the type when your crate uses the same version of
+/// the library as fencelock; `fencelock::sqlx` re-exports fencelock's sqlx.)
+#[derive(Debug)]
+pub struct DriverError {
+    message: String,
+    code: Option<String>,
+    /// A retry may cure it.
+    transient: bool,
+    /// The connection failed, not the request.
+    connection: bool,
+    /// Credentials, roles or the deployment must be fixed.
+    config: bool,
+    source: Box<dyn std::error::Error + Send + Sync + 'static>,
 }
 
-/// Postgres failures where the connection (not the statement) failed:
-/// I/O errors, pool timeouts, and SQLSTATE class 08 (connection exception)
-/// and 57P01–57P03 (the server is shutting down, the backend was terminated,
-/// or the server cannot accept connections yet).
-#[cfg(feature = "postgres")]
-pub(crate) fn pg_is_connection(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
-        }),
-        _ => false,
+impl DriverError {
+    /// Wraps `source`, shown as `message`, with what the converting layer
+    /// knows of it.
+    pub(crate) fn new(
+        source: impl std::error::Error + Send + Sync + 'static,
+        message: String,
+        code: Option<String>,
+    ) -> Self {
+        DriverError {
+            message,
+            code,
+            transient: false,
+            connection: false,
+            config: false,
+            source: Box::new(source),
+        }
+    }
+
+    /// Marks the failure as one a retry may cure; `connection`: the
+    /// connection failed, not the request.
+    pub(crate) fn transient(mut self, connection: bool) -> Self {
+        self.transient = true;
+        self.connection = connection;
+        self
+    }
+
+    /// Marks the failure as one that credentials, roles or the deployment
+    /// must fix.
+    pub(crate) fn needs_config(mut self) -> Self {
+        self.config = true;
+        self
+    }
+
+    /// The server's error code, when it sent one: the Redis error code
+    /// (`READONLY`, `NOSCRIPT`, `WRONGPASS`, …), the Postgres SQLSTATE
+    /// (`40001`, …), or the name of etcd's gRPC status code
+    /// (`Unavailable`, …).
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// Whether the converting layer judged the failure one that a credential,
+    /// role or deployment fix must cure (etcd's refused users and roles).
+    #[cfg(feature = "etcd")]
+    pub(crate) fn is_config(&self) -> bool {
+        self.config
     }
 }
 
-/// Postgres failures that a retry may cure: connection failures, and
-/// serialization failures / deadlocks (40001, 40P01) and too many connections
-/// (53300).
-#[cfg(feature = "postgres")]
-pub(crate) fn pg_is_transient(e: &sqlx::Error) -> bool {
-    pg_is_connection(e)
-        || matches!(e, sqlx::Error::Database(db) if db
-            .code()
-            .is_some_and(|code| matches!(&*code, "40001" | "40P01" | "53300")))
+impl std::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DriverError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
 }
 
 /// Convenience alias used throughout the crate.

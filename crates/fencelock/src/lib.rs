@@ -205,7 +205,7 @@ mod wait;
 
 pub use backend::{redact as redact_url, redact_url_in};
 pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, LockState, MAX_PREFIX_LEN};
-pub use error::{Error, LossReason, Result};
+pub use error::{DriverError, Error, LossReason, Result, Retry};
 pub use fence::Fence;
 pub use holder::holder_id;
 pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};

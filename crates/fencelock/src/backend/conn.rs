@@ -30,7 +30,8 @@ use super::target::{Nodes, Target};
 use super::tls::{self, TlsFiles};
 use super::url::{redact, redact_url_in};
 use super::{audit, errors};
-use crate::error::{Error, Result, is_transient};
+use super::errors::{driver_error, is_transient};
+use crate::error::{Error, Result};
 
 /// Connection settings chosen by the client builder.
 #[derive(Debug, Clone)]
@@ -257,11 +258,11 @@ impl RedisConn {
     pub(super) fn item_error(&self, text: &str, key: &str) -> Error {
         let (code, detail) = text.split_once(' ').unwrap_or((text, ""));
         errors::classify(code, detail, &[key]).unwrap_or_else(|| {
-            Error::Redis(RedisError::from((
+            Error::Redis(driver_error(RedisError::from((
                 redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
                 "a script call failed",
                 errors::without_script_internals(text).to_owned(),
-            )))
+            ))))
         })
     }
 
@@ -539,7 +540,7 @@ impl RedisConn {
         {
             return Error::Auth {
                 url: self.url.clone(),
-                source: e,
+                source: driver_error(e),
             };
         }
         if let Some(detail) = tls::problem(&e.to_string()) {
@@ -551,10 +552,10 @@ impl RedisConn {
         if is_transient(&e) {
             return Error::Unreachable {
                 url: self.url.clone(),
-                source: e,
+                source: driver_error(e),
             };
         }
-        Error::Redis(e)
+        Error::Redis(driver_error(e))
     }
 }
 
@@ -852,7 +853,7 @@ pub(super) fn connect_error(url: &str, db: i64, e: RedisError) -> Error {
     {
         return Error::Auth {
             url: url.to_string(),
-            source: e,
+            source: driver_error(e),
         };
     }
     if let Some(detail) = tls::problem(&text) {
@@ -871,7 +872,7 @@ pub(super) fn connect_error(url: &str, db: i64, e: RedisError) -> Error {
     }
     Error::Unreachable {
         url: url.to_string(),
-        source: e,
+        source: driver_error(e),
     }
 }
 #[cfg(test)]
@@ -899,12 +900,12 @@ mod tests {
         let channel = wake_channel(&keys, "ghostclient");
         let mut sub = redis::Client::open(server.url())
             .and_then(|c| c.get_connection())
-            .map_err(Error::Redis)?;
+            .map_err(|e| Error::Redis(driver_error(e)))?;
         sub.set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(Error::Redis)?;
+            .map_err(|e| Error::Redis(driver_error(e)))?;
         sub.send_packed_command(&redis::cmd("SSUBSCRIBE").arg(&channel).get_packed_command())
-            .map_err(Error::Redis)?;
-        let confirmed = sub.recv_response().map_err(Error::Redis)?;
+            .map_err(|e| Error::Redis(driver_error(e)))?;
+        let confirmed = sub.recv_response().map_err(|e| Error::Redis(driver_error(e)))?;
         assert!(
             format!("{confirmed:?}").contains("ssubscribe"),
             "{confirmed:?}"
@@ -953,7 +954,7 @@ mod tests {
             })
             .await?;
         assert_eq!(released, Checked::Done);
-        let message = sub.recv_response().map_err(Error::Redis)?;
+        let message = sub.recv_response().map_err(|e| Error::Redis(driver_error(e)))?;
         let text = format!("{message:?}");
         assert!(
             text.contains("smessage")

@@ -8,7 +8,43 @@
 //! answers `NOPERM` for a command or key the ACL user may not use before a
 //! script runs.
 
-use crate::error::Error;
+use redis::RedisError;
+
+use crate::error::{DriverError, Error};
+
+/// A redis-rs error as the [`DriverError`] fencelock's errors carry: its
+/// text without script internals, its code, and whether a reconnect may
+/// cure it ([`is_transient`]).
+pub(crate) fn driver_error(e: RedisError) -> DriverError {
+    let message = without_script_internals(&e.to_string()).to_owned();
+    let code = e.code().map(str::to_owned);
+    let transient = is_transient(&e);
+    let error = DriverError::new(e, message, code);
+    if transient {
+        error.transient(true)
+    } else {
+        error
+    }
+}
+
+/// Connection-level failures that a reconnect may cure (including a
+/// server that is loading, failing over or read-only for now).
+pub(crate) fn is_transient(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::BusyLoading
+                    | redis::ServerErrorKind::TryAgain
+                    | redis::ServerErrorKind::ClusterDown
+                    | redis::ServerErrorKind::MasterDown
+                    | redis::ServerErrorKind::ReadOnly
+            )
+        )
+}
 
 /// The message of a server error without what Redis appends to errors
 /// raised inside a script.

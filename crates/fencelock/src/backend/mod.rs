@@ -50,7 +50,6 @@ pub(crate) use coalesce::IN_FLIGHT;
 #[cfg(feature = "testing")]
 pub(crate) use conn::invocation;
 pub(crate) use conn::{ConnSettings, Node, RedisConn, Topology};
-pub(crate) use errors::without_script_internals;
 pub(crate) use pubsub::{Event, PubSub};
 pub use url::{redact, redact_url_in};
 

@@ -21,7 +21,7 @@ use etcd_client::{
 use crate::backend::ConnSettings;
 use crate::backend::tls::{self, TlsFiles};
 use crate::backend::url::{percent_decoded, redact, redact_url_in};
-use crate::error::{Error, Result};
+use crate::error::{DriverError, Error, Result};
 
 /// The default client port of etcd.
 const DEFAULT_PORT: u16 = 2379;
@@ -416,7 +416,7 @@ fn connect_error(shown: &str, raw: &str, e: etcd_client::Error, hint: &str) -> E
             url,
             detail,
             source,
-        } if !hint.is_empty() && !is_config(&source) => Error::Etcd {
+        } if !hint.is_empty() && !source.is_config() => Error::Etcd {
             url,
             detail: format!("{detail}{hint}"),
             source,
@@ -493,7 +493,25 @@ fn map_error(shown: &str, raw: &str, e: etcd_client::Error, doing: &str) -> Erro
     Error::Etcd {
         url: shown.to_owned(),
         detail,
-        source: e,
+        source: driver_error(e),
+    }
+}
+
+/// An etcd client error as the [`DriverError`] fencelock's errors carry:
+/// its gRPC status code's name as the code, and whether it may pass or
+/// needs a credential or role fixed.
+fn driver_error(e: etcd_client::Error) -> DriverError {
+    let code = match &e {
+        etcd_client::Error::GRpcStatus(status) => Some(format!("{:?}", status.code())),
+        _ => None,
+    };
+    let (transient, config) = (is_transient(&e), is_config(&e));
+    let message = e.to_string();
+    let error = DriverError::new(e, message, code);
+    match (transient, config) {
+        (true, _) => error.transient(true),
+        (false, true) => error.needs_config(),
+        (false, false) => error,
     }
 }
 

@@ -60,7 +60,7 @@ mod held;
 mod keys;
 
 pub(crate) use acquire::acquire;
-pub(crate) use conn::{EtcdConn, is_config, is_transient};
+pub(crate) use conn::{EtcdConn, is_transient};
 pub(crate) use fenced::{KeyWrite, Stored, read_key, write_key};
 pub(crate) use held::Status;
 pub(crate) use keys::{lock_prefix, validate_name};

@@ -13,11 +13,13 @@
 //! | `set_clause.rs` | [`SetClause`] and the check of its `$N` placeholders |
 //! | `sql.rs` | the statement texts, the acceptance rule in SQL (once), fence ↔ `bigint` |
 //! | `ident.rs` | identifier checking and quoting |
+//! | `errors.rs` | sqlx's errors as [`Error::Postgres`](crate::Error::Postgres), classified once |
 
 use std::fmt;
 
 use sqlx::{Encode, Postgres, Type};
 
+mod errors;
 mod ident;
 mod row;
 mod set_clause;

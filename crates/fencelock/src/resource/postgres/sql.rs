@@ -168,7 +168,7 @@ where
     T: Encode<'t, Postgres> + Type<Postgres>,
 {
     args.add(value)
-        .map_err(|e| Error::Postgres(sqlx::Error::Encode(e)))
+        .map_err(|e| Error::from(sqlx::Error::Encode(e)))
 }
 
 /// `fence` as the `bigint` the fence column holds.
@@ -191,7 +191,7 @@ pub(super) fn fence_param(fence: Fence) -> Result<i64> {
 pub(super) fn stored_fence(raw: Option<i64>) -> Result<Option<Fence>> {
     raw.map(|v| {
         u64::try_from(v).map(Fence::new).map_err(|_| {
-            Error::Postgres(sqlx::Error::ColumnDecode {
+            Error::from(sqlx::Error::ColumnDecode {
                 index: FENCE_COLUMN.to_owned(),
                 source: format!("{FENCE_COLUMN} holds {v}, which is not a fence (fences are >= 0)")
                     .into(),

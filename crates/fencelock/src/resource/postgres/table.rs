@@ -112,19 +112,19 @@ const UNDEFINED_COLUMN: &str = "42703";
 /// use fencelock::{Error, SetClause};
 ///
 /// // Read-modify-write computed in Rust, in one transaction.
-/// let mut tx = pool.begin().await.map_err(Error::Postgres)?;
+/// let mut tx = pool.begin().await.map_err(Error::from)?;
 /// if !invoices.register(&mut *tx, 42_i64, lease.fence(), lease.token()).await?.is_accepted() {
 ///     return Ok(()); // a newer holder exists: stop (dropping `tx` rolls back)
 /// }
 /// let total: i64 = sqlx::query_scalar("SELECT total FROM invoices WHERE id = 42")
 ///     .fetch_one(&mut *tx)
 ///     .await
-///     .map_err(Error::Postgres)?;
+///     .map_err(Error::from)?;
 /// let outcome = invoices
 ///     .update(&mut *tx, 42_i64, lease.fence(), lease.token(), &SetClause::new().set("total", total * 2))
 ///     .await?;
 /// if outcome.is_accepted() {
-///     tx.commit().await.map_err(Error::Postgres)?;
+///     tx.commit().await.map_err(Error::from)?;
 /// }
 /// # Ok(()) }
 /// ```
@@ -274,7 +274,7 @@ impl FencedTable {
         self.pool
             .execute(AssertSqlSafe(self.migration_sql()))
             .await
-            .map_err(Error::Postgres)?;
+            .map_err(Error::from)?;
         tracing::info!(table = %self.name, "fence columns present");
         Ok(())
     }
@@ -403,8 +403,8 @@ impl FencedTable {
         let Some(row) = row else {
             return Err(self.not_found(&key));
         };
-        let fence: Option<i64> = row.try_get(0).map_err(Error::Postgres)?;
-        let holder: Option<String> = row.try_get(1).map_err(Error::Postgres)?;
+        let fence: Option<i64> = row.try_get(0).map_err(Error::from)?;
+        let holder: Option<String> = row.try_get(1).map_err(Error::from)?;
         Ok(RowFence {
             fence: stored_fence(fence)?,
             holder,
@@ -439,8 +439,8 @@ impl FencedTable {
             Ok(row) => row,
             Err(e) => return Err(self.classify(e).await),
         };
-        let updated: i64 = row.try_get("updated").map_err(Error::Postgres)?;
-        let found: i64 = row.try_get("found").map_err(Error::Postgres)?;
+        let updated: i64 = row.try_get("updated").map_err(Error::from)?;
+        let found: i64 = row.try_get("found").map_err(Error::from)?;
         if updated == 1 {
             crate::metrics::fenced_write(self.stats.as_ref(), &self.name, true);
             tracing::debug!(table = %self.name, key = ?key, %fence, op, "fenced write accepted");
@@ -450,8 +450,8 @@ impl FencedTable {
             return Err(self.not_found(key));
         }
         let current = RowFence {
-            fence: stored_fence(row.try_get("fence").map_err(Error::Postgres)?)?,
-            holder: row.try_get("holder").map_err(Error::Postgres)?,
+            fence: stored_fence(row.try_get("fence").map_err(Error::from)?)?,
+            holder: row.try_get("holder").map_err(Error::from)?,
         };
         Ok(self.rejected(key, fence, op, current))
     }
@@ -494,7 +494,7 @@ impl FencedTable {
                 table: self.name.clone(),
             };
         }
-        Error::Postgres(e)
+        Error::from(e)
     }
 
     /// Whether the table has both fence columns (from the catalog; a
@@ -506,7 +506,7 @@ impl FencedTable {
             .bind(HOLDER_COLUMN)
             .fetch_one(&self.pool)
             .await
-            .map_err(Error::Postgres)?;
+            .map_err(Error::from)?;
         Ok(count == 2)
     }
 }
