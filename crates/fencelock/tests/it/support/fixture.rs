@@ -147,6 +147,26 @@ pub(crate) async fn release(lease: Lease) -> Result<(Fence, Instant)> {
     Ok((fence, released_at))
 }
 
+/// Releases `holder`, which must still hold its lock, and awaits `waiter`,
+/// which must then be granted the lock within `limit` with a fence above the
+/// holder's; releases the waiter's lease too. Returns how long after the
+/// release (from just before it was sent) the waiter was granted the lock.
+pub(crate) async fn release_to_waiter(
+    holder: Lease,
+    waiter: Acquisition,
+    limit: Duration,
+) -> Result<Duration> {
+    let (h_fence, released_at) = release(holder).await?;
+    let (lease, granted_at) = granted(waiter, limit).await?;
+    ensure!(
+        lease.fence() > h_fence,
+        "the waiter's fence {} is not above the holder's {h_fence}",
+        lease.fence()
+    );
+    release(lease).await?;
+    Ok(granted_at - released_at)
+}
+
 /// The wait queue of the lock with `keys`, head first.
 pub(crate) fn queue(server: &RedisServer, keys: &LockKeys) -> Vec<String> {
     server.query(&["ZRANGE", &keys.queue, "0", "-1"])

@@ -19,7 +19,8 @@ use tokio::time::Instant;
 
 use super::SLACK;
 use crate::support::fixture::{
-    Fixture, granted, holder_opts, queue, queued, release, spawn_acquire, waiter_opts,
+    Fixture, granted, holder_opts, queue, queued, release, release_to_waiter, spawn_acquire,
+    waiter_opts,
 };
 use crate::support::{Keys, POLL_DEADLINE, lock_client, poll};
 
@@ -127,15 +128,11 @@ async fn waiters_without_pubsub_permission_fall_back_to_polling() -> Result<()> 
             "{mode:?}: a waiter that cannot subscribe was queued"
         );
         ensure!(!task.is_finished());
-        let (h_fence, released_at) = release(h).await?;
-        let (lease, granted_at) = granted(task, POLL_DEADLINE).await?;
-        let waited = granted_at - released_at;
+        let waited = release_to_waiter(h, task, POLL_DEADLINE).await?;
         ensure!(
             waited <= Duration::from_millis(200) + SLACK,
             "{mode:?}: granted {waited:?} after the release"
         );
-        ensure!(lease.fence() > h_fence);
-        ensure!(lease.release().await? == ReleaseOutcome::Released);
     }
     Ok(())
 }

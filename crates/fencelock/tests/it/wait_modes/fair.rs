@@ -11,9 +11,10 @@ use anyhow::{Context, Result, bail, ensure};
 use fencelock::{Error, Fence, LockOptions, ReleaseOutcome, WaitMode};
 use fencelock_testkit::RedisServer;
 
-use super::{SLACK, WAKE_BOUND};
+use super::{SLACK, WAKE_BOUND, handed_over, worker_head_and_waiter_behind};
 use crate::support::fixture::{
-    Fixture, granted, parse_member, release, spawn_acquire, value_fence, waiter_opts,
+    Fixture, granted, parse_member, release, release_to_waiter, spawn_acquire, value_fence,
+    waiter_opts,
 };
 use crate::support::{Keys, POLL_DEADLINE, poll};
 
@@ -89,18 +90,10 @@ async fn heavy_fair_sigkilled_head_blocks_the_next_waiter_only_for_its_waiter_le
     let wlease = Duration::from_millis(300);
     let h = f.hold(Duration::from_secs(30)).await?;
 
-    let mut dead = crate::support::worker::start(&f.server.url(), &["default", "clock"]);
-    dead.post(&format!(
-        "acquire {} 10000 30000 renew fair wlease={}",
-        f.name,
-        wlease.as_millis()
-    ));
-    let dead_member = f.queued(1).await?.remove(0);
+    let b_opts = waiter_opts(WaitMode::Fair, wlease);
+    let (mut dead, dead_member, b) =
+        worker_head_and_waiter_behind(&f, "fair", wlease, &b_opts).await?;
     let dead_token = parse_member(&dead_member)?.token;
-
-    let b = f.spawn_waiter(&waiter_opts(WaitMode::Fair, wlease));
-    let q = f.queued(2).await?;
-    ensure!(q[0] == dead_member, "the worker is not the head: {q:?}");
 
     // Kill the head right after it renewed its place, so its waiter lease is
     // surely live when the holder releases a moment later.
@@ -115,14 +108,7 @@ async fn heavy_fair_sigkilled_head_blocks_the_next_waiter_only_for_its_waiter_le
     .await?;
     dead.kill();
     let (h_fence, released_at) = release(h).await?;
-    let handed = f
-        .server
-        .get(&f.keys.lock)
-        .context("the release handed the lock to nobody")?;
-    ensure!(
-        handed.starts_with(&format!("{dead_token}:")),
-        "the release did not hand the lock to the dead head: {handed:?}"
-    );
+    let handed = handed_over(&f.server, &f.keys, &dead_token)?;
     let provisional = f.server.pttl(&f.keys.lock);
     ensure!(
         provisional <= wlease.as_millis() as i64,
@@ -183,15 +169,11 @@ async fn heavy_fair_waiter_that_times_out_leaves_the_queue() -> Result<()> {
     left.context("the timed-out waiter is still queued")?;
     ensure!(f.queue().len() == 1);
 
-    let (h_fence, released_at) = release(h).await?;
-    let (lease, granted_at) = granted(next, POLL_DEADLINE).await?;
+    let waited = release_to_waiter(h, next, POLL_DEADLINE).await?;
     ensure!(
-        granted_at - released_at <= WAKE_BOUND,
-        "the next waiter was granted {:?} after the release",
-        granted_at - released_at
+        waited <= WAKE_BOUND,
+        "the next waiter was granted {waited:?} after the release"
     );
-    ensure!(lease.fence() > h_fence);
-    ensure!(lease.release().await? == ReleaseOutcome::Released);
     Ok(())
 }
 
@@ -230,15 +212,11 @@ async fn heavy_fair_try_acquire_respects_the_queue_and_poll_jumps_it() -> Result
         .context("a poll try_acquire does not honour the fair queue")?;
     ensure!(jumper.fence() > h.fence());
     ensure!(!head.is_finished());
-    let (jumper_fence, released_at) = release(jumper).await?;
-    let (lease, granted_at) = granted(head, POLL_DEADLINE).await?;
+    let waited = release_to_waiter(jumper, head, POLL_DEADLINE).await?;
     ensure!(
-        granted_at - released_at <= WAKE_BOUND,
-        "the head was granted {:?} after the release",
-        granted_at - released_at
+        waited <= WAKE_BOUND,
+        "the head was granted {waited:?} after the release"
     );
-    ensure!(lease.fence() > jumper_fence);
-    ensure!(lease.release().await? == ReleaseOutcome::Released);
     Ok(())
 }
 

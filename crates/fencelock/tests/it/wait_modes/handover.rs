@@ -13,7 +13,7 @@ use anyhow::{Context, Result, ensure};
 use fencelock::{Error, Fence, KeyLayout, LockOptions, ReleaseOutcome, Renewal, WaitMode};
 use fencelock_testkit::RedisServer;
 
-use super::SLACK;
+use super::{SLACK, handed_over};
 use crate::support::fixture::{
     Fixture, granted, holder_opts, parse_member, queue, queued, release, spawn_acquire,
     subscribers, value_fence, waiter_opts,
@@ -90,14 +90,7 @@ async fn heavy_fair_handed_over_lease_is_renewed_to_the_full_ttl_at_once() -> Re
         let token = parse_member(&member)?.token;
         let (h_fence, _) = release(h).await?;
         // The release itself granted the lock to the head.
-        let handed = f
-            .server
-            .get(&keys.lock)
-            .context("nothing was handed over")?;
-        ensure!(
-            handed.starts_with(&format!("{token}:")),
-            "{renewal:?}: the release did not hand the lock to the head: {handed:?}"
-        );
+        let handed = handed_over(&f.server, &keys, &token).context(format!("{renewal:?}"))?;
         let (lease, _) = granted(task, POLL_DEADLINE).await?;
         ensure!(lease.token() == token);
         ensure!(
@@ -147,14 +140,7 @@ async fn heavy_fair_handover_with_a_lost_message_is_picked_up_by_the_retry() -> 
     ensure!(killed == 1, "killed {killed} pub/sub connections");
     let (h_fence, released_at) = release(h).await?;
     let listening = subscribers(&f.server, &channel)?;
-    let handed = f
-        .server
-        .get(&f.keys.lock)
-        .context("nothing was handed over")?;
-    ensure!(
-        handed.starts_with(&format!("{token}:")),
-        "the release did not hand the lock to the waiter: {handed:?}"
-    );
+    let handed = handed_over(&f.server, &f.keys, &token)?;
     let (lease, granted_at) = granted(task, POLL_DEADLINE).await?;
     let waited = granted_at - released_at;
     eprintln!("granted {waited:?} after the release ({listening} subscriber(s) right after it)");

@@ -26,6 +26,13 @@
 
 use std::time::Duration;
 
+use anyhow::{Context, Result, ensure};
+use fencelock::{LockKeys, LockOptions};
+use fencelock_testkit::{RedisServer, Worker};
+
+use crate::support::Keys;
+use crate::support::fixture::{Acquisition, Fixture};
+
 mod common;
 mod fair;
 mod handover;
@@ -40,3 +47,39 @@ const SLACK: Duration = Duration::from_millis(400);
 /// these tests would otherwise retry only after seconds (their waiter lease
 /// is long), so only the wake-up can explain a grant this fast.
 const WAKE_BOUND: Duration = Duration::from_millis(100);
+
+/// The lock value right after a release that must have handed the lock (of
+/// `keys`) to the waiter with `token`.
+fn handed_over(server: &RedisServer, keys: &LockKeys, token: &str) -> Result<String> {
+    let value = server
+        .get(&keys.lock)
+        .context("the release handed the lock to nobody")?;
+    ensure!(
+        value.starts_with(&format!("{token}:")),
+        "the release did not hand the lock to the waiter with token {token}: {value:?}"
+    );
+    Ok(value)
+}
+
+/// A lock worker in its own process (to SIGKILL) queued at the head of the
+/// fixture's lock in `mode` (`notify` or `fair`) with waiter lease `wlease`,
+/// renewing its place, and the fixture's waiter queued behind it with
+/// `opts`: the worker, its queue member and the waiter's acquisition.
+async fn worker_head_and_waiter_behind(
+    f: &Fixture,
+    mode: &str,
+    wlease: Duration,
+    opts: &LockOptions,
+) -> Result<(Worker, String, Acquisition)> {
+    let mut head = crate::support::worker::start(&f.server.url(), &["default", "clock"]);
+    head.post(&format!(
+        "acquire {} 10000 30000 renew {mode} wlease={}",
+        f.name,
+        wlease.as_millis()
+    ));
+    let member = f.queued(1).await?.remove(0);
+    let waiter = f.spawn_waiter(opts);
+    let q = f.queued(2).await?;
+    ensure!(q[0] == member, "the worker is not the head: {q:?}");
+    Ok((head, member, waiter))
+}

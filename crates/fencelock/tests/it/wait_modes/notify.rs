@@ -10,14 +10,14 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use fencelock::{KeyLayout, LockOptions, NOTIFY_HANDOVER_LEASE, ReleaseOutcome, WaitMode};
+use fencelock::{KeyLayout, Lease, LockOptions, NOTIFY_HANDOVER_LEASE, ReleaseOutcome, WaitMode};
 use tokio::time::Instant;
 
 use super::common::wait_behind_a_two_second_holder;
-use super::{SLACK, WAKE_BOUND};
+use super::{SLACK, WAKE_BOUND, handed_over, worker_head_and_waiter_behind};
 use crate::support::fixture::{
-    Fixture, granted, holder_opts, parse_member, queued, release, spawn_acquire, subscribers,
-    waiter_opts,
+    Fixture, granted, holder_opts, parse_member, queued, release, release_to_waiter, spawn_acquire,
+    subscribers, waiter_opts,
 };
 use crate::support::{Keys, POLL_DEADLINE, poll};
 
@@ -49,6 +49,22 @@ async fn heavy_notify_waiter_sends_nothing_while_waiting_and_wakes_at_the_releas
     Ok(())
 }
 
+/// A notify waiter with waiter lease `wlease` queues behind the fixture's
+/// holder, then the lock key is deleted behind the scenes: no release script
+/// runs, so nothing wakes the waiter. Returns its lease once granted, when
+/// it was granted, and when the key was deleted.
+async fn granted_after_a_silent_delete(
+    f: &Fixture,
+    wlease: Duration,
+) -> Result<(Lease, Instant, Instant)> {
+    let task = f.spawn_waiter(&waiter_opts(WaitMode::Notify, wlease));
+    f.queued(1).await?;
+    ensure!(f.server.query::<i64>(&["DEL", &f.keys.lock]) == 1);
+    let deleted_at = Instant::now();
+    let (lease, granted_at) = granted(task, POLL_DEADLINE).await?;
+    Ok((lease, granted_at, deleted_at))
+}
+
 /// Notify, no release message at all (the holder's lock is deleted behind
 /// the scenes, so no release script runs): with a long waiter lease, the
 /// waiter retries when the holder's lease would have run out, and acquires
@@ -61,11 +77,7 @@ async fn heavy_notify_waiter_without_a_release_message_acquires_when_the_holder_
     let wlease = Duration::from_secs(30);
     let acquired_at = Instant::now();
     let h = f.hold(ttl).await?;
-    let task = f.spawn_waiter(&waiter_opts(WaitMode::Notify, wlease));
-    f.queued(1).await?;
-    ensure!(f.server.query::<i64>(&["DEL", &f.keys.lock]) == 1);
-    let deleted_at = Instant::now();
-    let (lease, granted_at) = granted(task, POLL_DEADLINE).await?;
+    let (lease, granted_at, deleted_at) = granted_after_a_silent_delete(&f, wlease).await?;
     let after_grant = granted_at - acquired_at;
     eprintln!(
         "deleted after {:?}, granted {after_grant:?} after the holder's grant (ttl {ttl:?})",
@@ -98,11 +110,7 @@ async fn heavy_notify_waiter_without_a_release_message_acquires_within_a_third_o
     let f = Fixture::start().await?;
     let wlease = Duration::from_millis(900);
     let h = f.hold(Duration::from_secs(30)).await?;
-    let task = f.spawn_waiter(&waiter_opts(WaitMode::Notify, wlease));
-    f.queued(1).await?;
-    ensure!(f.server.query::<i64>(&["DEL", &f.keys.lock]) == 1);
-    let deleted_at = Instant::now();
-    let (lease, granted_at) = granted(task, POLL_DEADLINE).await?;
+    let (lease, granted_at, deleted_at) = granted_after_a_silent_delete(&f, wlease).await?;
     let waited = granted_at - deleted_at;
     eprintln!("granted {waited:?} after the silent delete (waiter lease {wlease:?})");
     ensure!(
@@ -142,15 +150,8 @@ async fn heavy_notify_waiter_survives_its_subscription_being_killed() -> Result<
         !task.is_finished(),
         "the waiter returned while the lock was held"
     );
-    let (h_fence, released_at) = release(h).await?;
-    let (lease, granted_at) = granted(task, POLL_DEADLINE).await?;
-    ensure!(
-        granted_at - released_at <= WAKE_BOUND,
-        "woken {:?} after the release",
-        granted_at - released_at
-    );
-    ensure!(lease.fence() > h_fence);
-    ensure!(lease.release().await? == ReleaseOutcome::Released);
+    let waited = release_to_waiter(h, task, POLL_DEADLINE).await?;
+    ensure!(waited <= WAKE_BOUND, "woken {waited:?} after the release");
     Ok(())
 }
 
@@ -272,12 +273,9 @@ async fn wake_up_once(f: &Fixture, name: &str, wait_opts: &LockOptions) -> Resul
         !task.is_finished(),
         "the waiter returned while the lock was held"
     );
-    let (h_fence, released_at) = release(h).await?;
-    let (lease, granted_at) = granted(task, Duration::from_secs(20)).await?;
-    ensure!(lease.fence() > h_fence);
-    ensure!(lease.release().await? == ReleaseOutcome::Released);
+    let release_to_grant = release_to_waiter(h, task, Duration::from_secs(20)).await?;
     Ok(WakeUp {
-        release_to_grant: granted_at - released_at,
+        release_to_grant,
         subscribers,
     })
 }
@@ -295,29 +293,15 @@ async fn heavy_notify_sigkilled_head_delays_the_next_waiter_at_most_a_third_of_i
     let dead_wlease = Duration::from_secs(5);
     let wlease = Duration::from_millis(600);
     let h = f.hold(Duration::from_secs(30)).await?;
-    let mut dead = crate::support::worker::start(&f.server.url(), &["default", "clock"]);
-    dead.post(&format!(
-        "acquire {} 10000 30000 renew notify wlease={}",
-        f.name,
-        dead_wlease.as_millis()
-    ));
-    let dead_member = f.queued(1).await?.remove(0);
-    let b = f.spawn_waiter(&waiter_opts(WaitMode::Notify, wlease));
-    let q = f.queued(2).await?;
-    ensure!(q[0] == dead_member, "the worker is not the head: {q:?}");
+    let b_opts = waiter_opts(WaitMode::Notify, wlease);
+    let (mut dead, dead_member, b) =
+        worker_head_and_waiter_behind(&f, "notify", dead_wlease, &b_opts).await?;
     let dead_token = parse_member(&dead_member)?.token;
     dead.kill();
     // The head queued before B did: after this it has surely waited 20 ms.
     tokio::time::sleep(Duration::from_millis(20)).await;
     let (h_fence, released_at) = release(h).await?;
-    let handed = f
-        .server
-        .get(&f.keys.lock)
-        .context("the release handed the lock to nobody")?;
-    ensure!(
-        handed.starts_with(&format!("{dead_token}:")),
-        "the release did not hand the lock to the starving head: {handed:?}"
-    );
+    handed_over(&f.server, &f.keys, &dead_token)?;
     let provisional = f.server.pttl(&f.keys.lock);
     ensure!(
         provisional <= NOTIFY_HANDOVER_LEASE.as_millis() as i64,
