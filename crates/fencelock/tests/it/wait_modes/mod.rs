@@ -11,7 +11,8 @@
 //!   cancelled waiter does not hold up the ones behind it; a long-lease head
 //!   keeps its place; `try_acquire` honours the queue;
 //! - `handover`: a release hands the lock to the head of the queue (fair
-//!   always, notify once the head has waited 10 ms), the new holder renews
+//!   always, notify once the head has waited 10 ms; a contended release is
+//!   sent behind a `PING` so the head is woken first), the new holder renews
 //!   it to its full ttl, a lost hand-over message is picked up by the
 //!   waiter's retry, and a hand-over wake-up is trusted only with a fence
 //!   above the one the waiter saw refused;
@@ -20,9 +21,9 @@
 //!   permission, waiters fall back to polling and a release never fails.
 //!
 //! The lock's keys and the fixture the tests share are in
-//! `support::fixture`. Fair- and notify-mode worker processes need
-//! `cargo build -p fencelock-testkit --bins` (nextest builds them with the
-//! workspace).
+//! `support::fixture`. The waiters SIGKILLed at the head of a queue are lock
+//! workers in processes of their own: this test binary re-run as
+//! `support::worker`'s entry point, so they need nothing built beforehand.
 
 use std::time::Duration;
 
