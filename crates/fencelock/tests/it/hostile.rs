@@ -26,6 +26,7 @@ use fencelock::{
 use fencelock_testkit::{RedisConfig, RedisServer};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
+use crate::support::fixture::Fixture;
 use crate::support::{Keys, TestRedis};
 
 /// No message fencelock gives shows what Redis appends to errors raised in
@@ -136,12 +137,15 @@ async fn a_foreign_queue_key_is_named_and_the_release_changes_nothing() -> Resul
 
 #[tokio::test]
 async fn a_foreign_waiters_key_is_named_and_no_member_is_left_behind() -> Result<()> {
-    let TestRedis { server, client } = TestRedis::start().await?;
-    let _holder = client.try_acquire("w", &client.options()).await?;
-    server.cmd(&["SET", "lock:{w}:waiters", "foreign"]);
-    let other = LockClient::connect(&server.url()).await?;
-    let e = other
-        .acquire("w", &other.options().wait(Duration::from_millis(300)))
+    let f = Fixture::named("w").await?;
+    let _holder = f.holder.try_acquire(&f.name, &f.holder.options()).await?;
+    f.server.cmd(&["SET", "lock:{w}:waiters", "foreign"]);
+    let e = f
+        .waiter
+        .acquire(
+            &f.name,
+            &f.waiter.options().wait(Duration::from_millis(300)),
+        )
         .await
         .err()
         .context("acquired a held lock")?;
@@ -151,11 +155,11 @@ async fn a_foreign_waiters_key_is_named_and_no_member_is_left_behind() -> Result
     );
     ensure_clean(&e)?;
     ensure!(
-        !server.exists("lock:{w}:queue"),
+        !f.server.exists("lock:{w}:queue"),
         "the waiter left a member behind in the queue: {:?}",
-        server.query::<Vec<String>>(&["ZRANGE", "lock:{w}:queue", "0", "-1"])
+        f.queue()
     );
-    ensure!(server.get("lock:{w}:waiters").as_deref() == Some("foreign"));
+    ensure!(f.server.get("lock:{w}:waiters").as_deref() == Some("foreign"));
     Ok(())
 }
 

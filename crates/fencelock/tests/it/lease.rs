@@ -15,6 +15,7 @@ use fencelock::{Error, Fence, LockClient, LockOptions, LossReason, ReleaseOutcom
 use fencelock_testkit::RedisServer;
 
 use crate::support::TestRedis;
+use crate::support::fixture::{Fixture, holder_opts};
 use crate::support::{Keys, poll_until};
 use tokio::time::Instant;
 
@@ -54,35 +55,30 @@ async fn holds_throughout(
     Ok(samples)
 }
 
-fn no_renewal(ttl: Duration) -> LockOptions {
-    LockOptions::default().ttl(ttl).renewal(Renewal::Off)
-}
-
-/// A lease (renewal off, ttl 100 ms) that expired and was taken over: its
-/// release reports `NotOurs(TakenOver)` and leaves the new holder's value and
-/// ttl alone; the stale lease had already been declared lost.
+/// A lease (A, of the holder client; renewal off, ttl 100 ms) that expired
+/// and was taken over (B, of the waiter client): its release reports
+/// `NotOurs(TakenOver)` and leaves the new holder's value and ttl alone; the
+/// stale lease had already been declared lost.
 #[tokio::test(flavor = "multi_thread")]
 async fn release_after_expiry_and_takeover_reports_taken_over_and_spares_the_new_holder()
 -> Result<()> {
-    let TestRedis {
-        server,
-        client: client_a,
-    } = TestRedis::start().await?;
-    let client_b = LockClient::connect(&server.url()).await?;
-    let a = client_a
-        .try_acquire("job", &no_renewal(Duration::from_millis(100)))
-        .await?;
+    let f = Fixture::start().await?;
+    let a = f.hold(Duration::from_millis(100)).await?;
     poll_until("A's lock key expired", Duration::from_secs(3), || {
-        !server.exists("lock:{job}")
+        !f.server.exists(&f.keys.lock)
     })
     .await?;
-    let b = client_b
-        .try_acquire("job", &LockOptions::default().ttl(Duration::from_secs(30)))
+    let b = f
+        .waiter
+        .try_acquire(
+            &f.name,
+            &LockOptions::default().ttl(Duration::from_secs(30)),
+        )
         .await?;
     ensure!(b.fence() > a.fence());
-    let b_value = server.get("lock:{job}");
+    let b_value = f.server.get(&f.keys.lock);
     ensure!(b_value == Some(format!("{}:{}", b.token(), b.fence())));
-    let b_pttl_before: i64 = server.query(&["PTTL", "lock:{job}"]);
+    let b_pttl_before: i64 = f.server.query(&["PTTL", &f.keys.lock]);
 
     ensure!(a.is_lost(), "A's local deadline passed: it must be lost");
     ensure!(a.loss_reason() == Some(LossReason::DeadlinePassed));
@@ -91,8 +87,8 @@ async fn release_after_expiry_and_takeover_reports_taken_over_and_spares_the_new
         outcome == ReleaseOutcome::NotOurs(LossReason::TakenOver),
         "stale release returned {outcome:?}"
     );
-    ensure!(server.get("lock:{job}") == b_value, "B's value changed");
-    let b_pttl_after: i64 = server.query(&["PTTL", "lock:{job}"]);
+    ensure!(f.server.get(&f.keys.lock) == b_value, "B's value changed");
+    let b_pttl_after: i64 = f.server.query(&["PTTL", &f.keys.lock]);
     ensure!(
         b_pttl_after > 0 && b_pttl_after <= b_pttl_before,
         "B's PTTL went from {b_pttl_before} to {b_pttl_after}"
@@ -110,7 +106,7 @@ async fn release_when_nobody_holds_the_lock_reports_expired() -> Result<()> {
     let TestRedis { server, client } = TestRedis::start().await?;
 
     let expired = client
-        .try_acquire("expired", &no_renewal(Duration::from_millis(100)))
+        .try_acquire("expired", &holder_opts(Duration::from_millis(100)))
         .await?;
     poll_until("the key expired", Duration::from_secs(3), || {
         !server.exists("lock:{expired}")
@@ -120,7 +116,7 @@ async fn release_when_nobody_holds_the_lock_reports_expired() -> Result<()> {
     ensure!(!server.exists("lock:{expired}"));
 
     let deleted = client
-        .try_acquire("deleted", &no_renewal(Duration::from_secs(30)))
+        .try_acquire("deleted", &holder_opts(Duration::from_secs(30)))
         .await?;
     server.cmd(&["DEL", "lock:{deleted}"]);
     ensure!(deleted.release().await? == ReleaseOutcome::NotOurs(LossReason::Expired));
@@ -139,7 +135,7 @@ async fn extend_after_expiry_fails_as_lost_and_never_recreates_the_key() -> Resu
     let TestRedis { server, client } = TestRedis::start().await?;
 
     let lease = client
-        .try_acquire("natural", &no_renewal(Duration::from_millis(100)))
+        .try_acquire("natural", &holder_opts(Duration::from_millis(100)))
         .await?;
     poll_until("the key expired", Duration::from_secs(3), || {
         !server.exists("lock:{natural}")
@@ -159,7 +155,7 @@ async fn extend_after_expiry_fails_as_lost_and_never_recreates_the_key() -> Resu
 
     // Locally still valid (ttl 30 s), gone in Redis: the script must refuse.
     let lease = client
-        .try_acquire("deleted", &no_renewal(Duration::from_secs(30)))
+        .try_acquire("deleted", &holder_opts(Duration::from_secs(30)))
         .await?;
     server.cmd(&["DEL", "lock:{deleted}"]);
     let calls_before = server.script_calls();
@@ -193,47 +189,44 @@ async fn extend_after_expiry_fails_as_lost_and_never_recreates_the_key() -> Resu
     Ok(())
 }
 
-/// `extend` of a lease whose lock now belongs to B fails as lost and leaves
-/// B's value and PTTL untouched — both after A's natural expiry and when A's
+/// `extend` of a lease (A, of the holder client) whose lock now belongs to B
+/// (of the waiter client) fails as lost and leaves B's value and PTTL
+/// untouched — both after A's natural expiry and when A's
 /// lease is still valid locally (so the extend script itself compares; A's
 /// longer ttl would show in B's PTTL if it wrongly extended).
 #[tokio::test(flavor = "multi_thread")]
 async fn extend_while_another_holder_has_the_lock_leaves_its_value_and_ttl_untouched() -> Result<()>
 {
-    let TestRedis {
-        server,
-        client: client_a,
-    } = TestRedis::start().await?;
-    let client_b = LockClient::connect(&server.url()).await?;
-    let b_opts = LockOptions::default()
-        .ttl(Duration::from_secs(5))
-        .renewal(Renewal::Off);
+    let f = Fixture::start().await?;
+    let b_opts = holder_opts(Duration::from_secs(5));
 
     // Natural expiry, then B.
-    let a = client_a
-        .try_acquire("natural", &no_renewal(Duration::from_millis(100)))
+    let a = f
+        .holder
+        .try_acquire("natural", &holder_opts(Duration::from_millis(100)))
         .await?;
     poll_until("A's key expired", Duration::from_secs(3), || {
-        !server.exists("lock:{natural}")
+        !f.server.exists("lock:{natural}")
     })
     .await?;
-    let b = client_b.try_acquire("natural", &b_opts).await?;
-    let value = server.get("lock:{natural}");
-    let pttl_before: i64 = server.query(&["PTTL", "lock:{natural}"]);
+    let b = f.waiter.try_acquire("natural", &b_opts).await?;
+    let value = f.server.get("lock:{natural}");
+    let pttl_before: i64 = f.server.query(&["PTTL", "lock:{natural}"]);
     ensure!(a.extend().await.is_err_and(|e| e.is_lost()));
-    ensure!(server.get("lock:{natural}") == value);
-    let pttl_after: i64 = server.query(&["PTTL", "lock:{natural}"]);
+    ensure!(f.server.get("lock:{natural}") == value);
+    let pttl_after: i64 = f.server.query(&["PTTL", "lock:{natural}"]);
     ensure!(pttl_after > 0 && pttl_after <= pttl_before);
     ensure!(b.release().await?.is_released());
 
     // A still valid locally with a 60 s ttl; its key vanished and B took it.
-    let a = client_a
-        .try_acquire("taken", &no_renewal(Duration::from_secs(60)))
+    let a = f
+        .holder
+        .try_acquire("taken", &holder_opts(Duration::from_secs(60)))
         .await?;
-    server.cmd(&["DEL", "lock:{taken}"]);
-    let b = client_b.try_acquire("taken", &b_opts).await?;
-    let value = server.get("lock:{taken}");
-    let pttl_before: i64 = server.query(&["PTTL", "lock:{taken}"]);
+    f.server.cmd(&["DEL", "lock:{taken}"]);
+    let b = f.waiter.try_acquire("taken", &b_opts).await?;
+    let value = f.server.get("lock:{taken}");
+    let pttl_before: i64 = f.server.query(&["PTTL", "lock:{taken}"]);
     let err = a.extend().await.expect_err("B holds the lock");
     ensure!(
         matches!(
@@ -245,15 +238,15 @@ async fn extend_while_another_holder_has_the_lock_leaves_its_value_and_ttl_untou
         ),
         "expected LockLost(TakenOver), got {err:?}"
     );
-    ensure!(server.get("lock:{taken}") == value, "B's value changed");
-    let pttl_after: i64 = server.query(&["PTTL", "lock:{taken}"]);
+    ensure!(f.server.get("lock:{taken}") == value, "B's value changed");
+    let pttl_after: i64 = f.server.query(&["PTTL", "lock:{taken}"]);
     ensure!(
         pttl_after > 0 && pttl_after <= pttl_before,
         "B's PTTL went from {pttl_before} to {pttl_after}: A's extend touched it"
     );
     ensure!(a.loss_reason() == Some(LossReason::TakenOver));
     ensure!(a.release().await? == ReleaseOutcome::NotOurs(LossReason::TakenOver));
-    ensure!(server.get("lock:{taken}") == value);
+    ensure!(f.server.get("lock:{taken}") == value);
     ensure!(b.release().await?.is_released());
     Ok(())
 }
@@ -604,7 +597,7 @@ async fn with_lock_returns_the_value_and_releases_the_lock() -> Result<()> {
 async fn remaining_decreases_stays_within_the_ttl_and_is_zero_once_lost() -> Result<()> {
     let TestRedis { server, client } = TestRedis::start().await?;
     let ttl = Duration::from_secs(2);
-    let lease = client.try_acquire("clock", &no_renewal(ttl)).await?;
+    let lease = client.try_acquire("clock", &holder_opts(ttl)).await?;
     let r1 = lease.remaining();
     ensure!(
         r1 <= ttl && r1 > ttl - Duration::from_millis(500),
@@ -623,7 +616,7 @@ async fn remaining_decreases_stays_within_the_ttl_and_is_zero_once_lost() -> Res
 
     // Lost by its deadline (renewal off).
     let short = client
-        .try_acquire("short", &no_renewal(Duration::from_millis(100)))
+        .try_acquire("short", &holder_opts(Duration::from_millis(100)))
         .await?;
     ensure!(short.remaining() <= Duration::from_millis(100));
     tokio::time::timeout(Duration::from_secs(3), short.lost())
@@ -736,7 +729,7 @@ fn dropping_a_lease_outside_any_runtime_does_not_panic_and_the_lock_expires() ->
 #[tokio::test(flavor = "multi_thread")]
 async fn script_flush_between_acquire_extend_and_release_changes_nothing() -> Result<()> {
     let TestRedis { server, client } = TestRedis::start().await?;
-    let opts = no_renewal(Duration::from_secs(10));
+    let opts = holder_opts(Duration::from_secs(10));
     let lease = client.try_acquire("flushed", &opts).await?;
     let noscript_before = noscript_errors(&server);
 
@@ -853,7 +846,7 @@ async fn lease_validity_counts_from_when_the_grant_was_sent() -> Result<()> {
     let guard = server.pause_guard();
     let grant = tokio::spawn({
         let client = client.clone();
-        async move { client.try_acquire("slow-reply", &no_renewal(ttl)).await }
+        async move { client.try_acquire("slow-reply", &holder_opts(ttl)).await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     drop(guard);

@@ -1,9 +1,11 @@
-//! What the tests share: a redis-server with a connected client, reads of
-//! keys as they are in Redis, polling with a deadline, the guide's scripts,
-//! process entry points, and the lock worker process.
+//! What the tests share: a redis-server with a connected client, two
+//! clients contending for one lock (`fixture`), reads of keys as they are in
+//! Redis, polling with a deadline, the guide's scripts, process entry
+//! points, and the lock worker process.
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+pub(crate) mod fixture;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod worker;
@@ -44,9 +46,15 @@ impl TestRedis {
 
     /// A client of `server`.
     pub(crate) async fn on(server: RedisServer) -> Result<Self> {
-        let client = LockClient::connect(&server.url()).await?;
+        let client = lock_client(&server).await?;
         Ok(TestRedis { server, client })
     }
+}
+
+/// A lock client of `server` with default settings, on a connection of its
+/// own.
+pub(crate) async fn lock_client(server: &RedisServer) -> Result<LockClient> {
+    Ok(LockClient::connect(&server.url()).await?)
 }
 
 /// A plain async connection to `server`.
