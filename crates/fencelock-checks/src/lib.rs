@@ -59,8 +59,9 @@
 //!   among them `mod tests;` children and everything in them, which are
 //!   not in the graph at all;
 //! - a façade's re-export of its own descendants: `pub use child::X` (any
-//!   visibility) in a module whose descendant defines `X` makes no edge
-//!   from the façade to the child. A re-export of a non-descendant
+//!   visibility) in a file whose module has a descendant that defines `X`
+//!   makes no edge from the façade to the child's file (an inline module
+//!   of the file re-exporting it counts as the file). A re-export of a non-descendant
 //!   (`pub use crate::other::Y` in a `mod.rs`) is an ordinary edge. Paths
 //!   through either resolve onward to the defining file;
 //! - a path to the file itself.

@@ -141,6 +141,19 @@ impl ModTree {
         false
     }
 
+    /// The outermost module of the file module `m` is in: `m` itself, or
+    /// the module whose inline block holds it.
+    fn file_module(&self, m: ModId) -> ModId {
+        let mut cur = m;
+        while let Some(parent) = self.modules[cur].parent {
+            if self.modules[parent].file != self.modules[m].file {
+                break;
+            }
+            cur = parent;
+        }
+        cur
+    }
+
     /// The file of what `res` names, if it is of this crate.
     fn file_of(&self, res: Res) -> Option<&str> {
         match res {
@@ -159,8 +172,10 @@ impl ModTree {
                     Some(Res::Module(t) | Res::Item(t)) => t,
                     _ => continue,
                 };
-                // A façade's re-export of its own descendants is no edge.
-                if import.public && self.is_descendant(target, id) {
+                // A façade's re-export of its own descendants is no edge
+                // (of the file's: an inline module's re-export of a
+                // sibling's child is the file's re-export too).
+                if import.public && self.is_descendant(target, self.file_module(id)) {
                     continue;
                 }
                 let glob = if import.glob { "::*" } else { "" };

@@ -309,3 +309,63 @@ fn a_layer_rule_violation_is_reported_and_an_absent_layer_checks_nothing() {
         ]
     );
 }
+
+#[test]
+fn an_inline_module_of_a_facade_reexports_for_its_file() {
+    // lib.rs's inline `testing` re-exports an item of backend/wire.rs: a
+    // re-export of the file's descendants; its function's path is an edge.
+    let g = graph(&[
+        (
+            "src/lib.rs",
+            "mod backend;\npub mod testing {\n    pub use crate::backend::wire::*;\n    pub use crate::backend::Fault;\n    pub fn go() { crate::backend::run() }\n}\n",
+        ),
+        (
+            "src/backend/mod.rs",
+            "pub(crate) mod wire;\nmod conn;\npub use conn::{Fault, run};\n",
+        ),
+        ("src/backend/wire.rs", "pub struct Value;\n"),
+        (
+            "src/backend/conn.rs",
+            "pub struct Fault;\npub fn run() {}\n",
+        ),
+    ]);
+    let from_lib: Vec<(&str, &str)> = g
+        .edges
+        .iter()
+        .filter(|e| e.from == "src/lib.rs")
+        .map(|e| (e.to.as_str(), e.path.as_str()))
+        .collect();
+    assert_eq!(
+        from_lib,
+        vec![("src/backend/conn.rs", "crate::backend::run")]
+    );
+}
+
+#[test]
+fn a_glob_import_is_an_edge_to_its_module_and_its_names_resolve_onward() {
+    let g = graph(&[
+        ("src/lib.rs", "mod api;\nmod user;\n"),
+        (
+            "src/api/mod.rs",
+            "mod thing;\npub(crate) use thing::Thing;\npub(crate) fn helper() {}\n",
+        ),
+        ("src/api/thing.rs", "pub(crate) struct Thing;\n"),
+        (
+            "src/user.rs",
+            "use crate::api::*;\n\nfn f() -> Thing {\n    Thing\n}\n",
+        ),
+    ]);
+    let from_user: Vec<(&str, usize, &str)> = g
+        .edges
+        .iter()
+        .filter(|e| e.from == "src/user.rs")
+        .map(|e| (e.to.as_str(), e.line, e.path.as_str()))
+        .collect();
+    assert_eq!(
+        from_user,
+        vec![
+            ("src/api/mod.rs", 1, "use crate::api::*"),
+            ("src/api/thing.rs", 3, "Thing"),
+        ]
+    );
+}
