@@ -206,9 +206,9 @@ pub fn workspace_graphs(tree: &SourceTree) -> Result<Vec<TargetGraph>, Error> {
 }
 
 /// A layer rule: the files under `from` must not import files under any
-/// of `forbid`. A directory `d` stands for the files under `d/` and for
-/// `d.rs` (the same module's file in the non-`mod.rs` layout); a file
-/// path stands for itself. A rule whose `from` has no files checks
+/// of `forbid`. A directory stands for the files under it and for the
+/// file of the same name with `.rs` added (the same module's file in the
+/// non-`mod.rs` layout); a file path stands for itself. A rule whose `from` has no files checks
 /// nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LayerRule {

@@ -18,7 +18,8 @@
 //! integration test (`tests/*.rs`, `tests/*/main.rs`), bench and example,
 //! and those `Cargo.toml` names with `path`. Its nodes are the source files
 //! of that crate, found from the root by following `mod x;` declarations
-//! (`x.rs` or `x/mod.rs`, or the file a `#[path = "..."]` names); an inline
+//! (to the file named after the module, or `mod.rs` in the directory named
+//! after it, or the file a `#[path = "..."]` names); an inline
 //! `mod x { ... }` belongs to its file.
 //!
 //! An edge A → B exists when file A has a `use` or a path that names an
@@ -80,11 +81,49 @@
 //!
 //! ## 2. Every cited file exists
 //!
-//! The tracked `.rs`, `.lua`, `.toml`, `.md`
-//! and `.sh` files, and those under `scripts/` and `.ci/`, are read for
-//! cited paths of `.md`, `.rs`, `.lua`, `.toml` and `.sh` files and for
-//! section references (a Markdown file's name, then `§` and a section
-//! number), and each must resolve.
+//! [`check_references`] checks that every file a text of the repository
+//! cites exists, and every section it cites is a heading of that document.
+//!
+//! **What is read.** The files of the tree that [`is_text_kind`] names
+//! (`.rs`, `.lua`, `.toml`, `.md`, `.sh`, and everything under `scripts/`
+//! and `.ci/`), whole: comments, docs, strings and code alike.
+//!
+//! **What a citation is.** A run of the characters of paths (letters,
+//! digits, `_`, `-`, `.`, `/`) that ends in `.md`, `.rs`, `.lua`, `.toml`
+//! or `.sh` after its last name, once a sentence's final `.` is dropped;
+//! the last name has something before its extension. Skipped:
+//!
+//! - URLs (`scheme://...` up to the next space, quote, bracket or
+//!   backtick);
+//! - runs with `*`, `{`, `}`, `<`, `>`, `$`, `~`, `@` or `%`: globs
+//!   (`scripts/*.lua`), placeholders (`<name>.rs`), names a program builds
+//!   (`{stem}.rs`, `$DIR/x.sh`), home and other non-repository paths;
+//! - absolute paths (`/etc/...`): files of the machine, not of the
+//!   repository;
+//! - in Rust files, a string literal that is nothing but a path (`"x.sh"`,
+//!   `include_str!("scripts/grant.lua")`, `#[path = "..."]`): a path the
+//!   program builds, joins or includes (the compiler checks the last two);
+//! - a `.sh` citation without a directory, or in `./` (`-- ./report.sh`):
+//!   a script of the reader's, as in the command lines of examples.
+//!
+//! **Resolution.** A citation starting with `./` or `../` is relative to
+//! the citing file's directory and must name a file exactly. Any other
+//! resolves when some file's path equals it or ends with it after a `/`
+//! (so `backend/scripts/grant.lua` resolves to
+//! `crates/fencelock/src/backend/scripts/grant.lua`).
+//!
+//! **Sections.** A Markdown citation followed by `§` and a number
+//! (`§2`, `§2.4`; a sentence's final `.` is not part of it), and any
+//! further `§` numbers joined to it by `,`, `and`, `or`, `&` or `/`, cite
+//! sections of that document; the number may start the next line when the
+//! citation ends one (after the next line's comment marks: `///`, `//!`,
+//! `//`, `--`, `#`, `*`, `>`). A section exists when the document (one of
+//! the files the citation resolves to) has an ATX heading (`#` to `######`,
+//! outside fenced code blocks) whose text starts with the number, maybe
+//! after a `§`, followed by the end, a space, or a `.` and a space:
+//! `## 2. Locks` is §2, `### 2.4 Fenced writes` and `## 2.4. Fenced
+//! writes` are §2.4 (a heading `## 2.4` is not §2). A `§` with no document
+//! before it cites nothing checkable and is not read.
 
 mod allowlist;
 mod error;
@@ -92,6 +131,7 @@ mod graph;
 mod imports;
 mod manifest;
 mod modtree;
+mod refs;
 mod resolve;
 mod tree;
 
@@ -101,4 +141,5 @@ pub use imports::{
     Circle, Edge, LayerRule, LayerViolation, TargetGraph, layer_violations, workspace_graphs,
 };
 pub use manifest::{Package, Target, package, workspace_packages};
+pub use refs::{Problem, References, Unresolved, check_references};
 pub use tree::{SourceTree, is_text_kind};

@@ -157,8 +157,9 @@ pub(crate) fn join(dir: &str, rest: &str) -> Option<String> {
     Some(parts.join("/"))
 }
 
-/// Whether `path` is `dir` itself, a file under `dir/`, or `dir.rs` (the
-/// module file of the same module in the non-`mod.rs` layout).
+/// Whether `path` is `dir` itself, a file under `dir/`, or `dir` with
+/// `.rs` added (the module file of the same module in the non-`mod.rs`
+/// layout).
 pub(crate) fn is_under(path: &str, dir: &str) -> bool {
     let dir = dir.trim_end_matches('/');
     path == dir

@@ -49,7 +49,8 @@ fn a_two_file_circle_is_found() {
 #[test]
 fn a_three_file_circle_through_a_reexport_is_found() {
     // a names `crate::facade::B`, which the façade re-exports from its
-    // child `b`: the edge goes to b.rs, the façade stays out of it.
+    // child `b`: the edge goes to the child's file, the façade stays out
+    // of it.
     let g = graph(&[
         ("src/lib.rs", "mod a;\nmod c;\nmod facade;\n"),
         ("src/facade/mod.rs", "mod b;\npub(crate) use b::B;\n"),
@@ -97,7 +98,7 @@ fn a_facades_reexport_of_its_child_alone_makes_no_edge() {
 #[test]
 fn a_reexport_of_a_non_descendant_is_an_edge_and_resolves_onward() {
     // `pub use crate::store::Item` in a mod.rs is an ordinary edge; a path
-    // through that re-export lands in store.rs, the defining file.
+    // through that re-export lands in the store's file, the defining one.
     let g = graph(&[
         ("src/lib.rs", "mod api;\nmod store;\nmod user;\n"),
         ("src/api/mod.rs", "pub(crate) use crate::store::Item;\n"),
@@ -121,8 +122,8 @@ fn a_reexport_of_a_non_descendant_is_an_edge_and_resolves_onward() {
 
 #[test]
 fn a_cfg_test_child_importing_super_glob_creates_no_circle() {
-    // Without the exclusion, a/tests.rs and the inline tests of b would
-    // close a → b → a.
+    // Without the exclusion, the `tests` child of `a` and the inline tests
+    // of `b` would close a → b → a.
     let g = graph(&[
         ("src/lib.rs", "mod a;\nmod b;\n"),
         (
@@ -169,7 +170,8 @@ fn a_path_inside_a_macro_invocation_counts() {
 #[test]
 fn a_module_alias_of_use_self_followed_by_its_path_counts() {
     // `use super::scripts::{self, Lua}` brings `scripts` into scope;
-    // `scripts::GRANT` then resolves through the façade to grant.rs.
+    // `scripts::GRANT` then resolves through the façade to the file of
+    // `grant`.
     let g = graph(&[
         ("src/lib.rs", "mod backend;\n"),
         ("src/backend/mod.rs", "mod ops;\nmod scripts;\n"),
@@ -190,7 +192,7 @@ fn a_module_alias_of_use_self_followed_by_its_path_counts() {
         .edges
         .iter()
         .find(|e| e.from == "src/backend/ops.rs" && e.to == "src/backend/scripts/grant.rs")
-        .expect("scripts::GRANT is an edge to grant.rs");
+        .expect("scripts::GRANT is an edge to the file of `grant`");
     assert_eq!((edge.line, edge.path.as_str()), (4, "scripts::GRANT"));
     assert_eq!(
         circle_files(&g),
@@ -269,11 +271,21 @@ fn a_missing_module_file_is_an_error() {
         name: "lib".to_string(),
         root: "src/lib.rs".to_string(),
     };
-    let err = TargetGraph::build(&tree, "demo", &target).expect_err("gone.rs is missing");
+    let err = TargetGraph::build(&tree, "demo", &target).expect_err("`gone` has no file");
+    let Error::MissingModule {
+        path,
+        line,
+        name,
+        looked_for,
+    } = err
+    else {
+        panic!("not a missing module: {err}");
+    };
     assert_eq!(
-        err.to_string(),
-        "src/lib.rs:2: `mod gone;` has no file (looked for src/gone.rs, src/gone/mod.rs; a new file must be added to git)"
+        (path.as_str(), line, name.as_str()),
+        ("src/lib.rs", 2, "gone")
     );
+    assert_eq!(looked_for, ["src/gone.rs", "src/gone/mod.rs"].join(", "));
 }
 
 #[test]
@@ -300,13 +312,30 @@ fn a_layer_rule_violation_is_reported_and_an_absent_layer_checks_nothing() {
         },
     ];
     let violations = layer_violations(&[g], RULES);
-    let shown: Vec<String> = violations.iter().map(ToString::to_string).collect();
+    let shown: Vec<(&str, &str, &str, &str, usize, &str)> = violations
+        .iter()
+        .map(|v| {
+            let e = &v.edge;
+            (
+                v.layer,
+                v.forbidden,
+                e.from.as_str(),
+                e.to.as_str(),
+                e.line,
+                e.path.as_str(),
+            )
+        })
+        .collect();
     assert_eq!(
         shown,
-        vec![
-            "demo (lib): src/store must not import src/engine: src/store/redis.rs:1 → src/engine/run.rs  (crate::engine::run::run)"
-                .to_string()
-        ]
+        vec![(
+            "src/store",
+            "src/engine",
+            "src/store/redis.rs",
+            "src/engine/run.rs",
+            1,
+            "crate::engine::run::run"
+        )]
     );
 }
 
