@@ -72,8 +72,9 @@ pub(crate) fn build(tree: &SourceTree, root: &str) -> Result<ModTree, Error> {
         modules: Vec::new(),
         loading: Vec::new(),
     };
+    let parsed = builder.parse(root)?;
     let id = builder.new_module(None, root);
-    builder.load(id, root, parent_dir(root).to_string())?;
+    builder.load(id, parsed, root, parent_dir(root))?;
     Ok(ModTree {
         modules: builder.modules,
     })
@@ -101,20 +102,26 @@ impl Builder<'_> {
         self.modules.len() - 1
     }
 
-    /// Reads `file` as the body of module `id`, whose `mod x;` children are
-    /// looked up in `child_dir`.
-    fn load(&mut self, id: ModId, file: &str, child_dir: String) -> Result<(), Error> {
-        if self.loading.iter().any(|f| f == file) {
-            return Ok(());
-        }
+    fn parse(&self, file: &str) -> Result<syn::File, Error> {
         let text = self.tree.text(file).unwrap_or_default();
-        let parsed = syn::parse_file(text).map_err(|e| Error::Parse {
+        syn::parse_file(text).map_err(|e| Error::Parse {
             path: file.to_string(),
             line: line_of(e.span()),
             message: e.to_string(),
-        })?;
+        })
+    }
+
+    /// Fills module `id` with the items of `parsed`, the content of `file`,
+    /// whose `mod x;` children are looked up in `child_dir`.
+    fn load(
+        &mut self,
+        id: ModId,
+        parsed: syn::File,
+        file: &str,
+        child_dir: &str,
+    ) -> Result<(), Error> {
         self.loading.push(file.to_string());
-        let filled = self.fill(id, parsed.items, file, &child_dir, false);
+        let filled = self.fill(id, parsed.items, file, child_dir, false);
         self.loading.pop();
         filled
     }
@@ -169,9 +176,9 @@ impl Builder<'_> {
     ) -> Result<(), Error> {
         let name = m.ident.to_string();
         let path_attr = path_attr(&m.attrs);
-        let id = self.new_module(Some(parent), file);
-        self.modules[parent].children.insert(name.clone(), id);
         if let Some((_, items)) = m.content {
+            let id = self.new_module(Some(parent), file);
+            self.modules[parent].children.insert(name.clone(), id);
             let dir = join(child_dir, path_attr.as_deref().unwrap_or(&name)).unwrap_or_default();
             return self.fill(id, items, file, &dir, true);
         }
@@ -199,8 +206,17 @@ impl Builder<'_> {
         } else {
             found.trim_end_matches(".rs").to_string()
         };
-        self.modules[id].file = found.clone();
-        self.load(id, &found, sub_dir)
+        if self.loading.contains(&found) {
+            return Ok(());
+        }
+        let parsed = self.parse(&found)?;
+        // A file that is test-only as a whole (`#![cfg(test)]`).
+        if is_test_only(&parsed.attrs) {
+            return Ok(());
+        }
+        let id = self.new_module(Some(parent), &found);
+        self.modules[parent].children.insert(name, id);
+        self.load(id, parsed, &found, &sub_dir)
     }
 }
 

@@ -398,3 +398,21 @@ fn a_glob_import_is_an_edge_to_its_module_and_its_names_resolve_onward() {
         ]
     );
 }
+
+#[test]
+fn a_file_that_is_test_only_as_a_whole_is_left_out() {
+    let g = graph(&[
+        (
+            "src/lib.rs",
+            "mod a;\nmod checks;\nmod inline {\n    #![cfg(test)]\n    fn f() -> crate::a::A { crate::a::A }\n}\n",
+        ),
+        ("src/a.rs", "pub(crate) struct A;\n"),
+        (
+            "src/checks.rs",
+            "#![cfg(test)]\npub(crate) fn run() { let _ = crate::a::A; }\n",
+        ),
+    ]);
+    assert_eq!(g.files, strings(&["src/lib.rs", "src/a.rs"]));
+    assert!(!has_edge(&g, "src/lib.rs", "src/a.rs"));
+    assert_eq!(circle_files(&g), Vec::<Vec<String>>::new());
+}
