@@ -57,8 +57,9 @@
 //!
 //! - `mod` declarations themselves, and `pub(in path)` visibilities;
 //! - test-only code: items under `#[cfg(test)]` (also `all(test, ..)`),
-//!   among them `mod tests;` children and everything in them, which are
-//!   not in the graph at all;
+//!   among them `mod tests;` children and everything in them, and files
+//!   whose inner `#![cfg(test)]` makes them test-only: not in the graph at
+//!   all;
 //! - a façade's re-export of its own descendants: `pub use child::X` (any
 //!   visibility) in a file whose module has a descendant that defines `X`
 //!   makes no edge from the façade to the child's file (an inline module
