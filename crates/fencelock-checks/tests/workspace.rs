@@ -1,0 +1,209 @@
+//! The checks on this repository (read from `CARGO_MANIFEST_DIR/../..`,
+//! the files git tracks). The rules are the crate docs of
+//! `fencelock-checks`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use fencelock_checks::{
+    LayerRule, SourceTree, TargetGraph, check_references, drift, layer_violations, workspace_graphs,
+};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The files that are in an import circle today, while the circles are
+/// being cut. The list may only shrink: the test fails when a circle holds
+/// a file not listed here (a new circle, or a file joining one), and when
+/// a listed file is in no circle any more (delete its entry; the message
+/// names it). Once it is empty, the test demands no circles at all.
+const KNOWN_CIRCLES: &[&str] = &[
+    "crates/fencelock-bench/src/render.rs",
+    "crates/fencelock-bench/src/report.rs",
+    "crates/fencelock-cli/src/cli.rs",
+    "crates/fencelock-cli/src/connect.rs",
+    "crates/fencelock-cli/src/torture.rs",
+    "crates/fencelock-testkit/src/redis_server.rs",
+    "crates/fencelock-testkit/src/server_process.rs",
+    "crates/fencelock-torture/src/check/lock.rs",
+    "crates/fencelock-torture/src/check/mod.rs",
+    "crates/fencelock-torture/src/check/resource.rs",
+    "crates/fencelock-torture/src/config.rs",
+    "crates/fencelock-torture/src/topology.rs",
+    "crates/fencelock/src/acquire.rs",
+    "crates/fencelock/src/audit/checks.rs",
+    "crates/fencelock/src/audit/etcd.rs",
+    "crates/fencelock/src/audit/mod.rs",
+    "crates/fencelock/src/audit/probe.rs",
+    "crates/fencelock/src/backend/coalesce.rs",
+    "crates/fencelock/src/backend/conn.rs",
+    "crates/fencelock/src/backend/errors.rs",
+    "crates/fencelock/src/backend/etcd/acquire.rs",
+    "crates/fencelock/src/backend/etcd/conn.rs",
+    "crates/fencelock/src/backend/etcd/held.rs",
+    "crates/fencelock/src/backend/etcd/mod.rs",
+    "crates/fencelock/src/backend/mod.rs",
+    "crates/fencelock/src/backend/ops.rs",
+    "crates/fencelock/src/backend/scripts.rs",
+    "crates/fencelock/src/backend/sentinel.rs",
+    "crates/fencelock/src/backend/target.rs",
+    "crates/fencelock/src/backend/tls.rs",
+    "crates/fencelock/src/backend/wire.rs",
+    "crates/fencelock/src/client.rs",
+    "crates/fencelock/src/error.rs",
+    "crates/fencelock/src/keys.rs",
+    "crates/fencelock/src/lease.rs",
+    "crates/fencelock/src/metrics.rs",
+    "crates/fencelock/src/notify.rs",
+    "crates/fencelock/src/options.rs",
+    "crates/fencelock/src/renew.rs",
+    "crates/fencelock/src/resource/postgres/row.rs",
+    "crates/fencelock/src/resource/postgres/table.rs",
+    "crates/fencelock/src/state.rs",
+];
+
+/// What the layers of the library must not import. A rule whose directory
+/// does not exist (yet) checks nothing and says nothing.
+const LAYERS: &[LayerRule] = &[
+    LayerRule {
+        from: "crates/fencelock/src/store",
+        forbid: &[
+            "crates/fencelock/src/engine",
+            "crates/fencelock/src/lease",
+            "crates/fencelock/src/client.rs",
+        ],
+    },
+    LayerRule {
+        from: "crates/fencelock/src/engine",
+        forbid: &[
+            "crates/fencelock/src/lease",
+            "crates/fencelock/src/client.rs",
+        ],
+    },
+];
+
+/// One test for both import rules: the graphs are built once (most of
+/// the check's time is parsing).
+#[test]
+fn imports_close_no_new_circles_and_keep_to_the_layers() -> anyhow::Result<()> {
+    let tree = SourceTree::from_git(&repo_root())?;
+    let graphs = workspace_graphs(&tree)?;
+    // The library's graph is there: an empty answer below is not an empty
+    // workspace.
+    assert!(
+        graphs
+            .iter()
+            .any(|g| g.package == "fencelock" && g.target == "lib" && g.files.len() > 1)
+    );
+    let message = [circles_beyond_the_known(&graphs), layer_breaches(&graphs)].concat();
+    assert!(message.is_empty(), "{message}");
+    Ok(())
+}
+
+/// What differs from `KNOWN_CIRCLES`, for a developer ("" when nothing).
+fn circles_beyond_the_known(graphs: &[TargetGraph]) -> String {
+    let circles: Vec<_> = graphs.iter().flat_map(|g| g.circles()).collect();
+    let in_circles: BTreeSet<&str> = circles
+        .iter()
+        .flat_map(|c| c.files.iter().map(String::as_str))
+        .collect();
+    let found = drift(in_circles.iter().copied(), KNOWN_CIRCLES);
+    let mut message = String::new();
+    if !found.unexpected.is_empty() {
+        message.push_str("files in an import circle that KNOWN_CIRCLES does not list:\n");
+        for file in &found.unexpected {
+            message.push_str(&format!("  {file}\n"));
+        }
+        message.push_str("\nthe circles they are in (cutting one edge of a circle breaks it):\n\n");
+        for circle in circles
+            .iter()
+            .filter(|c| c.files.iter().any(|f| found.unexpected.contains(f)))
+        {
+            message.push_str(&format!("{circle}\n"));
+        }
+    }
+    if !found.stale.is_empty() {
+        message.push_str(
+            "KNOWN_CIRCLES lists files that are in no circle any more; delete these entries:\n",
+        );
+        for file in &found.stale {
+            message.push_str(&format!("  {file:?},\n"));
+        }
+    }
+    let listed: BTreeSet<&str> = KNOWN_CIRCLES.iter().copied().collect();
+    if listed.len() != KNOWN_CIRCLES.len() {
+        message.push_str("KNOWN_CIRCLES lists a file twice\n");
+    }
+    message
+}
+
+/// The imports that break `LAYERS`, for a developer ("" when none).
+fn layer_breaches(graphs: &[TargetGraph]) -> String {
+    let violations = layer_violations(graphs, LAYERS);
+    if violations.is_empty() {
+        return String::new();
+    }
+    let mut message = String::from("imports across the layers:\n");
+    for violation in &violations {
+        message.push_str(&format!("  {violation}\n"));
+    }
+    message
+}
+
+/// The citations that do not resolve today (`path`, or `path §N` for a
+/// section), while the documents they cite are being written. The list may
+/// only shrink: the test fails when a citation not listed here does not
+/// resolve, and when a listed one resolves (or is no longer made: delete
+/// its entry; the message names it). Once it is empty, every citation must
+/// resolve.
+const KNOWN_UNRESOLVED: &[&str] = &[
+    "docs/design.md",
+    "docs/design.md §2.1",
+    "docs/design.md §2.2",
+    "docs/design.md §2.3",
+    "docs/design.md §2.4",
+    "docs/design.md §5",
+    "docs/design.md §6",
+    "docs/design.md §7",
+    "docs/design.md §9",
+];
+
+/// Files the reference check does not read: this one, whose
+/// `KNOWN_UNRESOLVED` names the unresolved citations themselves (read, it
+/// would keep every entry alive).
+const NOT_READ: &[&str] = &["crates/fencelock-checks/tests/workspace.rs"];
+
+#[test]
+fn every_cited_file_and_section_exists_beyond_the_known_ones() -> anyhow::Result<()> {
+    let tree = SourceTree::from_git(&repo_root())?;
+    let references = check_references(&tree, NOT_READ);
+    // The repository cites its own files in many places: none checked
+    // would mean nothing was read.
+    assert!(references.checked > 0, "no citation found");
+    let found = drift(
+        references.unresolved.iter().map(|u| u.cited.as_str()),
+        KNOWN_UNRESOLVED,
+    );
+    let mut message = String::new();
+    if !found.unexpected.is_empty() {
+        message.push_str("citations that do not resolve (and KNOWN_UNRESOLVED does not list):\n");
+        for u in references
+            .unresolved
+            .iter()
+            .filter(|u| found.unexpected.contains(&u.cited))
+        {
+            message.push_str(&format!("  {u}\n"));
+        }
+    }
+    if !found.stale.is_empty() {
+        message.push_str(
+            "KNOWN_UNRESOLVED lists citations that resolve now or are no longer made; delete these entries:\n",
+        );
+        for cited in &found.stale {
+            message.push_str(&format!("  {cited:?},\n"));
+        }
+    }
+    assert!(message.is_empty(), "{message}");
+    Ok(())
+}
