@@ -41,9 +41,10 @@
 //!   `::name::`): ignored;
 //! - a path is followed segment by segment through modules and the `use`
 //!   declarations there (`pub`, `pub(crate)`, ... or private: a child sees
-//!   its parent's), so `crate::backend::X`, where `backend/mod.rs` has
-//!   `pub(crate) use conn::X`, is an edge to `backend/conn.rs`. It ends at
-//!   the first item (what follows is a variant or an associated item), or
+//!   its parent's), so `crate::store::redis::X`, where `store/redis/mod.rs`
+//!   has `pub(crate) use conn::X`, is an edge to `store/redis/conn.rs`. It
+//!   ends at the first item (what follows is a variant or an associated
+//!   item), or
 //!   at a module: a path naming a module itself is an edge to that module's
 //!   file. A name a module does not show (made by a macro, say) ends the
 //!   path at that module;
@@ -110,8 +111,8 @@
 //! **Resolution.** A citation starting with `./` or `../` is relative to
 //! the citing file's directory and must name a file exactly. Any other
 //! resolves when some file's path equals it or ends with it after a `/`
-//! (so `backend/scripts/grant.lua` resolves to
-//! `crates/fencelock/src/backend/scripts/grant.lua`).
+//! (so `redis/scripts/grant.lua` resolves to
+//! `crates/fencelock/src/store/redis/scripts/grant.lua`).
 //!
 //! **Sections.** A Markdown citation followed by `§` and a number
 //! (`§2`, `§2.4`; a sentence's final `.` is not part of it), and any

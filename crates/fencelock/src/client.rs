@@ -1,22 +1,22 @@
 //! The client façade: [`LockClient`], its builder, and what it offers —
-//! `try_acquire` / `acquire` / `with_lock` (through the acquire engine,
-//! `crate::acquire`), `inspect`, fenced resources and stats.
+//! `try_acquire` / `acquire` / `with_lock` (leases from `crate::lease`,
+//! grants from `crate::engine`), `inspect`, fenced resources and stats. It
+//! checks its input and delegates; which kind of store is behind it is the
+//! engine's business, never this file's.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::Engine;
 use crate::audit::Audit;
-use crate::backend::ops::Inspect;
-use crate::backend::{Backend, ConnSettings, wire};
+use crate::engine::{Engine, LockState};
 use crate::error::{Error, LossReason, Result};
-use crate::fence::Fence;
-use crate::keys::{KeyLayout, LockKeys, key_text_problem, lock_key_pattern, lock_name_of};
-use crate::lease::{Lease, LeaseHandle, ReleaseOutcome};
+use crate::keys::{KeyLayout, LockKeys, key_text_problem};
+use crate::lease::{Lease, LeaseHandle, Leases, ReleaseOutcome};
 use crate::metrics::{Stats, StatsHandle};
 use crate::options::LockOptions;
 use crate::resource::FencedHash;
+use crate::store::ConnSettings;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "lock:";
@@ -45,7 +45,7 @@ pub struct LockClient {
 
 #[derive(Debug)]
 struct ClientInner {
-    engine: Engine,
+    leases: Leases,
     prefix: String,
     defaults: LockOptions,
 }
@@ -137,38 +137,15 @@ impl LockClientBuilder {
                 "prefix {shown:?} cannot be used: {problem} (at most {MAX_PREFIX_LEN} bytes of visible text)"
             )));
         }
-        let backend = Backend::connect(&self.url, &self.settings).await?;
+        let engine = Engine::connect(&self.url, &self.settings).await?;
         Ok(LockClient {
             inner: Arc::new(ClientInner {
-                engine: Engine::new(backend),
+                leases: Leases::new(engine),
                 prefix: self.prefix,
                 defaults: self.defaults,
             }),
         })
     }
-}
-
-/// A snapshot of one lock, from [`LockClient::inspect`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LockState {
-    /// Nobody holds the lock.
-    Free {
-        /// The last fence issued for the name, if the fence key still exists.
-        last_fence: Option<Fence>,
-    },
-    /// Someone holds the lock.
-    Held {
-        /// The holder's public id ([`holder_id`](crate::holder_id) of its
-        /// token; the token itself is a secret and is never read back).
-        holder: String,
-        /// The holder's fence (known in the hash-tagged layout; in the guide
-        /// layout, the last fence issued).
-        fence: Option<Fence>,
-        /// Lease time left as Redis sees it (`None` if the key has no expiry,
-        /// which fencelock never creates).
-        remaining: Option<Duration>,
-    },
 }
 
 impl LockClient {
@@ -212,10 +189,9 @@ impl LockClient {
         self.inner.defaults.clone()
     }
 
-    /// The store behind this client.
-    #[cfg(feature = "testing")]
-    pub(crate) fn backend(&self) -> &Backend {
-        &self.inner.engine.backend
+    /// The engine behind this client.
+    pub(crate) fn engine(&self) -> &Engine {
+        self.inner.leases.engine()
     }
 
     /// The key prefix.
@@ -225,7 +201,7 @@ impl LockClient {
 
     /// The URL, without its password.
     pub fn url(&self) -> &str {
-        self.inner.engine.backend.url()
+        self.engine().url()
     }
 
     /// The keys of lock `name` in `layout`.
@@ -238,36 +214,14 @@ impl LockClient {
     /// # Errors
     /// [`Error::InvalidName`].
     pub fn keys(&self, name: &str, layout: KeyLayout) -> Result<LockKeys> {
-        #[cfg(feature = "etcd")]
-        if let Some(conn) = self.inner.engine.backend.etcd() {
-            crate::backend::etcd::validate_name(name)?;
-            return Ok(LockKeys {
-                lock: crate::backend::etcd::lock_prefix(conn.namespace(), &self.inner.prefix, name),
-                fence: String::new(),
-                queue: String::new(),
-                waiters: String::new(),
-                wake_prefix: String::new(),
-            });
-        }
-        LockKeys::new(&self.inner.prefix, layout, name)
+        self.engine().keys(&self.inner.prefix, name, layout)
     }
 
     /// The keys of lock `name` for a call on this client's deployment: the
     /// guide layout is refused on a Cluster, where its keys would land in
     /// different slots, and on etcd, which has no such layout.
     fn lock_keys(&self, name: &str, layout: KeyLayout) -> Result<LockKeys> {
-        #[cfg(feature = "etcd")]
-        if layout == KeyLayout::Guide && self.inner.engine.backend.etcd().is_some() {
-            return Err(Error::InvalidOption(
-                "the guide layout (lock:NAME in Redis) does not exist on etcd: use the default layout".into(),
-            ));
-        }
-        if layout == KeyLayout::Guide && self.inner.engine.backend.is_cluster() {
-            return Err(Error::InvalidOption(
-                "the guide layout (lock:NAME) cannot be used on Redis Cluster: a lock's keys would land in different slots; use the default layout (lock:{NAME})".into(),
-            ));
-        }
-        self.keys(name, layout)
+        self.engine().lock_keys(&self.inner.prefix, name, layout)
     }
 
     /// A fenced Redis hash resource at `key` on this client's Redis (the key
@@ -280,9 +234,9 @@ impl LockClient {
     /// fences from any backend work with it).
     pub fn fenced_hash(&self, key: &str) -> Result<FencedHash> {
         FencedHash::new(
-            self.inner.engine.backend.redis()?.clone(),
+            self.engine().redis()?.clone(),
             key,
-            Some(self.inner.engine.stats.clone()),
+            Some(self.inner.leases.stats().clone()),
         )
     }
 
@@ -296,22 +250,18 @@ impl LockClient {
     /// [`LockClient::fenced_hash`] there).
     #[cfg(feature = "etcd")]
     pub fn fenced_key(&self, key: &str) -> Result<crate::FencedKey> {
-        let Some(conn) = self.inner.engine.backend.etcd() else {
+        let Some(conn) = self.engine().etcd() else {
             return Err(Error::InvalidOption(
                 "fenced keys live in etcd, but this client is connected to Redis: use fenced_hash"
                     .into(),
             ));
         };
-        crate::FencedKey::new(conn.clone(), key, Some(self.inner.engine.stats.clone()))
+        crate::FencedKey::new(conn.clone(), key, Some(self.inner.leases.stats().clone()))
     }
 
     /// The kind of store behind this client: `"redis"` or `"etcd"`.
     pub fn backend_kind(&self) -> &'static str {
-        match &self.inner.engine.backend {
-            Backend::Redis(_) => "redis",
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => "etcd",
-        }
+        self.engine().kind()
     }
 
     /// Per-family counters since this client connected (shared by its
@@ -322,13 +272,13 @@ impl LockClient {
     /// [`crate::metrics`]. Kept whether or not a metrics recorder is
     /// installed; one short mutex section per event.
     pub fn stats(&self) -> Stats {
-        self.inner.engine.stats.snapshot()
+        self.inner.leases.stats().snapshot()
     }
 
     /// The storage behind [`LockClient::stats`], to share with resources
     /// created without the client (`FencedTable::with_stats`).
     pub fn stats_handle(&self) -> StatsHandle {
-        self.inner.engine.stats.clone()
+        self.inner.leases.stats().clone()
     }
 
     /// Tries once to take lock `name`.
@@ -345,7 +295,7 @@ impl LockClient {
     pub async fn try_acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
         let keys = self.lock_keys(name, opts.layout)?;
-        self.inner.engine.try_acquire(name, keys, opts).await
+        self.inner.leases.try_acquire(name, keys, opts).await
     }
 
     /// Takes lock `name`, waiting up to the options' wait deadline (zero means
@@ -363,7 +313,7 @@ impl LockClient {
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
         let keys = self.lock_keys(name, opts.layout)?;
-        self.inner.engine.acquire(name, keys, opts).await
+        self.inner.leases.acquire(name, keys, opts).await
     }
 
     /// Runs `work` while holding lock `name`, then releases it.
@@ -421,26 +371,9 @@ impl LockClient {
     /// # Errors
     /// Connection errors.
     pub async fn lock_names(&self, pattern: &str, layout: KeyLayout) -> Result<Vec<String>> {
-        #[cfg(feature = "etcd")]
-        if let Some(conn) = self.inner.engine.backend.etcd() {
-            let names_prefix = format!("{}{}", conn.namespace(), self.inner.prefix);
-            return conn.lock_names(&names_prefix, pattern).await;
-        }
-        let keys = self
-            .inner
-            .engine
-            .backend
-            .redis()?
-            .scan(
-                &lock_key_pattern(&self.inner.prefix, layout, pattern),
-                "string",
-            )
-            .await?;
-        Ok(keys
-            .iter()
-            .filter_map(|key| lock_name_of(&self.inner.prefix, layout, key))
-            .map(str::to_owned)
-            .collect())
+        self.engine()
+            .lock_names(&self.inner.prefix, pattern, layout)
+            .await
     }
 
     /// How many waiters are queued for lock `name` (notify and fair modes;
@@ -450,16 +383,7 @@ impl LockClient {
     /// [`Error::InvalidName`], [`Error::WrongType`] and connection errors.
     pub async fn waiters(&self, name: &str, layout: KeyLayout) -> Result<u64> {
         let keys = self.lock_keys(name, layout)?;
-        #[cfg(feature = "etcd")]
-        if let Some(conn) = self.inner.engine.backend.etcd() {
-            return conn.waiters(&keys.lock).await;
-        }
-        self.inner
-            .engine
-            .backend
-            .redis()?
-            .cmd(&keys.queue, redis::cmd("ZCARD").arg(&keys.queue))
-            .await
+        self.engine().waiters(&keys).await
     }
 
     /// Audits the Redis deployment behind this client: whether it provides
@@ -479,12 +403,9 @@ impl LockClient {
     /// Connection errors ([`Error::Unreachable`] and the like) when Redis
     /// cannot be reached while auditing.
     pub async fn audit(&self) -> Result<Audit> {
-        crate::audit::run(
-            &self.inner.engine.backend,
-            &self.inner.prefix,
-            &self.inner.defaults,
-        )
-        .await
+        self.engine()
+            .audit(&self.inner.prefix, &self.inner.defaults)
+            .await
     }
 
     /// Reads the current state of lock `name` (one atomic script). Fences
@@ -499,35 +420,8 @@ impl LockClient {
     /// [`Error::InvalidName`], [`Error::WrongType`] and connection errors.
     pub async fn inspect(&self, name: &str, layout: KeyLayout) -> Result<LockState> {
         let keys = self.lock_keys(name, layout)?;
-        #[cfg(feature = "etcd")]
-        if let Some(conn) = self.inner.engine.backend.etcd() {
-            return Ok(conn.inspect(&keys.lock, &self.inner.defaults).await?.0);
-        }
-        let base = self.inner.defaults.fence_base(0);
-        let epoch = |f: Fence| Fence::new(f.get().saturating_add(base));
-        let reply = self
-            .inner
-            .engine
-            .backend
-            .run(&Inspect { keys: &keys })
-            .await?;
-        let last_fence = reply
-            .last_fence
-            .and_then(|f| f.parse::<Fence>().ok())
-            .map(epoch);
-        Ok(match reply.value {
-            None => LockState::Free { last_fence },
-            Some(value) => {
-                let (token, fence) = wire::parse_lock_value(&value, layout);
-                LockState::Held {
-                    holder: crate::holder::holder_id(token),
-                    fence: fence.map(epoch).or(match layout {
-                        KeyLayout::HashTagged => None,
-                        KeyLayout::Guide => last_fence,
-                    }),
-                    remaining: reply.remaining,
-                }
-            }
-        })
+        self.engine()
+            .inspect(&keys, layout, &self.inner.defaults)
+            .await
     }
 }

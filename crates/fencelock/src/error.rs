@@ -496,6 +496,7 @@ impl DriverError {
 
     /// Marks the failure as one that credentials, roles or the deployment
     /// must fix.
+    #[cfg(feature = "etcd")]
     pub(crate) fn needs_config(mut self) -> Self {
         self.config = true;
         self

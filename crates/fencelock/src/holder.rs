@@ -1,7 +1,7 @@
 //! The two faces of a lock holder: its token, a secret, and its holder id,
 //! public.
 //!
-//! The **token** (128 random bits, `Lease::token`) is a bearer secret:
+//! The **token** (122 random bits: a UUID v4, [`new_token`]; `Lease::token`) is a bearer secret:
 //! whoever knows it can release or extend the lock and write as its holder.
 //! Keep it in the process that holds the lease (the CLI passes it only to
 //! the command it runs, as `FENCELOCK_TOKEN`).
@@ -25,6 +25,18 @@ pub fn holder_id(token: &str) -> String {
     let mut hex = sha1_smol::Sha1::from(token).digest().to_string();
     hex.truncate(16);
     hex
+}
+
+/// A fresh holder token: 122 random bits, hyphenated like the guide's
+/// `str(uuid.uuid4())`.
+pub(crate) fn new_token() -> String {
+    // Encoded directly: `to_string` goes through the formatting machinery,
+    // a measurable share of an acquire's own work.
+    let mut buf = uuid::Uuid::encode_buffer();
+    uuid::Uuid::new_v4()
+        .hyphenated()
+        .encode_lower(&mut buf)
+        .to_owned()
 }
 
 #[cfg(test)]

@@ -206,6 +206,18 @@ pub(crate) fn validate_text(text: &str, empty: &'static str, too_long: &'static 
     }
 }
 
+/// Escapes glob metacharacters so `s` matches literally in `SCAN … MATCH`.
+pub(crate) fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

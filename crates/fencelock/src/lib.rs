@@ -50,44 +50,52 @@
 //!
 //! ## Module map
 //!
-//! | module | concern |
-//! |---|---|
-//! | `client` | the façade: [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `inspect`, resources, stats |
-//! | `acquire` | the acquire engine: grant attempts, the wait loop, hand-overs; `retry_delay` and `handover_deadline` as pure functions |
-//! | `lease` | the [`Lease`] guard and [`LeaseHandle`]: fence, token, `remaining`, `lost`, `extend`, `release` |
-//! | `state` | what a grant gave and the shared lease state: local deadline, loss signal, one renew / one release call |
-//! | `renew` | the client's keeper: one task renews all its leases, those due together in one script call per batch, and watches every deadline |
-//! | `notify` | the client's waiters and the routing of wake-ups to them (notify and fair modes) |
-//! | `wait` | backoff with jitter (poll mode) |
-//! | `backend` | everything that talks to Redis: typed calls and replies (`backend::ops`), the data kept in Redis (`backend::wire`), the Lua scripts (`backend/scripts/*.lua`), the connection seam (`backend::conn`), pub/sub |
-//! | `options` | [`LockOptions`], [`Renewal`], [`FenceMode`], [`WaitMode`] and their limits |
-//! | `keys` | name checks and [`KeyLayout`]: the Redis keys of a lock |
-//! | `fence` | the [`Fence`] newtype |
-//! | `holder` | the secret token and the public [`holder_id`] |
-//! | `resource` | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`] |
-//! | `resource::postgres` | feature `postgres`: fenced Postgres rows, `FencedTable`, `SetClause`, `RowKey` (sqlx) |
-//! | `resource::etcd_key` | feature `etcd`: `FencedKey`, a fenced key in etcd |
-//! | `backend::etcd` | feature `etcd`: the lock on etcd — URL and connection, keys, the grant transaction and the wait, keep-alive and release, `FencedKey`'s transactions |
-//! | `error` | [`Error`] and [`LossReason`] |
-//! | [`audit`] | the deployment audit ([`LockClient::audit`], `fencelock doctor`): [`audit::Audit`], its [`audit::Check`] rows and their [`audit::Status`] |
-//! | [`metrics`] | diagnostics: metric names, the family rule for labels, recording helpers, the [`Stats`] snapshot |
+//! Three layers, knowledge pointing one way — `client` → `resource` →
+//! `lease` → `engine` → `audit` → `store` → the foundation — and no import
+//! circle between files (`fencelock-checks` enforces both):
+//!
+//! | module | layer | concern |
+//! |---|---|---|
+//! | `client` | façade | [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `inspect`, resources, stats: checks input and delegates, never matches on the kind of store |
+//! | `resource` | resources | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`]; `resource::postgres` (feature `postgres`: `FencedTable`, `SetClause`, `RowKey`, sqlx) and `resource::etcd_key` (feature `etcd`: `FencedKey`) |
+//! | `lease` | lease | what a holder has and keeps, for every store and primitive: the [`Lease`] guard and [`LeaseHandle`] (`lease/guard.rs`), the shared state with its deadline and loss signal (`lease/state.rs`), the client's keeper that renews every lease in batches (`lease/keeper.rs`) |
+//! | `engine` | engine | the protocol's decisions and the one place that matches on the kind of store: grant, wait, hand-over, renew, release, inspect. `engine/redis/` (`acquire.rs`: attempts, the wait loop, hand-overs; `wakeups.rs`: the waiters' wake-ups; `mod.rs`: renew, release, inspect) and `engine/etcd/` side by side; `engine/timing.rs` holds the decisions about time as pure functions; `engine/grant.rs` what a grant holds (the seam for new primitives) |
+//! | [`audit`] | audit | the deployment audit ([`LockClient::audit`], `fencelock doctor`): [`audit::Audit`], its [`audit::Check`] rows and their [`audit::Status`] |
+//! | `store` | store | I/O only. `store/redis/`: typed calls and replies, one file per operation (`store/redis/ops/`), the Lua scripts (`store/redis/scripts/*.lua`), the data kept in Redis (`wire.rs`), the connection (`conn.rs`, `connect.rs`, `invoke.rs`, `command.rs`), Sentinel, Cluster, pub/sub, batching (`coalesce.rs`). `store/etcd/` (feature `etcd`): the connection, keys, the grant transactions, the queue and its watch, keep-alive and release, `FencedKey`'s transactions. TLS and URL redaction |
+//! | `options` | foundation | [`LockOptions`], [`Renewal`], [`FenceMode`], [`WaitMode`] and their limits |
+//! | `keys` | foundation | name checks and [`KeyLayout`]: the Redis keys of a lock |
+//! | `fence` | foundation | the [`Fence`] newtype |
+//! | `holder` | foundation | the secret token and the public [`holder_id`] |
+//! | `error` | foundation | [`Error`], [`Retry`], [`DriverError`] and [`LossReason`] |
+//! | [`metrics`] | foundation | diagnostics: metric names, the family rule for labels, recording helpers, the [`Stats`] snapshot |
+//! | `testing` | — | feature `testing`: the wire formats, raw script calls, broken variants for negative controls, the engine's pure decisions about time |
 //!
 //! Where to find the four things a reader looks for first:
 //!
-//! - **the grant** (lock and fence in one step): `backend/scripts/grant.lua`,
-//!   with fence minting (`mint`) in `backend/scripts/prelude.lua`; its
-//!   arguments and reply are `backend::ops::Grant` and `GrantReply`;
-//! - **the renewal loop**: `renew::Keeper`, one task per client that renews
-//!   the leases due in each tick in batches; the compare-and-pexpire it
-//!   sends is `backend/scripts/extend_many.lua` (`extend.lua` for a manual
-//!   `extend`);
+//! - **the grant** (lock and fence in one step): `store/redis/scripts/grant_fast.lua`
+//!   runs first (the common cases: a free lock, a refusal) and falls
+//!   through to `grant.lua` for the rest (queueing, fair hand-overs,
+//!   retries, errors), whose fence minting is `next_fence` / `mint` in
+//!   `prelude.lua`; concurrent grants of one client go as one call to
+//!   `grant_many.lua`; the clock-floored fence itself is `clock_fence` in
+//!   `fast_helpers.lua`. Arguments and replies: `store/redis/ops/grant.rs`.
+//!   The attempt and the wait around it: `engine/redis/acquire.rs`. On
+//!   etcd: the grant transactions in `store/etcd/grant.rs`, the recipe in
+//!   `engine/etcd/acquire.rs`;
+//! - **the renewal loop**: the keeper in `lease/keeper.rs`, one task per
+//!   client that renews the leases due in each tick in batches through
+//!   `Engine::renew_many`; on Redis the compare-and-pexpire
+//!   it sends is `store/redis/scripts/extend_many.lua` (`extend.lua` for a
+//!   manual `extend`), on etcd one keep-alive per lease;
 //! - **the fence rule at the resource**: [`fence_accepts`] states it; it runs
-//!   in `backend/scripts/fenced_write.lua` (Redis hash) and as SQL in
-//!   `resource::postgres::sql` (`rule_sql`);
-//! - **the wait queue**: its Redis side is `enqueue` in `grant.lua` and
-//!   `live_head` / `pass_on` in `prelude.lua`; the member format is
-//!   `backend::wire::QueueMember`; the waiting loop is `acquire`, and the
-//!   wake-up routing `notify`.
+//!   in `store/redis/scripts/fenced_write.lua` (Redis hash), as SQL in
+//!   `resource/postgres/sql.rs` (`rule_sql`), and as a transaction in
+//!   `store/etcd/fenced.rs` (etcd key);
+//! - **the wait queue**: its Redis side is `enqueue` in `grant.lua`,
+//!   `live_head` / `pass_on` in `prelude.lua` and the hand-over in
+//!   `release_fast.lua`; the member format is `QueueMember` in
+//!   `store/redis/wire.rs`; the waiting loop is `engine/redis/acquire.rs`,
+//!   and the wake-up routing `engine/redis/wakeups.rs`.
 //!
 //! ## Fenced resources
 //!
@@ -163,7 +171,7 @@
 //! - Not on etcd: the guide layout, fence modes (ignored), waiting for
 //!   replicas, fenced hashes on the etcd client (use a Redis client).
 //!
-//! The protocol, step by step, is in `backend/etcd/mod.rs`.
+//! The protocol, step by step, is in `engine/etcd/mod.rs`.
 //!
 //! ## Diagnostics
 //!
@@ -186,25 +194,21 @@
 // needs more than the default query depth.
 #![recursion_limit = "256"]
 
-mod acquire;
 pub mod audit;
-mod backend;
 mod client;
+mod engine;
 mod error;
 mod fence;
 mod holder;
 mod keys;
 mod lease;
 pub mod metrics;
-mod notify;
 mod options;
-mod renew;
 mod resource;
-mod state;
-mod wait;
+mod store;
 
-pub use backend::{redact as redact_url, redact_url_in};
-pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, LockState, MAX_PREFIX_LEN};
+pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, MAX_PREFIX_LEN};
+pub use engine::LockState;
 pub use error::{DriverError, Error, LossReason, Result, Retry};
 pub use fence::Fence;
 pub use holder::holder_id;
@@ -227,116 +231,10 @@ pub use resource::{FencedKey, KeyState};
 /// `postgres`), so a `PgPool` from it always fits [`FencedTable::new`].
 #[cfg(feature = "postgres")]
 pub use sqlx;
+pub use store::{redact as redact_url, redact_url_in};
 
-/// Internals for tests and benchmarks that read or write Redis directly
-/// (feature `testing`; not a stable API): the data fencelock keeps in Redis —
-/// lock values, the wait queue's members, wake-up messages — encoded and
-/// decoded exactly as the library does, and raw script calls.
 #[cfg(feature = "testing")]
-pub mod testing {
-    pub use crate::backend::wire::*;
-
-    /// The grant script call that [`LockClient::try_acquire`](crate::LockClient::try_acquire) makes for
-    /// `keys`, `token` and `opts`, to run on any connection.
-    pub fn grant_invocation(
-        keys: &crate::LockKeys,
-        token: &str,
-        opts: &crate::LockOptions,
-    ) -> redis::ScriptInvocation<'static> {
-        crate::backend::invocation(&crate::backend::ops::Grant {
-            keys,
-            mint: crate::backend::ops::Mint::new(opts),
-            token,
-            ttl: opts.ttl,
-            wait_mode: opts.wait_mode,
-            member: None,
-            waiter_lease: opts.waiter_lease,
-            queued: false,
-        })
-    }
-
-    pub use crate::backend::BatchFault;
-
-    /// How many grant (or release) calls of one client, of one Cluster
-    /// slot, go to Redis at once before further ones queue and are batched:
-    /// a test that wants a batch first holds this many calls inside Redis.
-    pub const BATCH_IN_FLIGHT: usize = crate::backend::IN_FLIGHT;
-
-    /// Makes `client`'s batched grants run a deliberately broken script
-    /// (`None`: the real one again): the negative controls of the tests
-    /// of batched grants. A Redis client only.
-    pub fn break_batched_grants(client: &crate::LockClient, fault: Option<BatchFault>) {
-        if let Ok(conn) = client.backend().redis() {
-            conn.break_batched_grants(fault);
-        }
-    }
-
-    /// The script call one keeper tick makes to renew a batch of leases
-    /// (`(lock key, exact lock value)` each) to `ttl`, to run on any
-    /// connection. It replies with the leases it did not renew, as pairs
-    /// (1-based index, 0 absent or -1 another value): empty when all were.
-    pub fn renewal_batch_invocation(
-        leases: &[(&str, &str)],
-        ttl: std::time::Duration,
-    ) -> redis::ScriptInvocation<'static> {
-        crate::backend::invocation(&crate::backend::ops::ExtendMany { leases, ttl })
-    }
-
-    /// The script call a lease's own `extend` makes, to run on any
-    /// connection.
-    pub fn extend_invocation(
-        key: &str,
-        value: &str,
-        ttl: std::time::Duration,
-    ) -> redis::ScriptInvocation<'static> {
-        crate::backend::invocation(&crate::backend::ops::Extend { key, value, ttl })
-    }
-
-    /// The etcd grant transaction for lock `name` and the existing lease
-    /// `lease`, on an etcd `client` (feature `etcd`), as an acquisition
-    /// sends it (and sends it again when its reply was lost): creates the
-    /// lease's key unless it exists. Returns the key's create revision and
-    /// how many keys the lock has.
-    ///
-    /// # Errors
-    /// [`crate::Error::InvalidOption`] for a Redis client; etcd errors.
-    #[cfg(feature = "etcd")]
-    pub async fn etcd_grant_txn(
-        client: &crate::LockClient,
-        name: &str,
-        lease: i64,
-    ) -> crate::Result<(i64, usize)> {
-        let Some(conn) = client.backend().etcd() else {
-            return Err(crate::Error::InvalidOption("not an etcd client".into()));
-        };
-        crate::backend::etcd::grant_txn(conn, client.prefix(), name, lease).await
-    }
-
-    /// Deletes every etcd key under the `client`'s namespace and prefix
-    /// (feature `etcd`): what a run that made up its own prefix leaves
-    /// behind (holder and waiter keys whose leases have not expired yet).
-    /// Returns how many keys were deleted.
-    ///
-    /// # Errors
-    /// [`crate::Error::InvalidOption`] for a Redis client, or an empty
-    /// namespace and prefix (that would be every key); etcd errors.
-    #[cfg(feature = "etcd")]
-    pub async fn etcd_delete_prefix(client: &crate::LockClient) -> crate::Result<i64> {
-        let Some(conn) = client.backend().etcd() else {
-            return Err(crate::Error::InvalidOption("not an etcd client".into()));
-        };
-        let prefix = format!("{}{}", conn.namespace(), client.prefix());
-        if prefix.is_empty() {
-            return Err(crate::Error::InvalidOption(
-                "refusing to delete every key: the client has no namespace or prefix".into(),
-            ));
-        }
-        conn.delete_prefix(&prefix)
-            .await
-            .map(|r| r.deleted())
-            .map_err(|e| conn.error(e, "deleting the keys under the prefix"))
-    }
-}
+pub mod testing;
 
 /// The README's examples, compiled as doc-tests so they cannot rot.
 #[cfg(doctest)]

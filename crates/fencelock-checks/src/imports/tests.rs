@@ -341,7 +341,7 @@ fn a_layer_rule_violation_is_reported_and_an_absent_layer_checks_nothing() {
 
 #[test]
 fn an_inline_module_of_a_facade_reexports_for_its_file() {
-    // lib.rs's inline `testing` re-exports an item of backend/wire.rs: a
+    // lib.rs's inline `testing` re-exports an item of the wire module: a
     // re-export of the file's descendants; its function's path is an edge.
     let g = graph(&[
         (

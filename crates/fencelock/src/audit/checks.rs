@@ -4,12 +4,16 @@
 use std::time::Duration;
 
 use super::probe::{Need, ProbeReport};
-use super::{Check, Reading};
-use crate::backend::{Topology, info_field, memory_policy};
+use super::report::{Check, Reading};
 use crate::error::Error;
 use crate::options::FenceMode;
+use crate::store::redis::{Topology, info_field, memory_policy};
 
 /// The oldest Redis fencelock's scripts are built and tested on.
+/// How many round trips (`PING`s, or reads on etcd) the `rtt` row is the
+/// median of.
+pub(super) const PINGS: usize = 5;
+
 const MIN_VERSION: (u32, u32) = (7, 0);
 
 /// Two clocks further apart than this are not both synchronised: hosts kept
@@ -451,18 +455,6 @@ pub(super) fn rtt(sorted: &[Duration], ttl: Duration) -> Check {
     }
 }
 
-/// Escapes glob metacharacters so `s` matches literally in `SCAN … MATCH`.
-pub(super) fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// A duration for people: `0.12 ms`, `12.3 ms`, `4.2 s`, `2.5 min`, `3.0 h`.
 fn show(d: Duration) -> String {
     let secs = d.as_secs_f64();
@@ -486,6 +478,7 @@ fn show(d: Duration) -> String {
 mod tests {
     use super::*;
     use crate::audit::Status;
+    use crate::keys::glob_escape;
 
     fn info(lines: &[&str]) -> String {
         let mut text = String::from("# Server\r\n");

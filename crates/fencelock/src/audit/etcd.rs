@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Check;
-use crate::backend::etcd::{EtcdConn, Status, is_transient};
+use super::report::{Audit, Check};
 use crate::error::Result;
 use crate::options::LockOptions;
+use crate::store::etcd::{EtcdConn, Status, is_transient};
 
 /// etcd's default database quota (`--quota-backend-bytes` 0 means 2 GiB).
 const DEFAULT_QUOTA: i64 = 2 * 1024 * 1024 * 1024;
@@ -28,8 +28,8 @@ pub(super) struct MemberReport {
     pub(super) status: std::result::Result<Status, String>,
 }
 
-/// Runs the etcd audit.
-pub(super) async fn run(conn: &EtcdConn, opts: &LockOptions) -> Result<Vec<Check>> {
+/// Runs the audit of the etcd cluster behind `conn`.
+pub(crate) async fn run(conn: &EtcdConn, opts: &LockOptions) -> Result<Audit> {
     let rtt = round_trips(conn).await?;
     let members = members(conn).await?;
     let alarms = conn
@@ -52,7 +52,7 @@ pub(super) async fn run(conn: &EtcdConn, opts: &LockOptions) -> Result<Vec<Check
         lease(shortest, opts.ttl_value()),
     ];
     rows.push(super::checks::rtt(&rtt, opts.ttl_value()).renamed_reads());
-    Ok(rows)
+    Ok(Audit::new(conn.url(), rows))
 }
 
 impl Check {
@@ -126,9 +126,9 @@ async fn member_status(conn: &EtcdConn, endpoint: &str) -> std::result::Result<S
 /// reads for a moment: they are retried for up to [`ELECTION_WAIT`], so the
 /// audit reports the cluster after the election instead of failing.
 async fn round_trips(conn: &EtcdConn) -> Result<Vec<Duration>> {
-    let mut samples = Vec::with_capacity(super::PINGS);
+    let mut samples = Vec::with_capacity(super::checks::PINGS);
     let started = Instant::now();
-    for _ in 0..super::PINGS {
+    for _ in 0..super::checks::PINGS {
         loop {
             let sent = Instant::now();
             match conn

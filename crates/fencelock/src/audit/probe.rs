@@ -16,16 +16,18 @@
 //! its ttl, the queue after two waiter leases, a clock fence after its
 //! retention), except a counter fence key and the probe hash.
 
-use crate::acquire::new_token;
-use crate::backend::ops::{
-    Change, Extend, FencedWrite, Grant, GrantReply, Inspect, Leave, Mint, PassOn, Publish, Release,
-};
-use crate::backend::wire::{QueueMember, lock_value, wake_channel};
-use crate::backend::{Backend, Event, RedisConn};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
+use crate::holder::new_token;
 use crate::keys::LockKeys;
+use crate::keys::glob_escape;
 use crate::options::{LockOptions, WaitMode};
+use crate::store::redis::ops::{
+    Change, Extend, FencedWrite, Grant, GrantReply, Inspect, Leave, Mint, PassOn, Publish, Release,
+};
+use crate::store::redis::scripts;
+use crate::store::redis::wire::{QueueMember, lock_value, wake_channel};
+use crate::store::redis::{Event, PubSub, RedisConn};
 
 /// Lock operations: without them locks do not work (FAIL).
 const LOCKS: &str = "taking, renewing and releasing locks";
@@ -137,48 +139,40 @@ fn is_server_reply(e: &Error) -> bool {
     matches!(e, Error::Unreachable { source, .. } if source.code().is_some())
 }
 
-/// The source of the inspect script, to probe `SCRIPT LOAD` even when the
-/// server has every script cached already.
-const INSPECT_SOURCE: &str = concat!(
-    include_str!("../backend/scripts/common.lua"),
-    include_str!("../backend/scripts/inspect.lua")
-);
-
 /// Runs the probe for locks under `prefix` taken with `opts`.
-pub(super) async fn run(
-    backend: &Backend,
-    prefix: &str,
-    opts: &LockOptions,
-) -> Result<ProbeReport> {
-    let conn = backend.redis()?;
+pub(super) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> Result<ProbeReport> {
     let id = uuid::Uuid::new_v4().simple().to_string();
     let keys = LockKeys::new(prefix, opts.layout, &format!("fencelock-doctor-{id}"))?;
     // Under the prefix, and no other lock's key in either layout.
     let resource = format!("{}:probe", keys.lock);
     let opts = opts.clone().ttl(PROBE_TTL);
     let mut report = ProbeReport {
-        channels: Some(format!("&{}*", super::checks::glob_escape(prefix))),
+        channels: Some(format!("&{}*", glob_escape(prefix))),
         ..ProbeReport::default()
     };
 
     report.note(
         conn.cmd::<String>(
             &keys.lock,
-            redis::cmd("SCRIPT").arg("LOAD").arg(INSPECT_SOURCE),
+            // The inspect script's source: `SCRIPT LOAD` is probed even when
+            // the server has every script cached already.
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(scripts::INSPECT.source),
         )
         .await,
         Need::Locks(LOCKS),
     )?;
-    let fence = locks(backend, &keys, &opts, &id, &mut report).await?;
+    let fence = locks(conn, &keys, &opts, &id, &mut report).await?;
     fenced_hash(conn, &resource, fence, &mut report).await?;
-    wakeups(backend, &keys, &id, &mut report).await?;
+    wakeups(conn, &keys, &id, &mut report).await?;
     report.note(
         conn.cmd::<(u64, Vec<String>)>(
             "",
             redis::cmd("SCAN")
                 .arg(0)
                 .arg("MATCH")
-                .arg(super::checks::glob_escape(&keys.lock))
+                .arg(glob_escape(&keys.lock))
                 .arg("COUNT")
                 .arg(10),
         )
@@ -213,7 +207,7 @@ pub(super) async fn run(
 /// over to it; it leaves (releasing what it was handed). Returns the probe
 /// lock's fence if it was granted.
 async fn locks(
-    backend: &Backend,
+    conn: &RedisConn,
     keys: &LockKeys,
     opts: &LockOptions,
     id: &str,
@@ -223,8 +217,7 @@ async fn locks(
     let holder = new_token();
     let waiter = new_token();
     let granted = report.note(
-        backend
-            .run(&grant(keys, opts, &holder, WaitMode::Poll, None))
+        conn.run(&grant(keys, opts, &holder, WaitMode::Poll, None))
             .await,
         Need::Locks(LOCKS),
     )?;
@@ -241,16 +234,15 @@ async fn locks(
     };
     let value = lock_value(&holder, fence, opts.layout);
     report.note(
-        backend
-            .run(&Extend {
-                key: &keys.lock,
-                value: &value,
-                ttl: opts.ttl,
-            })
-            .await,
+        conn.run(&Extend {
+            key: &keys.lock,
+            value: &value,
+            ttl: opts.ttl,
+        })
+        .await,
         Need::Locks(LOCKS),
     )?;
-    report.note(backend.run(&Inspect { keys }).await, Need::Locks(STATUS))?;
+    report.note(conn.run(&Inspect { keys }).await, Need::Locks(STATUS))?;
     let member = QueueMember {
         client: id.to_owned(),
         waiter: 1,
@@ -260,36 +252,33 @@ async fn locks(
         token: waiter.clone(),
     };
     let queued = report.note(
-        backend
-            .run(&grant(keys, opts, &waiter, WaitMode::Fair, Some(&member)))
+        conn.run(&grant(keys, opts, &waiter, WaitMode::Fair, Some(&member)))
             .await,
         Need::Locks(QUEUE),
     )?;
     let pass_on = PassOn {
-        publish: backend.publish(),
+        publish: conn.publish(),
     };
     report.note(
-        backend
-            .run(&Release {
-                lock: &keys.lock,
-                mint,
-                pass_on,
-                value: &value,
-                wake_first: false,
-            })
-            .await,
+        conn.run(&Release {
+            lock: &keys.lock,
+            mint,
+            pass_on,
+            value: &value,
+            wake_first: false,
+        })
+        .await,
         Need::Locks(LOCKS),
     )?;
     if queued.is_some() {
         report.note(
-            backend
-                .run(&Leave {
-                    keys,
-                    mint,
-                    pass_on,
-                    member: &member,
-                })
-                .await,
+            conn.run(&Leave {
+                keys,
+                mint,
+                pass_on,
+                member: &member,
+            })
+            .await,
             Need::Locks(QUEUE),
         )?;
     }
@@ -348,24 +337,25 @@ async fn fenced_hash(
 /// A publish on the probe's wake-up channel (nobody listens), and a
 /// subscription to it on a pub/sub connection of its own.
 async fn wakeups(
-    backend: &Backend,
+    conn: &RedisConn,
     keys: &LockKeys,
     id: &str,
     report: &mut ProbeReport,
 ) -> Result<()> {
     let channel = wake_channel(keys, id);
-    let publish = match backend.publish() {
+    let publish = match conn.publish() {
         Publish::Publish => "PUBLISH",
         Publish::SPublish => "SPUBLISH",
     };
     report.note(
-        backend
-            .redis()?
-            .cmd::<u64>(&channel, redis::cmd(publish).arg(&channel).arg("0"))
+        conn.cmd::<u64>(&channel, redis::cmd(publish).arg(&channel).arg("0"))
             .await,
         Need::Feature(WAKEUPS),
     )?;
-    let Some(pubsub) = report.note(backend.pubsub(|_: Event| {}).await, Need::Feature(WAKEUPS))?
+    let Some(pubsub) = report.note(
+        PubSub::connect(conn, |_: Event| {}).await,
+        Need::Feature(WAKEUPS),
+    )?
     else {
         return Ok(());
     };

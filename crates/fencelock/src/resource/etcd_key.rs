@@ -2,7 +2,6 @@
 
 use std::future::Future;
 
-use crate::backend::etcd::{EtcdConn, KeyWrite, Stored, read_key, write_key};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::holder::holder_id;
@@ -10,6 +9,7 @@ use crate::keys::validate_resource_key;
 use crate::lease::LeaseHandle;
 use crate::metrics::StatsHandle;
 use crate::resource::{Fenced, WriteOutcome, check_holder};
+use crate::store::etcd::{EtcdConn, KeyWrite, Stored, read_key, write_key};
 
 /// How often a read-modify-write retries when the key changed between its
 /// read and its write.
@@ -248,9 +248,9 @@ impl FencedKey {
 
 /// The lock key and create revision of an etcd lease.
 fn owner_of(lease: &LeaseHandle) -> Result<(&str, i64)> {
-    match lease.state.grant.etcd {
-        Some(held) => Ok((lease.key(), held.revision)),
-        None => Err(Error::InvalidOption(format!(
+    match lease.state.grant.etcd() {
+        Ok(held) => Ok((lease.key(), held.revision)),
+        Err(_) => Err(Error::InvalidOption(format!(
             "lock {:?} was not granted by etcd: a held write compares an etcd lock key (use write with its fence instead)",
             lease.name()
         ))),

@@ -1,13 +1,13 @@
 //! A Redis hash guarded by fences (the guide's step 3).
 
-use crate::backend::RedisConn;
-use crate::backend::ops::{Change, FencedWrite};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::keys::validate_resource_key;
 use crate::metrics::StatsHandle;
 use crate::options::Replication;
 use crate::resource::{Fenced, WriteOutcome, check_holder};
+use crate::store::redis::RedisConn;
+use crate::store::redis::ops::{Change, FencedWrite};
 
 /// A Redis hash with fields `value`, `fence` and `holder` (the writer's
 /// public [`holder_id`](crate::holder_id), which the write script derives

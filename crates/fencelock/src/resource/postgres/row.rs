@@ -14,11 +14,18 @@ pub struct FencedRow<K> {
     key: K,
 }
 
-impl<K> FencedRow<K> {
-    pub(super) fn new(table: FencedTable, key: K) -> Self {
-        FencedRow { table, key }
+impl FencedTable {
+    /// A handle on one row, for code written against the [`Fenced`] trait
+    /// (its writes run on the table's pool).
+    pub fn row<K>(&self, key: K) -> FencedRow<K> {
+        FencedRow {
+            table: self.clone(),
+            key,
+        }
     }
+}
 
+impl<K> FencedRow<K> {
     /// The row's key.
     pub fn key(&self) -> &K {
         &self.key

@@ -6,7 +6,7 @@ use sqlx::{AssertSqlSafe, Executor, Row};
 
 use super::ident::{quote_ident, quote_table};
 use super::sql::{COUNT_FENCE_COLUMNS, TableSql, bind_row_params, fence_param, stored_fence};
-use super::{FENCE_COLUMN, FencedRow, HOLDER_COLUMN, RowKey, SetClause};
+use super::{FENCE_COLUMN, HOLDER_COLUMN, RowKey, SetClause};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::metrics::StatsHandle;
@@ -102,7 +102,7 @@ const UNDEFINED_COLUMN: &str = "42703";
 /// an open transaction (`&mut *tx`). The executor must reach the database
 /// of the table's pool, which fencelock itself uses only for
 /// [`FencedTable::add_fence_columns`], the [`Fenced`](crate::Fenced) trait
-/// ([`FencedRow`]), telling a missing fence column apart from your own typo
+/// ([`FencedRow`](crate::FencedRow)), telling a missing fence column apart from your own typo
 /// (the statement's connection may be in an aborted transaction), and
 /// reading the current fence after a rejected [`FencedTable::upsert`].
 ///
@@ -250,12 +250,6 @@ impl FencedTable {
     /// transaction" above for what fencelock uses it for).
     pub fn pool(&self) -> &PgPool {
         &self.pool
-    }
-
-    /// A handle on one row, for code written against the [`Fenced`](crate::Fenced) trait
-    /// (its writes run on the table's pool).
-    pub fn row<K>(&self, key: K) -> FencedRow<K> {
-        FencedRow::new(self.clone(), key)
     }
 
     /// The migration that adds the fence columns to this table:

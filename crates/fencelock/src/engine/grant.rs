@@ -1,0 +1,177 @@
+//! What one grant gave — the same for every kind of store and every
+//! primitive: the name, the fence, the ttl, and what is held in the store
+//! ([`Hold`]: the one enum a new primitive extends). The engine hands out
+//! an [`Acquired`] (what was granted, and until when it is surely valid); the
+//! lease layer turns it into a `Lease` and renews and releases it through
+//! the engine.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+#[cfg(feature = "etcd")]
+use crate::error::Error;
+use crate::error::Result;
+use crate::fence::Fence;
+use crate::keys::LockKeys;
+use crate::options::LockOptions;
+use crate::store::redis::ops::Mint;
+use crate::store::redis::wire;
+
+/// What one grant gave: fixed for the life of the lease. Kept small (a
+/// client may hold 100,000 leases).
+#[derive(Debug)]
+pub(crate) struct Granted {
+    pub(crate) name: String,
+    /// The fence the holder is given, in its fence epoch
+    /// ([`LockOptions::fence_epoch`]).
+    pub(crate) fence: Fence,
+    pub(crate) ttl: Duration,
+    /// What is held in the store.
+    pub(crate) hold: Hold,
+}
+
+/// What a grant holds in the store: the seam where each kind of store and
+/// each primitive keeps what renewing and releasing it needs. The engine
+/// matches on it (and only the engine).
+#[derive(Debug)]
+pub(crate) enum Hold {
+    /// A Redis mutex: the lock key and its exact value.
+    Redis(RedisHold),
+    /// An etcd mutex: the holder's own key, its lease and create revision.
+    #[cfg(feature = "etcd")]
+    Etcd(EtcdHold),
+}
+
+/// A Redis mutex as held: the lock key alone (the other keys are derived
+/// from it for a release), and the token as the start of the value.
+#[derive(Debug)]
+pub(crate) struct RedisHold {
+    /// The lock key (`LockKeys::lock`).
+    pub(crate) lock: String,
+    /// The exact value stored in the lock key (`TOKEN:FENCE` or `TOKEN`):
+    /// the token is its first `token_len` bytes.
+    pub(crate) value: String,
+    token_len: usize,
+    /// How fences are minted for the name: a release may hand the lock over.
+    pub(crate) mint: Mint,
+    /// Whether the lock was contended when granted (the acquisition was
+    /// refused at least once): its release then wakes the next holder first
+    /// (`Release::wake_first`).
+    pub(crate) contended: bool,
+}
+
+/// An etcd mutex as held: the holder's key `NAMESPACE PREFIX NAME/LEASE`
+/// (which stores the holder id, not the token), its lease, and its create
+/// revision (the fence before its epoch).
+#[cfg(feature = "etcd")]
+#[derive(Debug)]
+pub(crate) struct EtcdHold {
+    pub(crate) key: String,
+    pub(crate) token: String,
+    pub(crate) lease: i64,
+    pub(crate) revision: i64,
+}
+
+impl Granted {
+    /// A grant on Redis of lock `keys` to `token`, with the store's `fence`
+    /// (before the fence epoch).
+    pub(crate) fn on_redis(
+        name: &str,
+        keys: &LockKeys,
+        token: &str,
+        fence: Fence,
+        opts: &LockOptions,
+        contended: bool,
+    ) -> Self {
+        Granted {
+            name: name.to_owned(),
+            // The fence the holder is given: the store's plus the fence
+            // epoch's base; the stored value keeps the store's.
+            fence: Fence::new(fence.get().saturating_add(opts.fence_base(0))),
+            ttl: opts.ttl,
+            hold: Hold::Redis(RedisHold {
+                lock: keys.lock.clone(),
+                value: wire::lock_value(token, fence, opts.layout),
+                token_len: token.len(),
+                mint: Mint::new(opts),
+                contended,
+            }),
+        }
+    }
+
+    /// A grant on etcd: `fence` is already in its epoch.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn on_etcd(name: &str, fence: Fence, opts: &LockOptions, hold: EtcdHold) -> Self {
+        Granted {
+            name: name.to_owned(),
+            fence,
+            ttl: opts.ttl,
+            hold: Hold::Etcd(hold),
+        }
+    }
+
+    /// The holder token.
+    pub(crate) fn token(&self) -> &str {
+        match &self.hold {
+            Hold::Redis(h) => &h.value[..h.token_len],
+            #[cfg(feature = "etcd")]
+            Hold::Etcd(h) => &h.token,
+        }
+    }
+
+    /// What a Redis recipe holds.
+    ///
+    /// # Errors
+    /// [`Error::UnexpectedReply`] if the grant is not Redis's.
+    pub(crate) fn redis(&self) -> Result<&RedisHold> {
+        match &self.hold {
+            Hold::Redis(h) => Ok(h),
+            #[cfg(feature = "etcd")]
+            Hold::Etcd(_) => Err(self.not_from("Redis")),
+        }
+    }
+
+    /// What an etcd recipe holds.
+    ///
+    /// # Errors
+    /// [`Error::UnexpectedReply`] if the grant is not etcd's.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn etcd(&self) -> Result<&EtcdHold> {
+        match &self.hold {
+            Hold::Etcd(h) => Ok(h),
+            Hold::Redis(_) => Err(self.not_from("etcd")),
+        }
+    }
+
+    #[cfg(feature = "etcd")]
+    fn not_from(&self, store: &str) -> Error {
+        Error::UnexpectedReply(format!(
+            "the lease of {:?} was not granted by {store}, but is renewed or released there",
+            self.name
+        ))
+    }
+
+    /// The key holding the lease: the Redis lock key, or on etcd the
+    /// holder's own key.
+    pub(crate) fn key(&self) -> &str {
+        match &self.hold {
+            Hold::Redis(h) => &h.lock,
+            #[cfg(feature = "etcd")]
+            Hold::Etcd(h) => &h.key,
+        }
+    }
+}
+
+/// What the engine hands out for one successful acquisition.
+#[derive(Debug)]
+pub(crate) struct Acquired {
+    pub(crate) granted: Granted,
+    /// The local monotonic deadline: when the lease must be assumed gone
+    /// (counted from when the grant, or the confirmation of a hand-over,
+    /// was *sent*, less the drift margin).
+    pub(crate) deadline: Instant,
+    /// The lease was handed over for less than its ttl: the keeper renews
+    /// it to the full ttl at once.
+    pub(crate) renew_now: bool,
+}

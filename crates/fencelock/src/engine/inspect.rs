@@ -1,0 +1,29 @@
+//! What `inspect` tells of a lock, on any store.
+
+use std::time::Duration;
+
+use crate::fence::Fence;
+
+/// A snapshot of one lock, from [`LockClient::inspect`](crate::LockClient::inspect).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockState {
+    /// Nobody holds the lock.
+    Free {
+        /// The last fence issued for the name, if the fence key still exists.
+        last_fence: Option<Fence>,
+    },
+    /// Someone holds the lock.
+    Held {
+        /// The holder's public id ([`holder_id`](crate::holder_id) of its
+        /// token; the token is a secret, and the value read back from the
+        /// store is turned into this id before it leaves the engine).
+        holder: String,
+        /// The holder's fence (known in the hash-tagged layout; in the guide
+        /// layout, the last fence issued).
+        fence: Option<Fence>,
+        /// Lease time left as Redis sees it (`None` if the key has no expiry,
+        /// which fencelock never creates).
+        remaining: Option<Duration>,
+    },
+}

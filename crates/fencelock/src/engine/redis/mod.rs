@@ -1,0 +1,192 @@
+//! The recipe on Redis: how a lock is taken (`acquire`: grant attempts,
+//! the wait, hand-overs), how waiters learn of releases (`wakeups`), and
+//! how a held lock is renewed, released and read (this file). Every call
+//! goes to Redis through the store's typed calls (`store::redis::ops`);
+//! what is decided here is which call, and when.
+
+mod acquire;
+mod wakeups;
+
+use std::time::Duration;
+
+use tokio::sync::OnceCell;
+
+use super::grant::{Granted, RedisHold};
+use super::inspect::LockState;
+use crate::error::{Error, Result};
+use crate::fence::Fence;
+use crate::holder::holder_id;
+use crate::keys::{KeyLayout, LockKeys, lock_key_pattern, lock_name_of};
+use crate::options::LockOptions;
+use crate::store::Checked;
+use crate::store::redis::ops::{Extend, ExtendMany, Inspect, PassOn, Release};
+use crate::store::redis::{BatchGroup, Coalescer, RedisConn, Topology, wire};
+use wakeups::Wakeups;
+
+/// The Redis side of one client: its connection, the batches of its
+/// concurrent grants and releases, and the waiters it has registered for
+/// wake-ups.
+#[derive(Debug)]
+pub(crate) struct RedisEngine {
+    pub(crate) conn: RedisConn,
+    /// Batches the client's concurrent grants and releases.
+    batches: Coalescer,
+    /// Names this client's waiters in wait queues and wake-up channels.
+    client_id: String,
+    /// The pub/sub connection, opened when a waiter first needs it.
+    wakeups: OnceCell<Wakeups>,
+}
+
+impl RedisEngine {
+    pub(crate) fn new(conn: RedisConn) -> Self {
+        RedisEngine {
+            conn,
+            batches: Coalescer::new(),
+            client_id: uuid::Uuid::new_v4().simple().to_string(),
+            wakeups: OnceCell::new(),
+        }
+    }
+
+    /// The batches of this client's grants and releases (feature
+    /// `testing`: the negative controls break them).
+    #[cfg(feature = "testing")]
+    pub(crate) fn batches(&self) -> &Coalescer {
+        &self.batches
+    }
+
+    /// One compare-and-pexpire of `granted` to its ttl.
+    pub(crate) async fn extend(&self, granted: &Granted) -> Result<Checked> {
+        let hold = granted.redis()?;
+        self.conn
+            .run(&Extend {
+                key: &hold.lock,
+                value: &hold.value,
+                ttl: granted.ttl,
+            })
+            .await
+    }
+
+    /// One compare-and-delete of `granted`, which passes the lock on to a
+    /// waiter (batched with the client's concurrent releases).
+    pub(crate) async fn release(&self, granted: &Granted) -> Result<Checked> {
+        let hold = granted.redis()?;
+        self.batches
+            .release(
+                &self.conn,
+                &Release {
+                    lock: &hold.lock,
+                    mint: hold.mint,
+                    pass_on: PassOn {
+                        publish: self.conn.publish(),
+                    },
+                    value: &hold.value,
+                    wake_first: hold.contended,
+                },
+            )
+            .await
+    }
+
+    /// One compare-and-pexpire script call for a batch of leases of one
+    /// ttl (one [`BatchGroup`]): one code per lease, in order.
+    pub(crate) async fn renew_many(
+        &self,
+        leases: &[&Granted],
+        ttl: Duration,
+    ) -> Result<Vec<Checked>> {
+        let holds = leases
+            .iter()
+            .map(|g| g.redis())
+            .collect::<Result<Vec<&RedisHold>>>()?;
+        let pairs: Vec<(&str, &str)> = holds
+            .iter()
+            .map(|h| (h.lock.as_str(), h.value.as_str()))
+            .collect();
+        self.conn
+            .run(&ExtendMany {
+                leases: &pairs,
+                ttl,
+            })
+            .await?
+            .per_lease(pairs.len())
+            .map_err(|e| Error::UnexpectedReply(e.to_string()))
+    }
+
+    /// Which of this client's renewals may share a script call with
+    /// `granted`'s.
+    pub(crate) fn batch_group(&self, granted: &Granted) -> BatchGroup {
+        self.conn.batch_group(granted.key())
+    }
+
+    /// The keys of lock `name` in `layout`; the guide layout is refused on
+    /// a Cluster, where its keys would land in different slots.
+    pub(crate) fn lock_keys(
+        &self,
+        prefix: &str,
+        name: &str,
+        layout: KeyLayout,
+    ) -> Result<LockKeys> {
+        if layout == KeyLayout::Guide && self.conn.topology() == Topology::Cluster {
+            return Err(Error::InvalidOption(
+                "the guide layout (lock:NAME) cannot be used on Redis Cluster: a lock's keys would land in different slots; use the default layout (lock:{NAME})".into(),
+            ));
+        }
+        LockKeys::new(prefix, layout, name)
+    }
+
+    /// The state of lock `keys` (one atomic script), fences shown in the
+    /// epoch of `defaults`.
+    pub(crate) async fn inspect(
+        &self,
+        keys: &LockKeys,
+        layout: KeyLayout,
+        defaults: &LockOptions,
+    ) -> Result<LockState> {
+        let base = defaults.fence_base(0);
+        let epoch = |f: Fence| Fence::new(f.get().saturating_add(base));
+        let reply = self.conn.run(&Inspect { keys }).await?;
+        let last_fence = reply
+            .last_fence
+            .and_then(|f| f.parse::<Fence>().ok())
+            .map(epoch);
+        Ok(match reply.value {
+            None => LockState::Free { last_fence },
+            Some(value) => {
+                let (token, fence) = wire::parse_lock_value(&value, layout);
+                LockState::Held {
+                    holder: holder_id(token),
+                    fence: fence.map(epoch).or(match layout {
+                        KeyLayout::HashTagged => None,
+                        KeyLayout::Guide => last_fence,
+                    }),
+                    remaining: reply.remaining,
+                }
+            }
+        })
+    }
+
+    /// How many waiters are queued for lock `keys`.
+    pub(crate) async fn waiters(&self, keys: &LockKeys) -> Result<u64> {
+        self.conn
+            .cmd(&keys.queue, redis::cmd("ZCARD").arg(&keys.queue))
+            .await
+    }
+
+    /// The held locks under `prefix` in `layout` whose names match the
+    /// glob `pattern`, sorted (`SCAN` on every master).
+    pub(crate) async fn lock_names(
+        &self,
+        prefix: &str,
+        pattern: &str,
+        layout: KeyLayout,
+    ) -> Result<Vec<String>> {
+        let keys = self
+            .conn
+            .scan(&lock_key_pattern(prefix, layout, pattern), "string")
+            .await?;
+        Ok(keys
+            .iter()
+            .filter_map(|key| lock_name_of(prefix, layout, key))
+            .map(str::to_owned)
+            .collect())
+    }
+}

@@ -1,0 +1,105 @@
+//! The shared state of one held lease: what was granted, the local monotonic
+//! deadline, the loss signal, and the two calls that act on the lock in the
+//! store for it (renew and release, through the engine). Owned together by
+//! the [`Lease`](crate::Lease) guard, its handles and the client's keeper
+//! (`super::keeper`).
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::timing::drift;
+use crate::engine::{Engine, Granted};
+use crate::error::{Error, LossReason, Result};
+use crate::metrics::LeaseMetrics;
+use crate::store::Checked;
+
+/// Shared state of one lease.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    /// The client's engine, shared by all its leases.
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) grant: Granted,
+    /// Local monotonic deadline: when the lease must be assumed gone.
+    deadline: Mutex<Instant>,
+    pub(crate) lost: CancellationToken,
+    pub(crate) loss: OnceLock<LossReason>,
+    /// Metrics and stats of this lease (family, hold time, once-only flags).
+    pub(crate) metrics: LeaseMetrics,
+}
+
+impl LeaseState {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        grant: Granted,
+        deadline: Instant,
+        metrics: LeaseMetrics,
+    ) -> Self {
+        LeaseState {
+            engine,
+            grant,
+            deadline: Mutex::new(deadline),
+            lost: CancellationToken::new(),
+            loss: OnceLock::new(),
+            metrics,
+        }
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push_deadline(&self, candidate: Instant) {
+        let mut d = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
+        if candidate > *d {
+            *d = candidate;
+        }
+    }
+
+    /// Declares the lease lost (once) and fires the loss signal.
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
+        if self.loss.set(reason).is_ok() {
+            tracing::warn!(lock = %self.grant.name, fence = %self.grant.fence, %reason, "lease lost");
+            self.metrics.lost(reason);
+            self.lost.cancel();
+        }
+    }
+
+    pub(crate) fn loss_error(&self, fallback: LossReason) -> Error {
+        Error::LockLost {
+            name: self.grant.name.clone(),
+            fence: self.grant.fence,
+            reason: self.loss.get().copied().unwrap_or(fallback),
+        }
+    }
+
+    /// One renewal; moves the deadline forward on success.
+    pub(crate) async fn extend_once(&self) -> Result<Checked> {
+        let sent = Instant::now();
+        let reply = self.engine.extend(&self.grant).await;
+        self.metrics.renewal(matches!(reply, Ok(Checked::Done)));
+        let reply = reply?;
+        if reply == Checked::Done {
+            self.renewed(sent);
+        }
+        Ok(reply)
+    }
+
+    /// A renewal sent at `sent` extended the lease: the deadline moves to
+    /// `sent` + ttl (less the drift margin).
+    pub(crate) fn renewed(&self, sent: Instant) {
+        let g = &self.grant;
+        self.push_deadline(sent + g.ttl - drift(g.ttl));
+        tracing::debug!(lock = %g.name, fence = %g.fence, "lease renewed");
+    }
+
+    /// One release (which passes the lock on to a waiter).
+    pub(crate) async fn release_once(&self) -> Result<Checked> {
+        let reply = self.engine.release(&self.grant).await?;
+        if reply != Checked::Done {
+            self.metrics.release_not_ours();
+        }
+        Ok(reply)
+    }
+}

@@ -1,0 +1,181 @@
+//! The grant transactions on etcd (see `engine::etcd` for the recipe):
+//! create the holder's key, attached to its lease, unless it exists, and
+//! read who is first — once (`try_txn`: only if nobody holds or waits) or
+//! queueing (`queue_txn`: and the key just before ours). A retried
+//! transaction finds the key it created: one key per lease, however often
+//! it is sent.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse,
+};
+
+use super::conn::EtcdConn;
+use crate::error::{Error, Result};
+
+/// The lease seconds for `ttl`: whole seconds, rounded up (at least 1).
+pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
+}
+
+/// What the grant transaction found.
+pub(crate) enum Found {
+    /// The caller's key is first: granted at this create revision.
+    First(i64),
+    /// The caller's key waits at this create revision; `predecessor` is the
+    /// key just before it, when the transaction read it.
+    Queued {
+        revision: i64,
+        predecessor: Option<String>,
+    },
+    /// Someone holds or waits (try once): the caller created nothing.
+    Refused,
+}
+
+fn first_by_create(prefix: &str) -> TxnOp {
+    TxnOp::get(
+        prefix,
+        Some(
+            GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1)
+                .with_keys_only(),
+        ),
+    )
+}
+
+fn put_own(key: &str, holder: &str, lease: i64) -> TxnOp {
+    TxnOp::put(key, holder, Some(PutOptions::new().with_lease(lease)))
+}
+
+/// Try once: create the key only if nobody holds or waits; if the key
+/// exists already (a retried attempt whose reply was lost), it is ours.
+pub(crate) async fn try_txn(
+    conn: &EtcdConn,
+    prefix: &str,
+    key: &str,
+    holder: &str,
+    lease: i64,
+) -> Result<Found> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix()])
+        .and_then([put_own(key, holder, lease)])
+        .or_else([first_by_create(prefix)]);
+    let reply = conn.txn(txn).await.map_err(|e| conn.error(e, "granting"))?;
+    if reply.succeeded() {
+        return Ok(Found::First(header_revision(reply.header())?));
+    }
+    let responses = reply.op_responses();
+    match first_kv(responses.first()) {
+        Some(owner) if owner.key() == key.as_bytes() => Ok(Found::First(owner.create_revision())),
+        _ => Ok(Found::Refused),
+    }
+}
+
+/// Join the queue: create the key unless it exists (one key per lease,
+/// however often this is retried), and read the first key and the key just
+/// before ours.
+pub(crate) async fn queue_txn(
+    conn: &EtcdConn,
+    prefix: &str,
+    key: &str,
+    holder: &str,
+    lease: i64,
+) -> Result<Found> {
+    let last_two = TxnOp::get(
+        prefix,
+        Some(
+            GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(2)
+                .with_keys_only(),
+        ),
+    );
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([
+            put_own(key, holder, lease),
+            first_by_create(prefix),
+            last_two,
+        ])
+        .or_else([TxnOp::get(key, None), first_by_create(prefix)]);
+    let reply = conn.txn(txn).await.map_err(|e| conn.error(e, "granting"))?;
+    let seen_at = header_revision(reply.header())?;
+    let responses = reply.op_responses();
+    if reply.succeeded() {
+        let owner = first_kv(responses.get(1));
+        if owner.is_some_and(|o| o.key() == key.as_bytes()) {
+            return Ok(Found::First(seen_at));
+        }
+        // Newest first: ours, then the one before it.
+        let predecessor = match responses.get(2) {
+            Some(TxnOpResponse::Get(get)) => get
+                .kvs()
+                .iter()
+                .find(|kv| kv.key() != key.as_bytes())
+                .and_then(|kv| kv.key_str().ok())
+                .map(str::to_owned),
+            _ => None,
+        };
+        return Ok(Found::Queued {
+            revision: seen_at,
+            predecessor,
+        });
+    }
+    let Some(own) = first_kv(responses.first()) else {
+        return Err(Error::UnexpectedReply(
+            "etcd grant: the key the transaction found is gone".into(),
+        ));
+    };
+    let revision = own.create_revision();
+    match first_kv(responses.get(1)) {
+        Some(owner) if owner.key() == key.as_bytes() => Ok(Found::First(revision)),
+        _ => Ok(Found::Queued {
+            revision,
+            predecessor: None,
+        }),
+    }
+}
+
+/// The first key-value of a range response.
+fn first_kv(response: Option<&TxnOpResponse>) -> Option<&KeyValue> {
+    match response {
+        Some(TxnOpResponse::Get(get)) => get.kvs().first(),
+        _ => None,
+    }
+}
+
+fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<i64> {
+    header
+        .map(etcd_client::ResponseHeader::revision)
+        .ok_or_else(|| Error::UnexpectedReply("etcd reply without a header".into()))
+}
+
+/// The grant transaction alone, for tests: returns the key's create
+/// revision and the number of keys under the lock's prefix.
+#[cfg(feature = "testing")]
+pub(crate) async fn grant_txn_for_tests(
+    conn: &EtcdConn,
+    prefix: &str,
+    lease: i64,
+) -> Result<(i64, usize)> {
+    let key = super::keys::holder_key(prefix, lease);
+    let revision = match queue_txn(conn, prefix, &key, "test", lease).await? {
+        Found::First(r) | Found::Queued { revision: r, .. } => r,
+        Found::Refused => 0,
+    };
+    let count = conn
+        .get(
+            prefix,
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )
+        .await
+        .map_err(|e| conn.error(e, "counting"))?
+        .count();
+    Ok((revision, usize::try_from(count).unwrap_or(0)))
+}

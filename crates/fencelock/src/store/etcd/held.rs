@@ -1,0 +1,185 @@
+//! What a held lease does in etcd (renew, release), what `inspect`, `top`
+//! and `status` read, and what a member reports about itself (the audit).
+
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+
+use super::conn::{EtcdConn, is_lease_gone};
+use super::keys::{glob_match, parse_key};
+use crate::error::{LossReason, Result};
+use crate::store::Checked;
+
+/// A holder's key in etcd: the key, its lease, and its create revision
+/// (the holder's fence before its epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeldKey<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) lease: i64,
+    pub(crate) revision: i64,
+}
+
+/// Who holds a lock, as its keys show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holder {
+    /// The holder key's value: the public holder id (`None` if empty or
+    /// not text).
+    pub(crate) id: Option<String>,
+    /// The holder key's create revision.
+    pub(crate) revision: i64,
+    /// Its lease's time left (zero once gone), in whole seconds.
+    pub(crate) remaining: Duration,
+    /// How many keys wait behind it.
+    pub(crate) waiters: u64,
+}
+
+impl EtcdConn {
+    /// One renewal: a keep-alive of the holder's lease, and a read of its
+    /// key (sent together). The lease gone means the lock expired; the key
+    /// gone (deleted by someone else) or re-created means another holder
+    /// may have it.
+    pub(crate) async fn keep_alive(&self, held: HeldKey<'_>) -> Result<Checked> {
+        // Boxed, as every etcd call here: etcd's request futures are large.
+        Box::pin(self.keep_alive_now(held)).await
+    }
+
+    async fn keep_alive_now(&self, held: HeldKey<'_>) -> Result<Checked> {
+        let key = held.key;
+        let (alive, read) = tokio::join!(
+            self.lease_keep_alive(held.lease),
+            self.get(key, Some(GetOptions::new().with_keys_only()))
+        );
+        match alive {
+            Ok(_) => {}
+            Err(e) if is_lease_gone(&e) => return Ok(Checked::NotOurs(LossReason::Expired)),
+            Err(e) => return Err(self.error(e, "keeping the lease alive")),
+        }
+        let read = read.map_err(|e| self.error(e, "reading the lock"))?;
+        match read.kvs().first() {
+            Some(kv) if kv.create_revision() == held.revision => Ok(Checked::Done),
+            _ => Ok(Checked::NotOurs(LossReason::TakenOver)),
+        }
+    }
+
+    /// Release: delete the holder's key if it still has the holder's create
+    /// revision, and revoke the lease (which deletes the key too). Both are
+    /// sent at once, one round trip: whichever etcd applies first removes
+    /// the key. The lock was still ours if the delete found the key, or the
+    /// revoke found the lease alive (a live lease still has its key).
+    pub(crate) async fn release(&self, held: HeldKey<'_>) -> Result<Checked> {
+        Box::pin(self.release_now(held)).await
+    }
+
+    async fn release_now(&self, held: HeldKey<'_>) -> Result<Checked> {
+        let key = held.key;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key,
+                CompareOp::Equal,
+                held.revision,
+            )])
+            .and_then([TxnOp::delete(key, None)]);
+        let (deleted, revoked) = tokio::join!(self.txn(txn), self.lease_revoke(held.lease));
+        match (deleted, revoked) {
+            (Ok(reply), _) if reply.succeeded() => Ok(Checked::Done),
+            (_, Ok(_)) => Ok(Checked::Done),
+            (Ok(_), Err(e)) if is_lease_gone(&e) => Ok(Checked::NotOurs(LossReason::Expired)),
+            (Err(_), Err(e)) if is_lease_gone(&e) => Ok(Checked::NotOurs(LossReason::Expired)),
+            (Ok(_), Err(e)) | (Err(e), Err(_)) => Err(self.error(e, "releasing")),
+        }
+    }
+
+    /// Who holds the lock whose keys start with `lock_prefix` (`None`:
+    /// nobody): the first key by create revision, its lease's time left,
+    /// and how many wait behind it.
+    pub(crate) async fn holder(&self, lock_prefix: &str) -> Result<Option<Holder>> {
+        Box::pin(self.holder_now(lock_prefix)).await
+    }
+
+    async fn holder_now(&self, lock_prefix: &str) -> Result<Option<Holder>> {
+        let reply = self
+            .get(
+                lock_prefix,
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend),
+                ),
+            )
+            .await
+            .map_err(|e| self.error(e, "reading the lock"))?;
+        let Some(owner) = reply.kvs().first() else {
+            return Ok(None);
+        };
+        let waiters = u64::try_from(reply.kvs().len() - 1).unwrap_or(u64::MAX);
+        let remaining = match self.lease_time_to_live(owner.lease()).await {
+            Ok(ttl) if ttl.ttl() >= 0 => Duration::from_secs(ttl.ttl().unsigned_abs()),
+            Ok(_) => Duration::ZERO,
+            Err(e) if is_lease_gone(&e) => Duration::ZERO,
+            Err(e) => return Err(self.error(e, "reading the holder's lease")),
+        };
+        Ok(Some(Holder {
+            id: owner
+                .value_str()
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned),
+            revision: owner.create_revision(),
+            remaining,
+            waiters,
+        }))
+    }
+
+    /// How many keys wait behind the holder of the lock at `lock_prefix`.
+    pub(crate) async fn waiters(&self, lock_prefix: &str) -> Result<u64> {
+        let reply = self
+            .get(
+                lock_prefix,
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            )
+            .await
+            .map_err(|e| self.error(e, "counting the lock's waiters"))?;
+        Ok(u64::try_from(reply.count()).unwrap_or(0).saturating_sub(1))
+    }
+
+    /// The names of the locks under `names_prefix` (namespace and prefix)
+    /// that have a key and match the glob `pattern`, sorted.
+    pub(crate) async fn lock_names(
+        &self,
+        names_prefix: &str,
+        pattern: &str,
+    ) -> Result<Vec<String>> {
+        let reply = self
+            .get(
+                names_prefix,
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await
+            .map_err(|e| self.error(e, "listing the locks"))?;
+        let mut names: Vec<String> = reply
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok())
+            .filter_map(|key| parse_key(names_prefix, key))
+            .map(|(name, _)| name)
+            .filter(|name| glob_match(pattern, name))
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+}
+
+/// What one member reports about itself (`Status`), for the audit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Status {
+    /// Its client endpoint.
+    pub(crate) endpoint: String,
+    pub(crate) member_id: u64,
+    pub(crate) leader: u64,
+    pub(crate) version: String,
+    pub(crate) db_size: i64,
+    pub(crate) raft_term: u64,
+    pub(crate) revision: i64,
+    pub(crate) errors: Vec<String>,
+}

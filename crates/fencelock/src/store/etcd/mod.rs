@@ -1,0 +1,27 @@
+//! The etcd store (feature `etcd`): I/O only. The recipe — when to grant
+//! a lease, queue, watch, keep alive and give up — is `engine::etcd`.
+//!
+//! | module | concern |
+//! |---|---|
+//! | `conn` | [`EtcdConn`]: the URL (`etcd://`, `etcds://`, credentials, `?prefix=`), connecting, TLS, errors |
+//! | `keys` | lock names to etcd keys and back; `top`'s glob |
+//! | `grant` | the grant transactions (`try_txn`, `queue_txn`) and the lease seconds of a ttl |
+//! | `queue` | where a waiter stands in the queue, and the watch for its predecessor's deletion |
+//! | `held` | what a held lease does in etcd: keep-alive, release; who holds a lock; a member's status |
+//! | `fenced` | the transactions of `FencedKey` |
+
+mod conn;
+mod fenced;
+mod grant;
+mod held;
+mod keys;
+mod queue;
+
+pub(crate) use conn::{EtcdConn, is_lease_gone, is_transient};
+pub(crate) use fenced::{KeyWrite, Stored, read_key, write_key};
+#[cfg(feature = "testing")]
+pub(crate) use grant::grant_txn_for_tests;
+pub(crate) use grant::{Found, lease_seconds, queue_txn, try_txn};
+pub(crate) use held::{HeldKey, Status};
+pub(crate) use keys::{holder_key, lock_prefix, validate_name};
+pub(crate) use queue::{Look, look, watch_deletion};

@@ -1,0 +1,472 @@
+//! Coalescing: the grants (and the releases) of one client that arrive
+//! while [`IN_FLIGHT`] others of their kind are in flight go to Redis
+//! together, as one script call.
+//!
+//! Redis spends a fixed cost on every script call (a few µs: the `EVALSHA`
+//! lookup, the Lua call, the reply) on top of the calls the script makes.
+//! Many tasks taking and releasing locks through one client pay it once per
+//! operation; a batch pays it once per batch.
+//!
+//! A client's [`Coalescer`] (owned by its engine, next to its connection)
+//! has one [`Lane`] per kind (grants, releases), with one group per
+//! [`batch group`](RedisConn::batch_group) (a Cluster slot; one group off a
+//! Cluster, where any keys may share a script):
+//! - a call that finds fewer than [`IN_FLIGHT`] calls of its group in
+//!   flight goes alone, at once, with its own script and reply, exactly as
+//!   it would without a lane: a lone caller is never delayed;
+//! - while [`IN_FLIGHT`] are in flight, further calls of the group queue;
+//!   when one of those has replied, everything queued (up to
+//!   [`MAX_BATCH`]) goes as one batch call (`grant_many.lua`,
+//!   `release_many.lua`) in its place, sent by a task of its own (a caller
+//!   that gives up never strands the others), which then sends what queued
+//!   meanwhile, until nothing is queued. A single queued call is sent back
+//!   to go alone, with its own script;
+//! - a batch settles each item with its own script's common case and
+//!   sends back the items it cannot settle (a queue to pass a lock on to,
+//!   a key of another type, a retry, …), having written nothing for them:
+//!   they go alone through their own script, which decides and names what
+//!   is wrong. An item's error is that item's; a failed batch call fails
+//!   each of its items as their own call would have failed (retryable if
+//!   the connection is the problem).
+//!
+//! Calls that wait for replicas (`WAIT`) never come here: the `WAIT` must
+//! follow exactly their own writes. A grant's lease is timed from before
+//! the caller entered the lane, no later than Redis runs its batch.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redis::cluster_routing::Slot;
+use tokio::sync::oneshot;
+
+use super::conn::RedisConn;
+use super::ops::{
+    Batched, Grant, GrantItem, GrantMany, GrantReply, Release, ReleaseItem, ReleaseMany,
+};
+#[cfg(feature = "testing")]
+use super::scripts::BatchFault;
+use super::scripts::{self, Lua};
+use crate::error::{Error, Result};
+use crate::store::Checked;
+
+/// Calls of one group that go to Redis at once, alone or as batches,
+/// before further calls queue. One would halve the throughput of many
+/// tasks on one client: each batch would wait for the round trip of the
+/// one before it, while Redis idles. A few keep Redis busy and still
+/// gather what arrives meanwhile into batches.
+pub(crate) const IN_FLIGHT: usize = 16;
+
+/// Most calls in one batch: a batch of 128 grants holds Redis for a few
+/// hundred µs, and a bigger one would delay every other client's calls for
+/// longer than a lone call takes.
+pub(crate) const MAX_BATCH: usize = 128;
+
+/// A kind of call that can be batched: what a queued call keeps, and how a
+/// batch of them is sent.
+pub(super) trait Kind: Send + Sync + 'static {
+    /// A queued call (owned: the caller's borrow is not `'static`).
+    type Item: Send + 'static;
+    /// The reply of one call.
+    type Reply: Send + 'static;
+
+    /// Sends `items` (one group) as one call; one outcome per item, in
+    /// order, whatever happens.
+    fn run_batch(
+        &self,
+        conn: &RedisConn,
+        items: &[Self::Item],
+    ) -> impl Future<Output = Vec<Outcome<Self::Reply>>> + Send;
+}
+
+/// What a batch did for one caller.
+#[derive(Debug)]
+pub(super) enum Outcome<R> {
+    /// Settled: the caller's reply.
+    Done(R),
+    /// The caller sends its call alone, through its own script.
+    Alone,
+    /// The caller's call failed.
+    Failed(Error),
+}
+
+/// The grants of a client.
+#[derive(Debug, Default)]
+pub(super) struct Grants {
+    /// A deliberately broken batch grant script (feature `testing`).
+    #[cfg(feature = "testing")]
+    fault: Mutex<Option<&'static Lua>>,
+}
+
+impl Grants {
+    /// The script batched grants run.
+    fn script(&self) -> &'static Lua {
+        #[cfg(feature = "testing")]
+        if let Some(broken) = *self.fault.lock().unwrap_or_else(|p| p.into_inner()) {
+            return broken;
+        }
+        &scripts::GRANT_MANY
+    }
+}
+
+/// The releases of a client.
+#[derive(Debug, Default)]
+pub(super) struct Releases;
+
+impl Kind for Grants {
+    type Item = GrantItem;
+    type Reply = GrantReply;
+
+    async fn run_batch(&self, conn: &RedisConn, items: &[GrantItem]) -> Vec<Outcome<GrantReply>> {
+        let call = GrantMany {
+            items,
+            script: self.script(),
+        };
+        let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
+        outcomes(conn, &keys, conn.invoke(&call).await.map(|r| r.0))
+    }
+}
+
+impl Kind for Releases {
+    type Item = ReleaseItem;
+    type Reply = Checked;
+
+    async fn run_batch(&self, conn: &RedisConn, items: &[ReleaseItem]) -> Vec<Outcome<Checked>> {
+        let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
+        outcomes(conn, &keys, conn.invoke(&ReleaseMany { items }).await)
+    }
+}
+
+/// The outcome of each item (lock key `keys[i]`) of a batch call that
+/// replied `replied`.
+fn outcomes<R>(
+    conn: &RedisConn,
+    keys: &[&str],
+    replied: std::result::Result<Vec<Batched<R>>, redis::RedisError>,
+) -> Vec<Outcome<R>> {
+    match replied {
+        Ok(replies) if replies.len() == keys.len() => replies
+            .into_iter()
+            .zip(keys)
+            .map(|(reply, key)| match reply {
+                Batched::Done(r) => Outcome::Done(r),
+                Batched::Alone => Outcome::Alone,
+                Batched::Failed(text) => Outcome::Failed(conn.item_error(&text, key)),
+            })
+            .collect(),
+        Ok(replies) => {
+            let got = replies.len();
+            keys.iter()
+                .map(|_| {
+                    Outcome::Failed(Error::UnexpectedReply(format!(
+                        "a batch of {} calls returned {got} replies",
+                        keys.len()
+                    )))
+                })
+                .collect()
+        }
+        // Each item fails as its own call would have (the error names its
+        // own key; a connection problem is retryable).
+        Err(e) => keys
+            .iter()
+            .map(|key| Outcome::Failed(conn.map_error(e.clone(), &[key])))
+            .collect(),
+    }
+}
+
+/// A queued call and where its outcome goes.
+struct Waiting<K: Kind> {
+    item: K::Item,
+    reply: oneshot::Sender<Outcome<K::Reply>>,
+}
+
+/// A group with calls in flight: how many, and the calls queued behind
+/// them.
+struct Busy<K: Kind> {
+    in_flight: usize,
+    queued: Vec<Waiting<K>>,
+}
+
+/// The calls of one kind of one client (see the module docs): per group,
+/// present while calls of the group are in flight, how many and the calls
+/// queued behind them.
+pub(super) struct Lane<K: Kind> {
+    kind: K,
+    groups: Mutex<HashMap<Option<Slot>, Busy<K>>>,
+}
+
+impl<K: Kind> std::fmt::Debug for Lane<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lane")
+            .field("in_flight", &self.lock().len())
+            .finish()
+    }
+}
+
+/// What is next for a group one of whose calls in flight replied.
+enum Next<K: Kind> {
+    /// Nothing queued: one call fewer in flight.
+    Idle,
+    /// One call queued: it goes alone (one call fewer in flight).
+    One(Waiting<K>),
+    /// A batch to send in the replied call's place.
+    Batch(Vec<Waiting<K>>),
+}
+
+impl<K: Kind + Default> Lane<K> {
+    fn new() -> Arc<Self> {
+        Arc::new(Lane {
+            kind: K::default(),
+            groups: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+impl<K: Kind> Lane<K> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Option<Slot>, Busy<K>>> {
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One call of `group` is no longer in flight and takes nothing queued
+    /// along: with none left in flight, the group is idle, and whatever is
+    /// still queued (only when a batch's task or runtime ended early) is
+    /// dropped, so those callers go alone.
+    fn done(&self, group: Option<Slot>) {
+        leave(&mut self.lock(), group);
+    }
+
+    /// Runs one call of `group`: alone at once (`alone`) if fewer than
+    /// [`IN_FLIGHT`] of the group are in flight; otherwise queued (`item`
+    /// makes its queued form) and settled by a batch, or sent back to go
+    /// alone.
+    pub(super) async fn call<Alone>(
+        self: &Arc<Self>,
+        conn: &RedisConn,
+        group: Option<Slot>,
+        item: impl FnOnce() -> K::Item,
+        alone: impl FnOnce() -> Alone,
+    ) -> Result<K::Reply>
+    where
+        Alone: Future<Output = Result<K::Reply>>,
+    {
+        let queued = {
+            let mut groups = self.lock();
+            match groups.entry(group) {
+                Entry::Vacant(idle) => {
+                    idle.insert(Busy {
+                        in_flight: 1,
+                        queued: Vec::new(),
+                    });
+                    None
+                }
+                Entry::Occupied(mut busy) if busy.get().in_flight < IN_FLIGHT => {
+                    busy.get_mut().in_flight += 1;
+                    None
+                }
+                Entry::Occupied(mut busy) => {
+                    let (reply, queued) = oneshot::channel();
+                    busy.get_mut().queued.push(Waiting {
+                        item: item(),
+                        reply,
+                    });
+                    Some(queued)
+                }
+            }
+        };
+        let Some(queued) = queued else {
+            // In flight until this guard drops (replied, failed or given
+            // up): then whatever queued behind this call is sent.
+            let _in_flight = InFlight {
+                lane: self,
+                group,
+                conn,
+            };
+            return alone().await;
+        };
+        match queued.await {
+            Ok(Outcome::Done(reply)) => Ok(reply),
+            Ok(Outcome::Failed(e)) => Err(e),
+            // The batch's task ended without settling it (its runtime shut
+            // down): alone, it gets its own answer.
+            Ok(Outcome::Alone) | Err(_) => alone().await,
+        }
+    }
+
+    /// Takes what is queued for `group`, one of whose calls in flight
+    /// replied: a batch to send in its place, or (nothing or one queued)
+    /// one call fewer in flight.
+    fn take(&self, group: Option<Slot>) -> Next<K> {
+        let mut groups = self.lock();
+        let Some(busy) = groups.get_mut(&group) else {
+            return Next::Idle;
+        };
+        let queue = &mut busy.queued;
+        // Callers that gave up are not sent.
+        queue.retain(|w| !w.reply.is_closed());
+        let mut batch: Vec<Waiting<K>> = queue.drain(..queue.len().min(MAX_BATCH)).collect();
+        if batch.len() >= 2 {
+            return Next::Batch(batch);
+        }
+        // At most one was queued, and nothing is now: the call that
+        // replied leaves the group (the one queued goes alone, uncounted).
+        leave(&mut groups, group);
+        match batch.pop() {
+            Some(one) => Next::One(one),
+            None => Next::Idle,
+        }
+    }
+
+    /// Sends on what queued behind a call of `group` that is no longer in
+    /// flight.
+    fn hand_on(self: &Arc<Self>, group: Option<Slot>, conn: &RedisConn) {
+        match self.take(group) {
+            Next::Idle => {}
+            Next::One(one) => {
+                let _ = one.reply.send(Outcome::Alone);
+            }
+            Next::Batch(batch) => match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(send_batches(self.clone(), group, conn.clone(), batch));
+                }
+                // No runtime to send from: the batch's callers go alone
+                // (their replies dropped with it).
+                Err(_) => self.done(group),
+            },
+        }
+    }
+}
+
+/// One call of `group` leaves flight: with none left, the group is idle
+/// and removed (dropping anything still queued, whose callers then go
+/// alone).
+fn leave<K: Kind>(groups: &mut HashMap<Option<Slot>, Busy<K>>, group: Option<Slot>) {
+    if let Entry::Occupied(mut busy) = groups.entry(group) {
+        let left = busy.get().in_flight.saturating_sub(1);
+        if left == 0 {
+            busy.remove();
+        } else {
+            busy.get_mut().in_flight = left;
+        }
+    }
+}
+
+/// A lone call in flight: when it drops, what queued behind it is sent.
+struct InFlight<'a, K: Kind> {
+    lane: &'a Arc<Lane<K>>,
+    group: Option<Slot>,
+    conn: &'a RedisConn,
+}
+
+impl<K: Kind> Drop for InFlight<'_, K> {
+    fn drop(&mut self) {
+        self.lane.hand_on(self.group, self.conn);
+    }
+}
+
+/// Sends `batch` (of `group`), then each batch that queued meanwhile, until
+/// the group is idle.
+async fn send_batches<K: Kind>(
+    lane: Arc<Lane<K>>,
+    group: Option<Slot>,
+    conn: RedisConn,
+    mut batch: Vec<Waiting<K>>,
+) {
+    // If this task is dropped before it is done (its runtime shut down),
+    // its call must not stay in flight.
+    let mut stranded = Stranded {
+        lane: &lane,
+        group,
+        armed: true,
+    };
+    loop {
+        let (items, replies): (Vec<K::Item>, Vec<_>) =
+            batch.into_iter().map(|w| (w.item, w.reply)).unzip();
+        let outcomes = lane.kind.run_batch(&conn, &items).await;
+        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+            let _ = reply.send(outcome);
+        }
+        batch = match lane.take(group) {
+            Next::Batch(next) => next,
+            Next::One(one) => {
+                let _ = one.reply.send(Outcome::Alone);
+                break;
+            }
+            Next::Idle => break,
+        };
+    }
+    stranded.armed = false;
+}
+
+/// Takes a batch task's call out of flight if the task ends early.
+struct Stranded<'a, K: Kind> {
+    lane: &'a Lane<K>,
+    group: Option<Slot>,
+    armed: bool,
+}
+
+impl<K: Kind> Drop for Stranded<'_, K> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.lane.done(self.group);
+        }
+    }
+}
+
+/// The lanes of one client: its engine holds one, next to its connection.
+#[derive(Debug)]
+pub(crate) struct Coalescer {
+    grants: Arc<Lane<Grants>>,
+    releases: Arc<Lane<Releases>>,
+}
+
+impl Coalescer {
+    pub(crate) fn new() -> Self {
+        Coalescer {
+            grants: Lane::new(),
+            releases: Lane::new(),
+        }
+    }
+
+    /// One grant attempt on `conn`: batched with the client's concurrent
+    /// grants of its slot when it is of the kind a batch settles, alone (at
+    /// once) otherwise.
+    pub(crate) async fn grant(&self, conn: &RedisConn, call: &Grant<'_>) -> Result<GrantReply> {
+        if !call.batchable() {
+            return conn.run(call).await;
+        }
+        self.grants
+            .call(
+                conn,
+                conn.batch_group(&call.keys.lock),
+                || GrantItem::from(call),
+                || conn.run(call),
+            )
+            .await
+    }
+
+    /// One release on `conn`: batched with the client's concurrent
+    /// releases of its slot.
+    pub(crate) async fn release(&self, conn: &RedisConn, call: &Release<'_>) -> Result<Checked> {
+        self.releases
+            .call(
+                conn,
+                conn.batch_group(call.lock),
+                || ReleaseItem::from(call),
+                || conn.run(call),
+            )
+            .await
+    }
+
+    /// Makes batched grants run `fault`'s broken script (the negative
+    /// controls of the tests; `None`: the real one again).
+    #[cfg(feature = "testing")]
+    pub(crate) fn break_grants(&self, fault: Option<BatchFault>) {
+        *self
+            .grants
+            .kind
+            .fault
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = fault.map(scripts::broken);
+    }
+}

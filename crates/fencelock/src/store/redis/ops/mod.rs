@@ -1,0 +1,165 @@
+//! The lock operations as typed calls and replies: the one place where the
+//! arguments of a script are encoded and its reply decoded, one file per
+//! operation with its call, its reply and its batch item (the script is the
+//! `.lua` file of the same name under `scripts/`).
+//!
+//! Each call is a struct that writes its ARGV in the order its `.lua` file
+//! unpacks them ([`ToRedisArgs`]) and names its KEYS and its script
+//! ([`ScriptCall`]); each reply is a type that decodes what the script
+//! returns ([`FromRedisValue`]). Nothing outside this module builds a
+//! script's arguments or reads its raw reply.
+//!
+//! | file | operation | script |
+//! |---|---|---|
+//! | `grant.rs` | [`Grant`], its reply, and the batch of many ([`GrantMany`]) | `grant_fast.lua` + `grant.lua`; `grant_many.lua` |
+//! | `release.rs` | [`Release`] and [`ReleaseMany`] | `release_fast.lua` + `release.lua`; `release_many.lua` |
+//! | `extend.rs` | [`Extend`] and [`ExtendMany`] (the keeper's batch) | `extend.lua`; `extend_many.lua` |
+//! | `leave.rs` | [`Leave`]: a waiter gives up its place | `leave.lua` |
+//! | `inspect.rs` | [`Inspect`]: a snapshot of a lock | `inspect.lua` |
+//! | `fenced_write.rs` | [`FencedWrite`]: a fenced write to a Redis hash | `fenced_write.lua` |
+//!
+//! This file holds what several of them share: the [`ScriptCall`] trait,
+//! how fences are minted ([`Mint`]), how a free lock is passed on
+//! ([`PassOn`]), and what a batch did with one item ([`Batched`]).
+
+use std::time::Duration;
+
+use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
+
+use super::scripts::Lua;
+use crate::error::LossReason;
+use crate::keys::KeyLayout;
+use crate::options::{FENCE_RETENTION, FenceMode, LockOptions, STARVATION_THRESHOLD};
+use crate::store::Checked;
+
+mod extend;
+mod fenced_write;
+mod grant;
+mod inspect;
+mod leave;
+mod release;
+
+pub(crate) use extend::{Extend, ExtendMany};
+pub(crate) use fenced_write::{Change, FencedWrite};
+pub(crate) use grant::{Grant, GrantItem, GrantMany, GrantReply};
+pub(crate) use inspect::Inspect;
+pub(crate) use leave::Leave;
+pub(crate) use release::{Release, ReleaseItem, ReleaseMany};
+
+/// A script call: its script, its KEYS, and (through [`ToRedisArgs`]) its
+/// ARGV.
+pub(crate) trait ScriptCall: ToRedisArgs {
+    /// What the script returns.
+    type Reply: FromRedisValue;
+
+    /// The script this call runs.
+    fn script(&self) -> &'static Lua;
+
+    /// The keys it touches, in the script's KEYS order (the first one picks
+    /// the Cluster slot; the others share it).
+    fn keys(&self) -> Vec<&str>;
+
+    /// Whether the call is sent behind a `PING`, in the same write, so that
+    /// a waiter it wakes is answered before the caller (see
+    /// [`Release::wake_first`]).
+    fn wake_first(&self) -> bool {
+        false
+    }
+}
+
+/// How fences are minted for a name: ARGV 1-3 of every call that may grant
+/// (a release or a leave can hand the lock over to the next waiter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mint {
+    pub(super) mode: FenceMode,
+    layout: KeyLayout,
+    /// How long the fence key is kept after a grant (zero: forever).
+    retention: Duration,
+}
+
+impl Mint {
+    pub(crate) fn new(opts: &LockOptions) -> Self {
+        let retention = match (opts.fence_mode, opts.layout) {
+            (FenceMode::Clock, KeyLayout::HashTagged) => {
+                FENCE_RETENTION.max(opts.ttl.saturating_mul(2))
+            }
+            // The guide's Python workers INCR the fence key: it must never expire.
+            _ => Duration::ZERO,
+        };
+        Mint {
+            mode: opts.fence_mode,
+            layout: opts.layout,
+            retention,
+        }
+    }
+
+    /// One argument (each costs Redis time): mode, format, retention, as
+    /// `prelude.lua` reads them (`ct86400000`).
+    pub(super) fn write<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let mode = match self.mode {
+            FenceMode::Clock => 'c',
+            _ => 'n',
+        };
+        let format = match self.layout {
+            KeyLayout::HashTagged => 't',
+            _ => 'b',
+        };
+        out.write_arg_fmt(format_args!("{mode}{format}{}", self.retention.as_millis()));
+    }
+}
+
+/// The command that publishes wake-ups: `PUBLISH`, or `SPUBLISH` (sharded
+/// pub/sub) on Redis Cluster, where the wake channel shares the lock's slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    Publish,
+    SPublish,
+}
+
+/// What a release or a leave needs to pass a free lock on to the head
+/// waiter: ARGV[2] of those scripts, the publish command and the starvation
+/// threshold in µs (the wake channels are the lock key's `:wake:`
+/// channels, derived in the script).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PassOn {
+    pub(crate) publish: Publish,
+}
+
+impl PassOn {
+    pub(super) fn write<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let publish = match self.publish {
+            Publish::Publish => "PUBLISH",
+            Publish::SPublish => "SPUBLISH",
+        };
+        out.write_arg_fmt(format_args!(
+            "{publish} {}",
+            STARVATION_THRESHOLD.as_micros()
+        ));
+    }
+}
+
+/// What a batch script did with one of its items.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Batched<R> {
+    /// Settled: the reply the item's own script would have given.
+    Done(R),
+    /// Not settled, and nothing written for it: it goes alone, through its
+    /// own script.
+    Alone,
+    /// Failed with this server error (`CODE detail`).
+    Failed(String),
+}
+
+impl FromRedisValue for Checked {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match i64::from_redis_value(v)? {
+            1 => Ok(Checked::Done),
+            0 => Ok(Checked::NotOurs(LossReason::Expired)),
+            -1 => Ok(Checked::NotOurs(LossReason::TakenOver)),
+            other => Err(format!("an ownership check returned the unknown code {other}").into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,171 @@
+//! The Lua scripts, one per operation. Each `.lua` file documents its KEYS,
+//! ARGV and replies; the helpers are prepended at compile time.
+//!
+//! | script | runs | made of |
+//! |---|---|---|
+//! | [`GRANT`] | one grant attempt | `fast_helpers.lua`, `grant_fast.lua` (the common cases, first), then `common.lua`, `prelude.lua`, `grant.lua` |
+//! | [`GRANT_MANY`] | many callers' common-case grants in one call (the coalescer's batches) | `fast_helpers.lua`, `grant_many.lua` |
+//! | [`RELEASE`] | compare-and-delete, hand-over or wake-up | `fast_helpers.lua`, `release_fast.lua` (first), then `common.lua`, `prelude.lua`, `release.lua` |
+//! | [`RELEASE_MANY`] | many releases in one call | `release_many.lua` |
+//! | [`LEAVE`] | a waiter gives up its place | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `leave.lua` |
+//! | [`EXTEND`], [`EXTEND_MANY`] | compare-and-pexpire, of one lease or a batch | `common.lua`, `extend.lua` / `extend_many.lua` |
+//! | [`FENCED_WRITE`] | a fenced write to a Redis hash | `common.lua`, `fenced_write.lua` |
+//! | [`INSPECT`] | a snapshot of a lock | `common.lua`, `inspect.lua` |
+//!
+//! `common.lua` has the calls whose errors name the one command or key in
+//! the way; `prelude.lua` fence minting and the wait queue, shared by the
+//! three scripts that change who holds a lock. The common cases
+//! (`grant_fast.lua`, `release_fast.lua`, and `grant_many.lua` for each
+//! item) run before those helpers are created (creating them costs more
+//! Redis time than the calls themselves) and fall through to the full
+//! script otherwise. Every script that may mint a fence starts with
+//! `fast_helpers.lua`: its few small helpers, among them `clock_fence`, the
+//! one place the clock-floored fence `max(last + 1, now)` is written, and
+//! the names of the mint argument's bytes.
+//!
+//! `redis::Script` computes the SHA once; calls use `EVALSHA` and fall back to
+//! `SCRIPT LOAD` on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a failover),
+//! so a flushed script cache is never mistaken for "not held".
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// A script: its source (for `SCRIPT LOAD` when a pipelined `EVALSHA`
+/// finds it missing) and the `redis::Script` that knows its SHA.
+pub(crate) struct Lua {
+    pub(crate) source: &'static str,
+    pub(crate) script: Script,
+}
+
+impl std::fmt::Debug for Lua {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lua")
+            .field("sha", &self.script.get_hash())
+            .finish()
+    }
+}
+
+impl Lua {
+    fn new(source: &'static str) -> Self {
+        Lua {
+            source,
+            script: Script::new(source),
+        }
+    }
+}
+
+/// Grant: lock + fence in one atomic step.
+pub(crate) static GRANT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/fast_helpers.lua"),
+        include_str!("scripts/grant_fast.lua"),
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/grant.lua")
+    ))
+});
+
+/// Release: compare-and-delete, then hand over to or wake the next waiter.
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/fast_helpers.lua"),
+        include_str!("scripts/release_fast.lua"),
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/release.lua")
+    ))
+});
+
+/// Grants of many callers of one client in one call: the common case of
+/// each (`grant_fast.lua`'s), the rest sent back to go alone (the
+/// coalescer's batches, `super::coalesce`).
+pub(crate) static GRANT_MANY: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/fast_helpers.lua"),
+        include_str!("scripts/grant_many.lua")
+    ))
+});
+
+/// Releases of many leases of one client in one call: compare-and-delete
+/// of each when nobody waits, the rest sent back to go alone.
+pub(crate) static RELEASE_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/release_many.lua")));
+
+/// Leave: a waiter gives up its place (and a lock handed to it).
+pub(crate) static LEAVE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/leave.lua")
+    ))
+});
+
+/// Compare-and-pexpire.
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/extend.lua")
+    ))
+});
+
+/// Compare-and-pexpire of many leases at once (the keeper's batched tick).
+pub(crate) static EXTEND_MANY: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/extend_many.lua")
+    ))
+});
+
+/// Fenced write / fence registration on a Redis hash resource.
+pub(crate) static FENCED_WRITE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/fenced_write.lua")
+    ))
+});
+
+/// Atomic snapshot of a lock for status.
+pub(crate) static INSPECT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/inspect.lua")
+    ))
+});
+
+/// A deliberately broken batch grant script, for negative controls
+/// (feature `testing`): a test that passes must fail with it.
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchFault {
+    /// Mints each fence from the server's clock alone, ignoring the fence
+    /// already stored (fences go backwards when the stored one is ahead).
+    IgnoreStoredFence,
+    /// Takes each lock with `redis.call`: one item's error (a key of
+    /// another type) fails the whole batch.
+    OneErrorFailsAll,
+}
+
+/// `grant_many.lua` with `fault` (feature `testing`: the negative controls
+/// of the batch tests). Each variant is built once.
+#[cfg(feature = "testing")]
+pub(crate) fn broken(fault: BatchFault) -> &'static Lua {
+    static IGNORE_STORED_FENCE: LazyLock<Lua> =
+        LazyLock::new(|| break_grant_many("local f = math.max(n + 1, now)", "local f = now"));
+    static ONE_ERROR_FAILS_ALL: LazyLock<Lua> = LazyLock::new(|| {
+        break_grant_many("redis.pcall('SET', lock, v,", "redis.call('SET', lock, v,")
+    });
+    match fault {
+        BatchFault::IgnoreStoredFence => &IGNORE_STORED_FENCE,
+        BatchFault::OneErrorFailsAll => &ONE_ERROR_FAILS_ALL,
+    }
+}
+
+/// `grant_many.lua` with `from` replaced by `to` (were `from` gone, the
+/// variant would not be broken, and its negative control would say so).
+#[cfg(feature = "testing")]
+fn break_grant_many(from: &str, to: &str) -> Lua {
+    Lua::new(Box::leak(
+        GRANT_MANY.source.replace(from, to).into_boxed_str(),
+    ))
+}

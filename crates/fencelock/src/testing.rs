@@ -1,0 +1,149 @@
+//! Internals for tests, benchmarks, the torture harness and the protocol
+//! model (feature `testing`; not part of the stable API): the data
+//! fencelock keeps in Redis — lock values, the wait queue's members,
+//! wake-up messages — encoded and decoded exactly as the library does, raw
+//! script and transaction calls, deliberately broken variants for negative
+//! controls, and the engine's decisions about time as the pure functions
+//! the engine itself calls.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::store::redis::invocation;
+use crate::store::redis::ops::{Extend, ExtendMany, Grant, Mint};
+use crate::{Fence, LockClient, LockKeys, LockOptions};
+
+pub use crate::store::redis::BatchFault;
+pub use crate::store::redis::wire::*;
+
+/// The grant script call that [`LockClient::try_acquire`] makes for `keys`,
+/// `token` and `opts`, to run on any connection.
+pub fn grant_invocation(
+    keys: &LockKeys,
+    token: &str,
+    opts: &LockOptions,
+) -> redis::ScriptInvocation<'static> {
+    invocation(&Grant {
+        keys,
+        mint: Mint::new(opts),
+        token,
+        ttl: opts.ttl,
+        wait_mode: opts.wait_mode,
+        member: None,
+        waiter_lease: opts.waiter_lease,
+        queued: false,
+    })
+}
+
+/// How many grant (or release) calls of one client, of one Cluster slot,
+/// go to Redis at once before further ones queue and are batched: a test
+/// that wants a batch first holds this many calls inside Redis.
+pub const BATCH_IN_FLIGHT: usize = crate::store::redis::IN_FLIGHT;
+
+/// Makes `client`'s batched grants run a deliberately broken script
+/// (`None`: the real one again): the negative controls of the tests of
+/// batched grants. A Redis client only.
+pub fn break_batched_grants(client: &LockClient, fault: Option<BatchFault>) {
+    if let Some(redis) = client.engine().redis_engine() {
+        redis.batches().break_grants(fault);
+    }
+}
+
+/// The script call one keeper tick makes to renew a batch of leases
+/// (`(lock key, exact lock value)` each) to `ttl`, to run on any
+/// connection. It replies with the leases it did not renew, as pairs
+/// (1-based index, 0 absent or -1 another value): empty when all were.
+pub fn renewal_batch_invocation(
+    leases: &[(&str, &str)],
+    ttl: Duration,
+) -> redis::ScriptInvocation<'static> {
+    invocation(&ExtendMany { leases, ttl })
+}
+
+/// The script call a lease's own `extend` makes, to run on any connection.
+pub fn extend_invocation(
+    key: &str,
+    value: &str,
+    ttl: Duration,
+) -> redis::ScriptInvocation<'static> {
+    invocation(&Extend { key, value, ttl })
+}
+
+/// The margin the engine subtracts from every lease for clock drift and
+/// timer lateness: 1 % of the ttl plus 2 ms.
+pub fn drift(ttl: Duration) -> Duration {
+    crate::engine::timing::drift(ttl)
+}
+
+/// The local deadline the engine gives a lock that a release handed over
+/// for `provisional` to a waiter whose last refused attempt was sent at
+/// `refused_at`, or `None` when too little of it is left at `now` to take
+/// it.
+pub fn handover_deadline(
+    refused_at: Instant,
+    provisional: Duration,
+    now: Instant,
+) -> Option<Instant> {
+    crate::engine::timing::handover_deadline(refused_at, provisional, now)
+}
+
+/// Whether the engine trusts a hand-over wake-up carrying fence `handed`
+/// without asking the store, given the fence `seen` stored when the
+/// waiter's last attempt was refused: only if `handed` is above it.
+pub fn handover_is_fresh(seen: Option<u64>, handed: Fence) -> bool {
+    crate::engine::timing::handover_is_fresh(seen, handed)
+}
+
+/// Whether the engine treats a grant whose local deadline is `deadline`
+/// (of a `ttl` lease) as too late at `now`: less than a tenth of the ttl
+/// left.
+pub fn arrived_too_late(deadline: Instant, ttl: Duration, now: Instant) -> bool {
+    crate::engine::timing::arrived_too_late(deadline, ttl, now)
+}
+
+/// The etcd grant transaction for lock `name` and the existing lease
+/// `lease`, on an etcd `client` (feature `etcd`), as an acquisition sends
+/// it (and sends it again when its reply was lost): creates the lease's key
+/// unless it exists. Returns the key's create revision and how many keys
+/// the lock has.
+///
+/// # Errors
+/// [`crate::Error::InvalidOption`] for a Redis client; etcd errors.
+#[cfg(feature = "etcd")]
+pub async fn etcd_grant_txn(
+    client: &LockClient,
+    name: &str,
+    lease: i64,
+) -> crate::Result<(i64, usize)> {
+    let Some(conn) = client.engine().etcd() else {
+        return Err(crate::Error::InvalidOption("not an etcd client".into()));
+    };
+    let prefix = crate::store::etcd::lock_prefix(conn.namespace(), client.prefix(), name);
+    crate::store::etcd::grant_txn_for_tests(conn, &prefix, lease).await
+}
+
+/// Deletes every etcd key under the `client`'s namespace and prefix
+/// (feature `etcd`): what a run that made up its own prefix leaves behind
+/// (holder and waiter keys whose leases have not expired yet). Returns how
+/// many keys were deleted.
+///
+/// # Errors
+/// [`crate::Error::InvalidOption`] for a Redis client, or an empty
+/// namespace and prefix (that would be every key); etcd errors.
+#[cfg(feature = "etcd")]
+pub async fn etcd_delete_prefix(client: &LockClient) -> crate::Result<i64> {
+    let Some(conn) = client.engine().etcd() else {
+        return Err(crate::Error::InvalidOption("not an etcd client".into()));
+    };
+    let prefix = format!("{}{}", conn.namespace(), client.prefix());
+    if prefix.is_empty() {
+        return Err(crate::Error::InvalidOption(
+            "refusing to delete every key: the client has no namespace or prefix".into(),
+        ));
+    }
+    conn.delete_prefix(&prefix)
+        .await
+        .map(|r| r.deleted())
+        .map_err(|e| conn.error(e, "deleting the keys under the prefix"))
+}
