@@ -27,7 +27,8 @@ pub enum Error {
     Parse {
         /// The file, relative to the repository root.
         path: String,
-        /// Where the parser stopped.
+        /// The first line of code of the top-level item the parser
+        /// stopped in.
         line: usize,
         /// The parser's message.
         message: String,
@@ -39,7 +40,7 @@ pub enum Error {
     MissingModule {
         /// The file with the declaration.
         path: String,
-        /// Its line.
+        /// Its line (of the first `mod name;` of the file).
         line: usize,
         /// The module's name.
         name: String,

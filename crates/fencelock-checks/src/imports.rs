@@ -18,7 +18,9 @@ pub struct Edge {
     pub from: String,
     /// The file defining what it names.
     pub to: String,
-    /// The line of the first path in `from` that names something of `to`.
+    /// The line of the first path in `from` that names something of `to`
+    /// (the first line where that path is written: see the crate docs,
+    /// "Line numbers").
     pub line: usize,
     /// That path as written (`use ` before an import's, `(in name!)` after
     /// one in a macro's tokens).

@@ -81,6 +81,40 @@
 //! [`layer_violations`] checks [`LayerRule`]s: files under one directory
 //! that must not import files under others.
 //!
+//! ### Line numbers
+//!
+//! The parser's tokens carry no positions (proc-macro2's `span-locations`
+//! feature would give them, but it would switch proc-macro2, syn and every
+//! derive macro to another build whenever this crate is built with the
+//! rest of the workspace). The lines come from a scan of each file's text
+//! instead: a small lexer of its own skips comments, strings, char
+//! literals and lifetimes and ignores spaces and line breaks, so `crate ::
+//! a` followed by `:: x` on the next line is the path `crate::a::x`. A
+//! line is **the first line where that path is written** in the file, not
+//! necessarily the line of the occurrence that made the edge:
+//!
+//! - a path of code or of a macro's tokens: the first place the whole
+//!   path is written (generic arguments between its segments allowed:
+//!   `a::<T>::b`), outside `use` declarations, and not as the end of a
+//!   longer path (after `::`), the start of one (before `::name`), a field
+//!   or method (after `.`) or a macro variable (after `$`); a lone name
+//!   also not as the name of a definition (after `fn`, `struct`, `enum`,
+//!   `union`, `trait`, `type`, `mod`, `static`, `const`, `macro_rules!`)
+//!   nor of a field (before a single `:`). That place may be in test-only
+//!   code, or in another inline module of the file where the same words
+//!   name something else. Failing that: inside a `use` (one in a macro's
+//!   tokens), then where most of its leading segments are written
+//!   (`<T as a::Trait>::f`), then the first occurrence of its first name;
+//! - a name a `use` imports: the line of that name (or of its `*`) in the
+//!   first `use` of the file that imports it, groups followed across lines
+//!   (`use super::{` then `a,` then `b::C,` has `super::b::C` on the line
+//!   of `b::C`);
+//! - a `mod x;` with no file: the first `mod x;` of the file;
+//! - a file that does not parse: the first line of code of the top-level
+//!   item the parser stops in (the compiler shows the exact place).
+//!
+//! An edge's line is the smallest of the lines of the paths that make it.
+//!
 //! ## 2. Every cited file exists
 //!
 //! [`check_references`] checks that every file a text of the repository
@@ -131,6 +165,7 @@ mod allowlist;
 mod error;
 mod graph;
 mod imports;
+mod lines;
 mod manifest;
 mod modtree;
 mod refs;

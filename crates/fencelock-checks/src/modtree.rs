@@ -3,14 +3,14 @@
 //! defines and the names its `use` declarations bring in. Test-only code
 //! (`#[cfg(test)]`) is left out.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use proc_macro2::Span;
 use syn::punctuated::Punctuated;
 use syn::visit::{self, Visit};
 use syn::{Attribute, ImplItem, Item, Meta, Token, UseTree, Visibility};
 
 use crate::error::Error;
+use crate::lines::Lines;
 use crate::tree::{SourceTree, join, parent_dir};
 
 /// A module's index in [`ModTree::modules`]; the crate root is 0.
@@ -50,19 +50,21 @@ pub(crate) struct Import {
     pub(crate) glob: bool,
     /// Any `pub`, `pub(crate)`, `pub(super)`, `pub(in ...)`.
     pub(crate) public: bool,
-    /// The line of the imported name.
-    pub(crate) line: usize,
 }
 
 /// The modules of one crate root.
 pub(crate) struct ModTree {
     /// Every module; the crate root first.
     pub(crate) modules: Vec<Module>,
+    /// The scan of each of its files' text, for the lines of its paths.
+    lines: HashMap<String, Lines>,
 }
 
-/// The line a span starts on.
-pub(crate) fn line_of(span: Span) -> usize {
-    span.start().line
+impl ModTree {
+    /// The scan of `file`, one of the crate's files.
+    pub(crate) fn lines(&self, file: &str) -> Option<&Lines> {
+        self.lines.get(file)
+    }
 }
 
 /// The module tree of the crate whose root file is `root`.
@@ -71,12 +73,14 @@ pub(crate) fn build(tree: &SourceTree, root: &str) -> Result<ModTree, Error> {
         tree,
         modules: Vec::new(),
         loading: Vec::new(),
+        lines: HashMap::new(),
     };
     let parsed = builder.parse(root)?;
     let id = builder.new_module(None, root);
     builder.load(id, parsed, root, parent_dir(root))?;
     Ok(ModTree {
         modules: builder.modules,
+        lines: builder.lines,
     })
 }
 
@@ -85,6 +89,8 @@ struct Builder<'t> {
     modules: Vec<Module>,
     /// The files being loaded, outermost first (a `#[path]` loop stops).
     loading: Vec<String>,
+    /// The scan of each file read.
+    lines: HashMap<String, Lines>,
 }
 
 impl Builder<'_> {
@@ -102,13 +108,20 @@ impl Builder<'_> {
         self.modules.len() - 1
     }
 
-    fn parse(&self, file: &str) -> Result<syn::File, Error> {
+    fn parse(&mut self, file: &str) -> Result<syn::File, Error> {
         let text = self.tree.text(file).unwrap_or_default();
-        syn::parse_file(text).map_err(|e| Error::Parse {
-            path: file.to_string(),
-            line: line_of(e.span()),
-            message: e.to_string(),
-        })
+        let lines = Lines::new(text);
+        match syn::parse_file(text) {
+            Ok(parsed) => {
+                self.lines.insert(file.to_string(), lines);
+                Ok(parsed)
+            }
+            Err(e) => Err(Error::Parse {
+                path: file.to_string(),
+                line: lines.parse_error(text),
+                message: e.to_string(),
+            }),
+        }
     }
 
     /// Fills module `id` with the items of `parsed`, the content of `file`,
@@ -195,7 +208,7 @@ impl Builder<'_> {
         let Some(found) = candidates.iter().find(|c| self.tree.contains(c)).cloned() else {
             return Err(Error::MissingModule {
                 path: file.to_string(),
-                line: line_of(m.ident.span()),
+                line: self.lines.get(file).map_or(1, |l| l.mod_decl(&name)),
                 name,
                 looked_for: candidates.join(", "),
             });
@@ -264,7 +277,6 @@ fn flatten(tree: &UseTree, prefix: &mut Vec<String>, public: bool, out: &mut Vec
                 path,
                 glob: false,
                 public,
-                line: line_of(n.ident.span()),
             });
         }
         UseTree::Rename(r) => {
@@ -274,15 +286,13 @@ fn flatten(tree: &UseTree, prefix: &mut Vec<String>, public: bool, out: &mut Vec
                 path,
                 glob: false,
                 public,
-                line: line_of(r.ident.span()),
             });
         }
-        UseTree::Glob(g) => out.push(Import {
+        UseTree::Glob(_) => out.push(Import {
             binding: None,
             path: prefix.clone(),
             glob: true,
             public,
-            line: line_of(g.star_token.span),
         }),
         UseTree::Group(g) => {
             for t in &g.items {
@@ -296,8 +306,8 @@ fn flatten(tree: &UseTree, prefix: &mut Vec<String>, public: bool, out: &mut Vec
 /// prefix itself; `_` binds nothing).
 fn named(
     prefix: &[String],
-    ident: &proc_macro2::Ident,
-    binding: &proc_macro2::Ident,
+    ident: &syn::Ident,
+    binding: &syn::Ident,
 ) -> (Option<String>, Vec<String>) {
     let mut path = prefix.to_vec();
     let bound = if ident == "self" && binding == "self" {

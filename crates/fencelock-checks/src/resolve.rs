@@ -5,7 +5,7 @@ use proc_macro2::{Spacing, TokenStream, TokenTree};
 use syn::visit::{self, Visit};
 use syn::{ImplItem, Item};
 
-use crate::modtree::{ModId, ModTree, impl_item_attrs, is_test_only, item_attrs, line_of};
+use crate::modtree::{ModId, ModTree, impl_item_attrs, is_test_only, item_attrs};
 
 /// What a path names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub(crate) struct RawEdge {
     pub(crate) from: String,
     /// The file defining what it names.
     pub(crate) to: String,
-    /// The path's line.
+    /// The first line where the path is written in `from`.
     pub(crate) line: usize,
     /// The path as written (`use ` before an import's).
     pub(crate) text: String,
@@ -178,14 +178,19 @@ impl ModTree {
                 if import.public && self.is_descendant(target, self.file_module(id)) {
                     continue;
                 }
+                let to = &self.modules[target].file;
+                if *to == module.file {
+                    continue;
+                }
                 let glob = if import.glob { "::*" } else { "" };
-                push(
-                    &mut out,
-                    &module.file,
-                    &self.modules[target].file,
-                    import.line,
-                    format!("use {}{glob}", import.path.join("::")),
-                );
+                out.push(RawEdge {
+                    from: module.file.clone(),
+                    to: to.clone(),
+                    line: self
+                        .lines(&module.file)
+                        .map_or(1, |l| l.import(&import.path, import.glob)),
+                    text: format!("use {}{glob}", import.path.join("::")),
+                });
             }
             let mut paths = Paths {
                 tree: self,
@@ -200,17 +205,6 @@ impl ModTree {
     }
 }
 
-fn push(out: &mut Vec<RawEdge>, from: &str, to: &str, line: usize, text: String) {
-    if from != to {
-        out.push(RawEdge {
-            from: from.to_string(),
-            to: to.to_string(),
-            line,
-            text,
-        });
-    }
-}
-
 /// Visits the code of one module and records its paths' edges.
 struct Paths<'a> {
     tree: &'a ModTree,
@@ -219,7 +213,10 @@ struct Paths<'a> {
 }
 
 impl Paths<'_> {
-    fn record(&mut self, segments: &[String], line: usize, text: String) {
+    /// An edge for the path `segments` (written as `text`) if it names
+    /// something of another file; its line is looked up in the text only
+    /// then.
+    fn record(&mut self, segments: &[String], text: String) {
         let Some(res) = self.tree.resolve(self.ctx, segments, true) else {
             return;
         };
@@ -228,9 +225,16 @@ impl Paths<'_> {
         if segments.len() == 1 && matches!(res, Res::Module(_)) {
             return;
         }
-        if let Some(to) = self.tree.file_of(res) {
-            let from = &self.tree.modules[self.ctx].file;
-            push(self.out, from, to, line, text);
+        let from = &self.tree.modules[self.ctx].file;
+        if let Some(to) = self.tree.file_of(res)
+            && to != from
+        {
+            self.out.push(RawEdge {
+                from: from.clone(),
+                to: to.to_string(),
+                line: self.tree.lines(from).map_or(1, |l| l.path(segments)),
+                text,
+            });
         }
     }
 
@@ -278,7 +282,7 @@ impl Paths<'_> {
                     }
                     if !skip && segments.len() >= 2 {
                         let text = format!("{} (in {mac}!)", segments.join("::"));
-                        self.record(&segments, line_of(ident.span()), text);
+                        self.record(&segments, text);
                     }
                     i = j;
                 }
@@ -311,12 +315,10 @@ impl<'ast> Visit<'ast> for Paths<'_> {
     fn visit_vis_restricted(&mut self, _: &'ast syn::VisRestricted) {}
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
-        if path.leading_colon.is_none()
-            && let Some(first) = path.segments.first()
-        {
+        if path.leading_colon.is_none() && !path.segments.is_empty() {
             let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
             let text = segments.join("::");
-            self.record(&segments, line_of(first.ident.span()), text);
+            self.record(&segments, text);
         }
         visit::visit_path(self, path);
     }

@@ -416,3 +416,73 @@ fn a_file_that_is_test_only_as_a_whole_is_left_out() {
     assert!(!has_edge(&g, "src/lib.rs", "src/a.rs"));
     assert_eq!(circle_files(&g), Vec::<Vec<String>>::new());
 }
+
+#[test]
+fn lines_are_found_in_the_text_across_lines_and_spaces() {
+    // A name of a multi-line use tree is on its own line; a path in a
+    // macro's tokens may have spaces around `::` and span lines; the
+    // façade's re-export of `C` (no edge) is not where `C` is used.
+    let g = graph(&[
+        ("src/lib.rs", "mod a;\nmod b;\nmod c;\n"),
+        ("src/a.rs", "pub(crate) fn x() {}\n"),
+        ("src/b/mod.rs", "mod c;\npub(crate) use c::C;\n"),
+        ("src/b/c.rs", "pub(crate) struct C;\n"),
+        (
+            "src/c.rs",
+            "use super::{\n    a,\n    b::C,\n};\n\nfn f() {\n    m!(\n        crate :: a\n            :: x()\n    );\n}\n",
+        ),
+    ]);
+    let from_c: Vec<(&str, usize, &str)> = g
+        .edges
+        .iter()
+        .filter(|e| e.from == "src/c.rs")
+        .map(|e| (e.to.as_str(), e.line, e.path.as_str()))
+        .collect();
+    assert_eq!(
+        from_c,
+        vec![
+            ("src/a.rs", 2, "use super::a"),
+            ("src/b/c.rs", 3, "use super::b::C"),
+        ]
+    );
+    let g = graph(&[
+        ("src/lib.rs", "mod a;\n"),
+        (
+            "src/a.rs",
+            "pub(crate) fn x() {}\n\nfn f() {\n    m!(\n        crate :: a\n            :: x()\n    );\n}\n",
+        ),
+    ]);
+    assert!(g.edges.is_empty());
+    let g = graph(&[
+        ("src/lib.rs", "mod a;\nmod b;\n"),
+        ("src/a.rs", "pub(crate) fn x() {}\n"),
+        (
+            "src/b.rs",
+            "fn f() {\n    m!(\n        crate :: a\n            :: x()\n    );\n}\n",
+        ),
+    ]);
+    let shown: Vec<(usize, &str)> = g.edges.iter().map(|e| (e.line, e.path.as_str())).collect();
+    assert_eq!(shown, vec![(3, "crate::a::x (in m!)")]);
+}
+
+#[test]
+fn a_file_that_does_not_parse_is_an_error_at_its_item() {
+    let tree = SourceTree::from_memory([
+        ("src/lib.rs", "mod a;\n"),
+        (
+            "src/a.rs",
+            "/// Fine.\nfn fine() {}\n\n/// Broken.\nfn broken() {\n    let = 1;\n}\n",
+        ),
+    ]);
+    let target = Target {
+        name: "lib".to_string(),
+        root: "src/lib.rs".to_string(),
+    };
+    let err = TargetGraph::build(&tree, "demo", &target).expect_err("module `a` does not parse");
+    let Error::Parse { path, line, .. } = err else {
+        panic!("not a parse error: {err}");
+    };
+    // The first line of code of the item the parser stops in (`fn
+    // broken`; its `///` comment is no code), not the `let` itself.
+    assert_eq!((path.as_str(), line), ("src/a.rs", 5));
+}
