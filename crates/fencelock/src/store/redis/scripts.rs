@@ -95,6 +95,7 @@ pub(crate) static RELEASE_MANY: LazyLock<Lua> =
 /// Leave: a waiter gives up its place (and a lock handed to it).
 pub(crate) static LEAVE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/leave.lua")
@@ -151,7 +152,7 @@ pub enum BatchFault {
 #[cfg(feature = "testing")]
 pub(crate) fn broken(fault: BatchFault) -> &'static Lua {
     static IGNORE_STORED_FENCE: LazyLock<Lua> =
-        LazyLock::new(|| break_grant_many("local f = math.max(n + 1, now)", "local f = now"));
+        LazyLock::new(|| break_grant_many("local f = clock_fence(n, now)", "local f = now"));
     static ONE_ERROR_FAILS_ALL: LazyLock<Lua> = LazyLock::new(|| {
         break_grant_many("redis.pcall('SET', lock, v,", "redis.call('SET', lock, v,")
     });

@@ -1,7 +1,24 @@
--- Prepended to the scripts' common cases (grant_fast.lua, release_fast.lua)
--- and to grant_many.lua, which run before (or without) the shared helpers:
--- three functions, so they create three closures per call, not
--- prelude.lua's many.
+-- Prepended to every script that may mint a fence: the common cases
+-- (grant_fast.lua, release_fast.lua) and grant_many.lua, which run before
+-- (or without) the shared helpers, and prelude.lua's full scripts. Four
+-- functions, so they create four closures per call, not prelude.lua's
+-- many.
+
+-- ARGV[1] of those scripts, "mint" (see prelude.lua: fence mode, lock
+-- value format, fence key retention, e.g. "ct86400000"), is read by its
+-- first two bytes:
+local MINT_CLOCK = 99    -- string.byte('c'): clock-floored fences
+local MINT_TAGGED = 116  -- string.byte('t'): the tagged value TOKEN:FENCE
+
+-- The clock-floored fence after the last one issued, LAST (0 for none),
+-- at server time NOW in µs (docs/design.md §2.3): if the fence key is lost
+-- (a restart without persistence, a failover, eviction, expiry), the next
+-- fence is still above every fence issued before, as long as the server
+-- clock does not step back. Values stay below 2^53, exact in Lua doubles.
+-- The one place the formula is written.
+local function clock_fence(last, now)
+  return math.max(last + 1, now)
+end
 --
 -- The last fence issued for lock key LOCK, as a number: 0 when none is
 -- stored; nil when the fence key holds anything but a canonical decimal

@@ -16,17 +16,16 @@
 do
   local mint = ARGV[1]
   -- Clock fences ("c"), not fair, not queued (ARGV 5-7, see grant.lua).
-  if string.byte(mint, 1) == 99 and ARGV[4] ~= 'fair'
+  if string.byte(mint, 1) == MINT_CLOCK and ARGV[4] ~= 'fair'
     and not ((ARGV[5] or '') ~= '' and ARGV[7] == '1') then
     local n, last = fast_last_fence(KEYS[1])
     local t = n and redis.pcall('TIME')
     if t and not t.err then
-      local f = math.max(n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+      local f = clock_fence(n, tonumber(t[1]) * 1000000 + tonumber(t[2]))
       local fs = string.format('%d', f)
       local token = ARGV[2]
       local v = token
-      -- "t": the tagged format, TOKEN:FENCE.
-      local tagged = string.byte(mint, 2) == 116
+      local tagged = string.byte(mint, 2) == MINT_TAGGED
       if tagged then v = v .. ':' .. fs end
       local held = redis.pcall('SET', KEYS[1], v, 'NX', 'PX', ARGV[3], 'GET')
       if held == false then

@@ -12,7 +12,7 @@
 --
 -- Returns a code and a value per item, in order, all in one flat array
 -- (code 1, value 1, code 2, value 2, …: a table per item would cost more):
---   1, fence    granted (grant_fast.lua's mint: max(last + 1, now))
+--   1, fence    granted (clock_fence, as grant_fast.lua mints it)
 --   0, pttl     held by another holder: grant.lua's reply for a caller
 --               that does not queue (nothing written)
 --   3, 0        not settled here, and nothing written for it: the client
@@ -37,10 +37,9 @@ for i, lock in ipairs(KEYS) do
     now = type(t) == 'table' and not t.err and tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   if n and now then
-    local f = math.max(n + 1, now)
+    local f = clock_fence(n, now)
     local fs = string.format('%d', f)
-    -- "t": the tagged format, TOKEN:FENCE.
-    local tagged = string.byte(mint, 2) == 116
+    local tagged = string.byte(mint, 2) == MINT_TAGGED
     local v = token
     if tagged then v = v .. ':' .. fs end
     local held = redis.pcall('SET', lock, v, 'NX', 'PX', ttl_ms, 'GET')

@@ -1,4 +1,5 @@
--- Shared by grant.lua, release.lua and leave.lua (after common.lua): the
+-- Shared by grant.lua, release.lua and leave.lua (after fast_helpers.lua,
+-- whose clock_fence and MINT_* it uses, and common.lua): the
 -- three scripts that change who holds a lock share fence minting and the
 -- wait queue.
 --
@@ -22,8 +23,8 @@
 
 local LOCK = KEYS[1]
 local FENCE, QUEUE, WAITERS = LOCK .. ':fence', LOCK .. ':queue', LOCK .. ':waiters'
-local FENCE_MODE = string.sub(ARGV[1], 1, 1) == 'c' and 'clock' or 'counter'
-local FORMAT = string.sub(ARGV[1], 2, 2) == 't' and 'tagged' or 'bare'
+local FENCE_MODE = string.byte(ARGV[1], 1) == MINT_CLOCK and 'clock' or 'counter'
+local FORMAT = string.byte(ARGV[1], 2) == MINT_TAGGED and 'tagged' or 'bare'
 local RETENTION = string.sub(ARGV[1], 3)
 
 local MEMBER = '^([^:]+):([^:]+):(%a+):(%d+):(%d+):(.+)$'
@@ -56,11 +57,7 @@ local function next_fence(last, now)
     -- As INCR counts: 1 after none.
     return (tonumber(last) or 0) + 1
   end
-  -- Floor the fence at the server clock in µs: if the fence key is lost
-  -- (restart without persistence, failover, eviction, expiry) the next fence
-  -- is still above every fence issued before, as long as the server clock
-  -- does not step back. Values stay below 2^53, exact in Lua doubles.
-  return math.max((tonumber(last) or 0) + 1, now)
+  return clock_fence(tonumber(last) or 0, now)
 end
 
 -- Stores FENCE, minted by next_fence, as the last fence issued.

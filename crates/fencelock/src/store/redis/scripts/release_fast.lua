@@ -25,7 +25,7 @@ do
   local head = listed and first[1]
   if listed and not head then
     if redis.pcall('DEL', lock) == 1 then return 1 end
-  elseif head and string.byte(ARGV[1], 1) == 99 then
+  elseif head and string.byte(ARGV[1], 1) == MINT_CLOCK then
     local client, waiter, wmode, ttl, handover, token =
       string.match(head, '^([^:]+):([^:]+):(%a+):(%d+):(%d+):(.+)$')
     local waiters = lock .. ':waiters'
@@ -49,15 +49,14 @@ do
         -- lease is not a usable PX takes the full script.
         local px = math.min(tonumber(ttl), tonumber(handover))
         if n and px >= 1 and px < 9007199254740991 then
-          local f = math.max(n + 1, now)
+          local f = clock_fence(n, now)
           local fs = string.format('%d', f)
           local stored = fast_store_fence(lock, fs, ARGV[1])
           if not (type(stored) == 'table' and stored.err)
             and redis.pcall('ZREM', waiters, head) == 1
             and redis.pcall('ZREM', lock .. ':queue', head) == 1 then
-            -- "t": the tagged format, TOKEN:FENCE.
             local v = token
-            if string.byte(ARGV[1], 2) == 116 then v = v .. ':' .. fs end
+            if string.byte(ARGV[1], 2) == MINT_TAGGED then v = v .. ':' .. fs end
             local set = redis.pcall('SET', lock, v, 'PX', string.format('%d', px))
             if type(set) == 'table' and set.err then error(set) end
             redis.pcall(publish, channel, waiter .. ' ' .. fs)
