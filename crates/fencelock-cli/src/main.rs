@@ -1,43 +1,58 @@
 //! The `fencelock` command-line tool.
 //!
-//! | module | concern |
+//! Laid out like cargo's commands: `main` parses the command line and hands
+//! the subcommand to its module in `commands/`, which holds the
+//! subcommand's arguments (its `…Args` struct, whose doc comments are its
+//! `--help`) and `exec`, the function that carries it out. What several
+//! commands use lives beside `commands/`; none of it imports a command.
+//!
+//! | file | concern |
 //! |---|---|
-//! | `cli` | command-line syntax (clap) and global options |
-//! | `connect` | global options to a connected client and lock options |
-//! | `run` | `fencelock run`: a supervised command under a lock |
-//! | `inspect` | `status`, `read`, `write`, `update` |
-//! | `top` | `fencelock top`: a live view of the locks under a pattern (SCAN) |
-//! | `doctor` | `fencelock doctor`: the library's deployment audit, one line per check |
-//! | `diagnostics` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
-//! | `usage_error` | clap's usage errors as one line that names what is wrong and the help page to read |
-//! | `exit` | exit codes (sysexits-style, as in the README) and the one-line error that ends the process |
-//! | `redact` | credentials kept out of every output: URLs shown without passwords, messages and logs scrubbed |
-//! | `child` | child processes that die with `fencelock`; why a command could not start |
-//! | `watchdog` | the process between `run` and its command that ties the command tree to the lock |
-//! | `private_redis` | a private redis-server for commands run without `--redis` |
-//! | `bench` | `fencelock bench`: speed and fairness next to Redis's own round trip |
-//! | `demo` | `fencelock demo`: the guide's scenario with a printed timeline |
-//! | `torture` | `fencelock torture`: the safety harness (engine: `fencelock-torture`) and its hidden `torture-worker` |
-//! | `torture_topology` | the topologies `torture` starts itself: a single redis-server, a Sentinel, a Cluster |
+//! | `main.rs` | process setup (the watchdog's re-entry, logging, the runtime), parsing, dispatch to a command's `exec`, the exit code |
+//! | `cli.rs` | the top of the command line: `fencelock --help` (examples, exit codes) and the list of subcommands |
+//! | `global_options.rs` | the options every subcommand takes: `--url`, the TLS files, `--prefix`, `--layout`, `--fence-mode`, `--fence-epoch` |
+//! | `arg_values.rs` | argument values several subcommands share: durations, wait modes |
+//! | `usage_error.rs` | clap's usage errors as one line that names what is wrong and the help page to read |
+//! | `commands.rs` | the subcommands' modules, and how each is laid out |
+//! | `commands/run.rs` | `fencelock run`: a supervised command under a lock |
+//! | `commands/status.rs` | `fencelock status`: whether a lock is held, by whom, its fence and time left |
+//! | `commands/read.rs` | `fencelock read`: a fenced resource's value, optionally registering the caller's fence first |
+//! | `commands/write.rs` | `fencelock write`: a fenced write |
+//! | `commands/update.rs` | `fencelock update`: a fenced read-modify-write through a command |
+//! | `commands/top.rs` | `fencelock top`: a live view of the locks under a pattern (SCAN) |
+//! | `commands/doctor.rs` | `fencelock doctor`: the library's deployment audit, one line per check |
+//! | `commands/bench.rs` | `fencelock bench`: speed and fairness next to Redis's own round trip |
+//! | `commands/demo.rs` | `fencelock demo`: the guide's scenario with a printed timeline |
+//! | `commands/torture.rs` | `fencelock torture`: the safety harness (engine: `fencelock-torture`) and its hidden `torture-worker` |
+//! | `connect.rs` | global options to a connected client and lock options |
+//! | `fenced_resource.rs` | what `read`, `write` and `update` share: the resource (a Redis hash or an etcd key), the writer's fence and token, a refusal as stale |
+//! | `diagnostics.rs` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
+//! | `exit.rs` | exit codes (sysexits-style, as in the README) and the one-line error that ends the process |
+//! | `redact.rs` | credentials kept out of every output: URLs shown without passwords, messages and logs scrubbed |
+//! | `child.rs` | child processes that die with `fencelock`; why a command could not start |
+//! | `watchdog.rs` | the process between `run` and its command that ties the command tree to the lock |
+//! | `private_redis.rs` | a private redis-server for commands run without `--redis` |
+//! | `private_etcd.rs` | a private etcd member, for `torture --topology etcd` |
+//! | `torture_topology.rs` | the topologies `torture` starts itself: a single redis-server, and (below) the others |
+//! | `torture_topology/sentinel.rs` | `torture --topology sentinel`: a primary, 2 replicas and 3 sentinels |
+//! | `torture_topology/cluster.rs` | `torture --topology cluster`: 3 masters with a replica each |
+//! | `torture_topology/etcd.rs` | `torture --topology etcd`: 3 etcd members |
 
 // A command-line tool prints its results on stdout.
 #![allow(clippy::print_stdout)]
 
-mod bench;
+mod arg_values;
 mod child;
 mod cli;
+mod commands;
 mod connect;
-mod demo;
 mod diagnostics;
-mod doctor;
 mod exit;
-mod inspect;
+mod fenced_resource;
+mod global_options;
 mod private_etcd;
 mod private_redis;
 mod redact;
-mod run;
-mod top;
-mod torture;
 mod torture_topology;
 mod usage_error;
 mod watchdog;
@@ -47,6 +62,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
+use crate::commands::{bench, demo, doctor, read, run, status, top, torture, update, write};
 
 fn main() -> ExitCode {
     // `run` starts this binary again as the watchdog of its command: no
@@ -96,16 +112,16 @@ fn install_logging() {
 async fn dispatch(cli: &Cli) -> anyhow::Result<u8> {
     let global = &cli.global;
     match &cli.command {
-        Command::Run(args) => run::run(global, args).await,
-        Command::Top(args) => top::run(global, args).await,
-        Command::Status(args) => inspect::status(global, args).await,
-        Command::Read(args) => inspect::read(global, args).await,
-        Command::Write(args) => inspect::write(global, args).await,
-        Command::Update(args) => inspect::update(global, args).await,
-        Command::Doctor(args) => doctor::run(global, args).await,
-        Command::Bench(args) => bench::run(global, args).await,
-        Command::Demo(args) => demo::run(global, args).await,
-        Command::Torture(args) => torture::run(global, args).await,
+        Command::Run(args) => run::exec(global, args).await,
+        Command::Status(args) => status::exec(global, args).await,
+        Command::Read(args) => read::exec(global, args).await,
+        Command::Write(args) => write::exec(global, args).await,
+        Command::Update(args) => update::exec(global, args).await,
+        Command::Top(args) => top::exec(global, args).await,
+        Command::Doctor(args) => doctor::exec(global, args).await,
+        Command::Bench(args) => bench::exec(global, args).await,
+        Command::Demo(args) => demo::exec(global, args).await,
+        Command::Torture(args) => torture::exec(global, args).await,
         Command::TortureWorker => torture::worker().await,
     }
 }
