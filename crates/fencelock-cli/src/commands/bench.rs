@@ -187,15 +187,8 @@ fn config(global: &GlobalOptions, args: &BenchArgs, url: String) -> Config {
 }
 
 async fn run_on(config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
-    let format = if args.json {
-        Format::JsonLines
-    } else {
-        Format::Text
-    };
-    let mut output = Output {
-        renderer: Renderer::new(format),
-        progress: None,
-    };
+    let format = format(args);
+    let mut output = Output::new(format);
     let report: Report = fencelock_bench::run(&config, &mut output)
         .await
         .map_err(failure)?;
@@ -223,15 +216,8 @@ async fn run_etcd(mut config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
             "--scenario held is measured on Redis only (on etcd every lease is a server-side lease of its own)",
         ));
     }
-    let format = if args.json {
-        Format::JsonLines
-    } else {
-        Format::Text
-    };
-    let mut output = Output {
-        renderer: Renderer::new(format),
-        progress: None,
-    };
+    let format = format(args);
+    let mut output = Output::new(format);
     let report = fencelock_bench::run_etcd(&config, &mut output)
         .await
         .map_err(failure)?;
@@ -241,6 +227,15 @@ async fn run_etcd(mut config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
     } else {
         exit::FAILED
     })
+}
+
+/// The report's format: JSON lines with `--json`, else the human table.
+fn format(args: &BenchArgs) -> Format {
+    if args.json {
+        Format::JsonLines
+    } else {
+        Format::Text
+    }
 }
 
 /// An engine error with the exit code of its kind (its message never
@@ -259,6 +254,16 @@ fn failure(e: fencelock_bench::Error) -> anyhow::Error {
 struct Output {
     renderer: Renderer,
     progress: Option<Progress>,
+}
+
+impl Output {
+    /// Nothing shown yet.
+    fn new(format: Format) -> Self {
+        Output {
+            renderer: Renderer::new(format),
+            progress: None,
+        }
+    }
 }
 
 impl Observer for Output {
