@@ -32,8 +32,8 @@
 //! | `child.rs` | child processes that die with `fencelock`; why a command could not start |
 //! | `watchdog.rs` | the process between `run` and its command that ties the command tree to the lock |
 //! | `private_redis.rs` | a private redis-server for commands run without `--redis` |
-//! | `private_etcd.rs` | a private etcd member, for `torture --topology etcd` |
-//! | `torture_topology.rs` | the topologies `torture` starts itself: a single redis-server, and (below) the others |
+//! | `private_etcd.rs` | a private 3-member etcd cluster for `torture --topology etcd` |
+//! | `torture_topology.rs` | the topologies `torture` starts itself; `--topology single` (one redis-server for the locks, one for the resource) |
 //! | `torture_topology/sentinel.rs` | `torture --topology sentinel`: a primary, 2 replicas and 3 sentinels |
 //! | `torture_topology/cluster.rs` | `torture --topology cluster`: 3 masters with a replica each |
 //! | `torture_topology/etcd.rs` | `torture --topology etcd`: 3 etcd members |
