@@ -28,7 +28,7 @@
 //! | `conn` | plain connections of the library's type (TLS, Cluster routed to the lock's node) |
 //! | `measure` | INFO counters, `redis-benchmark`, process CPU and heap, statistics |
 //! | `report` | [`Report`], [`Header`], [`Record`], [`Measurement`] |
-//! | `render` | [`Renderer`]: the human table and the JSON lines, the only place either is written |
+//! | `render` | [`Renderer`] and [`Report::render`]: the human table and the JSON lines, the only place either is written |
 //! | `plot` | the `--plot` SVG |
 //! | `url` | the Redis URL under test, shown only redacted |
 //! | `etcd` | feature `etcd`: the scenarios on an etcd cluster, next to etcd's own read, write and bare-lock rates ([`run_etcd`], `EtcdReport`) |

@@ -97,6 +97,16 @@ impl Renderer {
     }
 }
 
+// Here rather than in `report`, which holds the records and shows none:
+// the report then needs nothing from this module.
+impl Report {
+    /// The whole report in `format`, as a [`Renderer`] shows it while the
+    /// run goes on.
+    pub fn render(&self, format: Format) -> String {
+        Renderer::new(format).finish(self)
+    }
+}
+
 fn header_text(out: &mut String, header: &Header) {
     let _ = writeln!(
         out,

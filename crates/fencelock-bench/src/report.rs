@@ -3,12 +3,11 @@
 
 use std::time::Duration;
 
-use crate::render::{Format, Renderer};
 use crate::scenarios::{Contended, Cycles, Held};
 
 /// Everything one run measured. It grows record by record while the run
-/// goes on (see [`crate::Observer::updated`]); a [`Renderer`] shows it as the
-/// human table or as JSON lines.
+/// goes on (see [`crate::Observer::updated`]); a [`crate::Renderer`] shows it
+/// as the human table or as JSON lines (all at once: [`Report::render`]).
 #[derive(Debug, Clone)]
 pub struct Report {
     /// What every record shares.
@@ -87,12 +86,6 @@ impl Report {
                 _ => None,
             })
             .sum()
-    }
-
-    /// The whole report in `format`, as a [`Renderer`] shows it while the
-    /// run goes on.
-    pub fn render(&self, format: Format) -> String {
-        Renderer::new(format).finish(self)
     }
 
     /// The SVG of the acquire-wait and handoff distributions of each

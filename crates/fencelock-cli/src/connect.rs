@@ -2,7 +2,7 @@
 
 use fencelock::{FenceMode, LockClient, LockClientBuilder, LockOptions};
 
-use crate::cli::Global;
+use crate::global_options::GlobalOptions;
 
 /// The URL used when neither `--url` (`--redis`), `FENCELOCK_URL` nor
 /// `FENCELOCK_REDIS_URL` is set.
@@ -13,7 +13,7 @@ pub(crate) const LEGACY_URL_ENV: &str = "FENCELOCK_REDIS_URL";
 
 /// The URL given, if any: `--url`/`--redis`, `FENCELOCK_URL` (both through
 /// clap), then `FENCELOCK_REDIS_URL`.
-pub(crate) fn given_url(global: &Global) -> Option<String> {
+pub(crate) fn given_url(global: &GlobalOptions) -> Option<String> {
     global
         .url
         .clone()
@@ -22,24 +22,24 @@ pub(crate) fn given_url(global: &Global) -> Option<String> {
 
 /// The URL these options name, password included: pass it to clients,
 /// never print it (print [`crate::redact::url`] of it).
-pub(crate) fn url(global: &Global) -> String {
+pub(crate) fn url(global: &GlobalOptions) -> String {
     given_url(global).unwrap_or_else(|| DEFAULT_URL.to_string())
 }
 
 /// Whether these options name an etcd cluster.
-pub(crate) fn is_etcd(global: &Global) -> bool {
+pub(crate) fn is_etcd(global: &GlobalOptions) -> bool {
     let url = url(global);
     let lower = url.get(..8).unwrap_or(&url).to_ascii_lowercase();
     lower.starts_with("etcd://") || lower.starts_with("etcds://")
 }
 
 /// Connects to the store these options name.
-pub(crate) async fn client(global: &Global) -> anyhow::Result<LockClient> {
+pub(crate) async fn client(global: &GlobalOptions) -> anyhow::Result<LockClient> {
     Ok(builder(global, url(global))?.connect().await?)
 }
 
 /// A client builder for `url` with the prefix and TLS settings of `global`.
-pub(crate) fn builder(global: &Global, url: String) -> anyhow::Result<LockClientBuilder> {
+pub(crate) fn builder(global: &GlobalOptions, url: String) -> anyhow::Result<LockClientBuilder> {
     let mut builder = LockClient::builder(url).prefix(&global.prefix);
     if let Some(epoch) = global.fence_epoch {
         builder = builder.defaults(LockOptions::default().fence_epoch(epoch));
@@ -61,7 +61,7 @@ pub(crate) fn builder(global: &Global, url: String) -> anyhow::Result<LockClient
 }
 
 /// Lock options from the global flags (layout, fence mode).
-pub(crate) fn options(global: &Global, client: &LockClient) -> LockOptions {
+pub(crate) fn options(global: &GlobalOptions, client: &LockClient) -> LockOptions {
     client
         .options()
         .layout(global.layout.into())

@@ -39,8 +39,15 @@ pub(crate) fn fail(code: u8, message: impl Into<String>) -> anyhow::Error {
     })
 }
 
+/// Prints the error that ends the process on one line of stderr, scrubbed
+/// of credentials; its exit code.
+pub(crate) fn report(e: &anyhow::Error) -> u8 {
+    eprintln!("fencelock: {}", crate::redact::scrub(&one_line(e)));
+    code_for(e)
+}
+
 /// The exit code for an error: explicit codes first, then library errors.
-pub(crate) fn code_for(e: &anyhow::Error) -> u8 {
+fn code_for(e: &anyhow::Error) -> u8 {
     if let Some(exit) = e.downcast_ref::<Exit>() {
         return exit.code;
     }

@@ -1,43 +1,60 @@
 //! The `fencelock` command-line tool.
 //!
-//! | module | concern |
+//! Laid out like cargo's commands: `main` parses the command line and hands
+//! the subcommand to its module in `commands/`, which holds the
+//! subcommand's arguments (its `…Args` struct, whose doc comments are its
+//! `--help`) and `exec`, the function that carries it out. What several
+//! commands use lives beside `commands/`; none of it imports a command.
+//!
+//! | file | concern |
 //! |---|---|
-//! | `cli` | command-line syntax (clap) and global options |
-//! | `connect` | global options to a connected client and lock options |
-//! | `run` | `fencelock run`: a supervised command under a lock |
-//! | `inspect` | `status`, `read`, `write`, `update` |
-//! | `top` | `fencelock top`: a live view of the locks under a pattern (SCAN) |
-//! | `doctor` | `fencelock doctor`: the library's deployment audit, one line per check |
-//! | `diagnostics` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
-//! | `exit` | exit codes (sysexits-style, as in the README) |
-//! | `redact` | credentials kept out of every output: URLs shown without passwords, messages and logs scrubbed |
-//! | `child` | child processes that die with `fencelock`; why a command could not start |
-//! | `watchdog` | the process between `run` and its command that ties the command tree to the lock |
-//! | `private_redis` | a private redis-server for commands run without `--redis` |
-//! | `bench` | `fencelock bench`: speed and fairness next to Redis's own round trip |
-//! | `demo` | `fencelock demo`: the guide's scenario with a printed timeline |
-//! | `torture` | `fencelock torture`: the safety harness (engine: `fencelock-torture`) and its hidden `torture-worker` |
-//! | `torture_topology` | the topologies `torture` starts itself: a single redis-server, a Sentinel, a Cluster |
+//! | `main.rs` | process setup (the watchdog's re-entry, logging, the runtime), parsing, dispatch to a command's `exec`, the exit code |
+//! | `cli.rs` | the top of the command line: `fencelock --help` (examples, exit codes) and the list of subcommands |
+//! | `global_options.rs` | the options every subcommand takes: `--url`, the TLS files, `--prefix`, `--layout`, `--fence-mode`, `--fence-epoch` |
+//! | `arg_values.rs` | argument values several subcommands share: durations, wait modes |
+//! | `usage_error.rs` | clap's usage errors as one line that names what is wrong and the help page to read |
+//! | `commands.rs` | the subcommands' modules, and how each is laid out |
+//! | `commands/run.rs` | `fencelock run`: a supervised command under a lock |
+//! | `commands/status.rs` | `fencelock status`: whether a lock is held, by whom, its fence and time left |
+//! | `commands/read.rs` | `fencelock read`: a fenced resource's value, optionally registering the caller's fence first |
+//! | `commands/write.rs` | `fencelock write`: a fenced write |
+//! | `commands/update.rs` | `fencelock update`: a fenced read-modify-write through a command |
+//! | `commands/top.rs` | `fencelock top`: a live view of the locks under a pattern (SCAN) |
+//! | `commands/doctor.rs` | `fencelock doctor`: the library's deployment audit, one line per check |
+//! | `commands/bench.rs` | `fencelock bench`: speed and fairness next to Redis's own round trip |
+//! | `commands/demo.rs` | `fencelock demo`: the guide's scenario with a printed timeline |
+//! | `commands/torture.rs` | `fencelock torture`: the safety harness (engine: `fencelock-torture`) and its hidden `torture-worker` |
+//! | `connect.rs` | global options to a connected client and lock options |
+//! | `fenced_resource.rs` | what `read`, `write` and `update` share: the resource (a Redis hash or an etcd key), the writer's fence and token, a refusal as stale |
+//! | `diagnostics.rs` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
+//! | `exit.rs` | exit codes (sysexits-style, as in the README) and the one-line error that ends the process |
+//! | `redact.rs` | credentials kept out of every output: URLs shown without passwords, messages and logs scrubbed |
+//! | `child.rs` | child processes that die with `fencelock`; why a command could not start |
+//! | `watchdog.rs` | the process between `run` and its command that ties the command tree to the lock |
+//! | `private_redis.rs` | a private redis-server for commands run without `--redis` |
+//! | `private_etcd.rs` | a private 3-member etcd cluster for `torture --topology etcd` |
+//! | `torture_topology.rs` | the topologies `torture` starts itself; `--topology single` (one redis-server for the locks, one for the resource) |
+//! | `torture_topology/sentinel.rs` | `torture --topology sentinel`: a primary, 2 replicas and 3 sentinels |
+//! | `torture_topology/cluster.rs` | `torture --topology cluster`: 3 masters with a replica each |
+//! | `torture_topology/etcd.rs` | `torture --topology etcd`: 3 etcd members |
 
 // A command-line tool prints its results on stdout.
 #![allow(clippy::print_stdout)]
 
-mod bench;
+mod arg_values;
 mod child;
 mod cli;
+mod commands;
 mod connect;
-mod demo;
 mod diagnostics;
-mod doctor;
 mod exit;
-mod inspect;
+mod fenced_resource;
+mod global_options;
 mod private_etcd;
 mod private_redis;
 mod redact;
-mod run;
-mod top;
-mod torture;
 mod torture_topology;
+mod usage_error;
 mod watchdog;
 
 use std::process::ExitCode;
@@ -45,6 +62,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
+use crate::commands::{bench, demo, doctor, read, run, status, top, torture, update, write};
 
 fn main() -> ExitCode {
     // `run` starts this binary again as the watchdog of its command: no
@@ -55,24 +73,10 @@ fn main() -> ExitCode {
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) if e.use_stderr() => {
-            eprintln!("{}", redact::scrub(&usage_line(&e)));
-            return ExitCode::from(exit::USAGE);
-        }
-        Err(e) => {
-            // --help and --version.
-            let _ = e.print();
-            return ExitCode::from(exit::OK);
-        }
+        Err(e) => return ExitCode::from(usage_error::report(&e)),
     };
     redact::remember(&connect::url(&cli.global));
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FENCELOCK_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
-        )
-        .with_writer(redact::Stderr)
-        .init();
+    install_logging();
     // One thread for the commands (children forked from it die with it, see
     // `child`); the benchmark needs real parallelism between its workers.
     let mut builder = match &cli.command {
@@ -86,136 +90,38 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::SOFTWARE);
         }
     };
-    let result = runtime.block_on(async {
-        match &cli.command {
-            Command::Run(args) => run::run(&cli.global, args).await,
-            Command::Top(args) => top::run(&cli.global, args).await,
-            Command::Status(args) => inspect::status(&cli.global, args).await,
-            Command::Read(args) => inspect::read(&cli.global, args).await,
-            Command::Write(args) => inspect::write(&cli.global, args).await,
-            Command::Update(args) => inspect::update(&cli.global, args).await,
-            Command::Doctor(args) => doctor::run(&cli.global, args).await,
-            Command::Bench(args) => bench::run(&cli.global, args).await,
-            Command::Demo(args) => demo::run(&cli.global, args).await,
-            Command::Torture(args) => torture::run(&cli.global, args).await,
-            Command::TortureWorker => torture::worker().await,
-        }
-    });
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            let code = exit::code_for(&e);
-            eprintln!("fencelock: {}", redact::scrub(&exit::one_line(&e)));
-            ExitCode::from(code)
-        }
-    }
+    let code = runtime
+        .block_on(dispatch(&cli))
+        .unwrap_or_else(|e| exit::report(&e));
+    ExitCode::from(code)
 }
 
-/// A clap usage error as one line that names what is wrong and where to look:
-/// `fencelock: missing required argument <NAME> (see fencelock run --help)`.
-fn usage_line(e: &clap::Error) -> String {
-    let message = if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-        let names: Vec<String> = <Cli as clap::CommandFactory>::command()
-            .get_subcommands()
-            .filter(|c| !c.is_hide_set())
-            .map(|c| c.get_name().to_string())
-            .collect();
-        format!("no command given: use one of {}", names.join(", "))
-    } else {
-        error_message(&e.render().to_string())
-    };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    format!("fencelock: {message} (see {} --help)", command_path(&args))
+/// Logs as `FENCELOCK_LOG` asks (off by default), on stderr, scrubbed of
+/// credentials.
+fn install_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FENCELOCK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_writer(redact::Stderr)
+        .init();
 }
 
-/// clap's message, with the arguments it lists on the lines after a heading
-/// that ends with `:` (the missing ones, for instance) on the same line.
-fn error_message(rendered: &str) -> String {
-    let mut lines = rendered.lines().map(str::trim_end);
-    let first = lines
-        .by_ref()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid usage")
-        .trim_start_matches("error: ");
-    let mut items = Vec::new();
-    if first.ends_with(':') {
-        items.extend(
-            lines
-                .take_while(|l| l.starts_with(char::is_whitespace) && !l.trim().is_empty())
-                .map(str::trim),
-        );
-    }
-    match (first, items.as_slice()) {
-        ("the following required arguments were not provided:", [one]) => {
-            format!("missing required argument {one}")
-        }
-        ("the following required arguments were not provided:", many) if !many.is_empty() => {
-            format!("missing required arguments {}", many.join(", "))
-        }
-        (first, []) => first.to_string(),
-        (first, items) => format!("{} {}", first.trim_end_matches(':'), items.join(", ")),
-    }
-}
-
-/// `fencelock SUBCOMMAND` if the command line names one, else `fencelock`:
-/// the help page that explains the error.
-fn command_path(args: &[String]) -> String {
-    let command = <Cli as clap::CommandFactory>::command();
-    // Global options that take a separate value (`--prefix run` names no
-    // subcommand).
-    let with_value: Vec<String> = command
-        .get_arguments()
-        .filter(|a| a.get_action().takes_values() && !a.is_positional())
-        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
-        .collect();
-    let mut skip = false;
-    for arg in args {
-        if std::mem::take(&mut skip) {
-            continue;
-        }
-        if arg == "--" {
-            break;
-        }
-        if with_value.contains(arg) {
-            skip = true;
-            continue;
-        }
-        if let Some(sub) = command
-            .get_subcommands()
-            .find(|c| c.get_name() == arg && !c.is_hide_set())
-        {
-            return format!("fencelock {}", sub.get_name());
-        }
-    }
-    "fencelock".to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{command_path, error_message};
-
-    #[test]
-    fn usage_lines_name_the_argument_and_the_command() {
-        let rendered = "error: the following required arguments were not provided:\n  <NAME>\n\nUsage: fencelock run --ttl <DURATION> <NAME> [-- <CMD>...]\n\nFor more information, try '--help'.\n";
-        assert_eq!(error_message(rendered), "missing required argument <NAME>");
-        let rendered = "error: the following required arguments were not provided:\n  --fence <N>\n  <VALUE>\n\nUsage: fencelock write <RESOURCE> <VALUE>\n";
-        assert_eq!(
-            error_message(rendered),
-            "missing required arguments --fence <N>, <VALUE>"
-        );
-        assert_eq!(
-            error_message("error: unexpected argument '--x' found\n\n  tip: ...\n"),
-            "unexpected argument '--x' found"
-        );
-        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            command_path(&args(&["--prefix", "run", "status"])),
-            "fencelock status"
-        );
-        assert_eq!(
-            command_path(&args(&["--ttl", "1s", "run"])),
-            "fencelock run"
-        );
-        assert_eq!(command_path(&args(&["bogus", "--", "run"])), "fencelock");
+/// Runs the subcommand: its exit code, or the error that ends the process.
+async fn dispatch(cli: &Cli) -> anyhow::Result<u8> {
+    let global = &cli.global;
+    match &cli.command {
+        Command::Run(args) => run::exec(global, args).await,
+        Command::Status(args) => status::exec(global, args).await,
+        Command::Read(args) => read::exec(global, args).await,
+        Command::Write(args) => write::exec(global, args).await,
+        Command::Update(args) => update::exec(global, args).await,
+        Command::Top(args) => top::exec(global, args).await,
+        Command::Doctor(args) => doctor::exec(global, args).await,
+        Command::Bench(args) => bench::exec(global, args).await,
+        Command::Demo(args) => demo::exec(global, args).await,
+        Command::Torture(args) => torture::exec(global, args).await,
+        Command::TortureWorker => torture::worker().await,
     }
 }

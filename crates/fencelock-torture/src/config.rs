@@ -1,136 +1,13 @@
-//! What a run does: [`Config`], the nemeses ([`NemesisKind`]) and the
-//! negative controls ([`Variant`]).
+//! What a run does: [`Config`] and the negative controls ([`Variant`]);
+//! the nemeses it injects are [`NemesisKind`]s.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use fencelock::{FenceMode, KeyLayout, WaitMode};
 
+use crate::nemesis::NemesisKind;
 use crate::topology::Shape;
-
-/// A fault the run injects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum NemesisKind {
-    /// SIGSTOP the lock server for 1.2–2.5 ttl, then SIGCONT (on etcd: one
-    /// member, the leader or a follower in turn).
-    PauseServer,
-    /// kill -9 the lock server and restart it with its data (AOF,
-    /// `appendfsync always`; on etcd: one member, restarted with its data
-    /// directory).
-    KillRestart,
-    /// kill -9 the lock server and restart it empty: a Redis without
-    /// persistence. Mutual exclusion is not promised across it (docs/design.md
-    /// §9); fences stay monotonic in clock mode. On a replicated topology
-    /// (Sentinel, Cluster) it is a crash of the primary instead: the
-    /// primary stays down until a replica has taken over (a failover,
-    /// which loses no grant waited for by every replica), then comes back
-    /// empty as a replica of the new primary.
-    KillWipe,
-    /// `DEBUG SLEEP` for 0.5–2 ttl.
-    DebugSleep,
-    /// `CLIENT PAUSE` (WRITE or ALL) for 1–2 ttl.
-    ClientPause,
-    /// `SCRIPT FLUSH`.
-    ScriptFlush,
-    /// `CLIENT KILL` of one worker's (or every worker's) connections: their
-    /// addresses at the proxy when it runs, else the worker processes' own
-    /// sockets (from `/proc`) connected to the aimed node.
-    ClientKill,
-    /// SIGSTOP a worker for 1.2–3 ttl: preferably one between its read and
-    /// its write, else one holding a lease.
-    PauseWorker,
-    /// The proxy delays one worker's replies by 1.2–2 ttl for 3–6 ttl.
-    ProxyDelay,
-    /// The proxy stalls one worker's traffic both ways for 1–3 ttl (bytes
-    /// are kept, as TCP would retransmit them).
-    ProxyBlackhole,
-    /// The proxy drops the next reply to one worker (after Redis executed
-    /// the command) and resets that connection.
-    ProxySwallow,
-    /// The proxy resets every connection of one worker.
-    ProxyReset,
-    /// Makes a replica the primary of the lock's shard: `SENTINEL FAILOVER`
-    /// (Sentinel; the old primary is then turned into a replica of the new
-    /// one at once, which Sentinel itself would do about 10 s later), or
-    /// `CLUSTER FAILOVER` on a replica of the master of the lock key's slot
-    /// (Cluster: coordinated, the old master becomes a replica). Done once
-    /// the new primary takes writes and its replicas are linked. Only on a
-    /// topology with replicas. On etcd: a leader change (`MoveLeader` to
-    /// another member), done once the new leader leads.
-    Failover,
-}
-
-impl NemesisKind {
-    /// Every nemesis, in the order they are documented.
-    pub const ALL: [NemesisKind; 13] = [
-        NemesisKind::PauseServer,
-        NemesisKind::KillRestart,
-        NemesisKind::KillWipe,
-        NemesisKind::DebugSleep,
-        NemesisKind::ClientPause,
-        NemesisKind::ScriptFlush,
-        NemesisKind::ClientKill,
-        NemesisKind::PauseWorker,
-        NemesisKind::ProxyDelay,
-        NemesisKind::ProxyBlackhole,
-        NemesisKind::ProxySwallow,
-        NemesisKind::ProxyReset,
-        NemesisKind::Failover,
-    ];
-
-    /// The name on the command line and in the history.
-    pub fn name(self) -> &'static str {
-        match self {
-            NemesisKind::PauseServer => "pause-server",
-            NemesisKind::KillRestart => "kill-restart",
-            NemesisKind::KillWipe => "kill-wipe",
-            NemesisKind::DebugSleep => "debug-sleep",
-            NemesisKind::ClientPause => "client-pause",
-            NemesisKind::ScriptFlush => "script-flush",
-            NemesisKind::ClientKill => "client-kill",
-            NemesisKind::PauseWorker => "pause-worker",
-            NemesisKind::ProxyDelay => "proxy-delay",
-            NemesisKind::ProxyBlackhole => "proxy-blackhole",
-            NemesisKind::ProxySwallow => "proxy-swallow",
-            NemesisKind::ProxyReset => "proxy-reset",
-            NemesisKind::Failover => "failover",
-        }
-    }
-
-    /// Parses a name of [`NemesisKind::name`].
-    pub fn parse(s: &str) -> Option<Self> {
-        NemesisKind::ALL.into_iter().find(|k| k.name() == s)
-    }
-
-    /// Whether it needs control of the server (its process or its
-    /// administrative commands): refused against a deployment given with
-    /// `--redis`.
-    pub fn needs_server_control(self) -> bool {
-        matches!(
-            self,
-            NemesisKind::PauseServer
-                | NemesisKind::KillRestart
-                | NemesisKind::KillWipe
-                | NemesisKind::DebugSleep
-                | NemesisKind::ClientPause
-                | NemesisKind::ScriptFlush
-                | NemesisKind::Failover
-        )
-    }
-
-    /// Whether it needs the fault-injecting proxy between the workers and
-    /// Redis.
-    pub fn needs_proxy(self) -> bool {
-        matches!(
-            self,
-            NemesisKind::ProxyDelay
-                | NemesisKind::ProxyBlackhole
-                | NemesisKind::ProxySwallow
-                | NemesisKind::ProxyReset
-        )
-    }
-}
 
 /// A negative control: a deliberately broken lock or resource that the
 /// checkers must catch. Never the default; reachable only through

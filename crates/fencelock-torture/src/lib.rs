@@ -18,7 +18,8 @@
 //!
 //! | module | concern |
 //! |---|---|
-//! | `config` | [`Config`], [`NemesisKind`], [`Variant`], [`ResourceKind`] |
+//! | `config` | [`Config`], [`Variant`], [`ResourceKind`] |
+//! | `nemesis` | [`NemesisKind`]: the faults a run injects |
 //! | `topology` | [`Topology`], the seam to the servers; [`Shape`], [`refusal`]; [`Remote`] for `--redis URL` and `--url etcd://…` |
 //! | `run` | the coordinator: setup, workers, nemeses, shutdown, [`Launcher`], [`Progress`] |
 //! | `schedule` | the seeded nemesis plan ([`schedule::plan`]) |
@@ -43,6 +44,7 @@ mod conn;
 mod controls;
 mod error;
 pub mod history;
+mod nemesis;
 mod observer;
 mod proxy;
 mod render;
@@ -55,9 +57,10 @@ mod topology;
 pub mod worker;
 
 pub use check::{CheckResult, Violation};
-pub use config::{Config, NemesisKind, ResourceKind, Variant};
+pub use config::{Config, ResourceKind, Variant};
 pub use error::{Error, ErrorKind, Result};
 pub use history::{Entry, Event, History};
+pub use nemesis::NemesisKind;
 pub use render::Format;
 pub use report::{Figures, Report};
 pub use run::{Launcher, Progress, Status, run};

@@ -16,9 +16,10 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RunClock;
-use crate::config::{Config, NemesisKind, ResourceKind, fence_mode_name, layout_name, mode_name};
+use crate::config::{Config, ResourceKind, fence_mode_name, layout_name, mode_name};
 use crate::error::{Error, ErrorKind, Result};
 use crate::history::{Entry, Event, Header, History, HistoryFile};
+use crate::nemesis::NemesisKind;
 use crate::observer::Observer;
 use crate::proxy::Proxy;
 use crate::report::Report;

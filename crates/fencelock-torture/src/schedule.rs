@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::config::NemesisKind;
+use crate::nemesis::NemesisKind;
 
 /// One planned fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

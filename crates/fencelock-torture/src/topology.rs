@@ -35,8 +35,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::config::NemesisKind;
 use crate::error::{Error, Result};
+use crate::nemesis::NemesisKind;
 
 /// The servers of a run. Methods that act on processes are only called when
 /// [`Topology::controls_server`] is true.
@@ -311,7 +311,8 @@ fn refused() -> Error {
 #[cfg(test)]
 mod tests {
     use super::{Shape, is_etcd_url, refusal};
-    use crate::config::{NemesisKind, Variant};
+    use crate::config::Variant;
+    use crate::nemesis::NemesisKind;
 
     const ETCD: Shape<'static> = Shape {
         name: "etcd",

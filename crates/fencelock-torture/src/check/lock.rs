@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 
-use super::{CheckResult, Index, Lease, Obs, SLACK};
+use super::index::{Index, Lease, Obs};
+use super::verdict::{CheckResult, SLACK};
 use crate::history::Released;
 
 /// The intervals in which `lease` was valid by Redis's replies: from each

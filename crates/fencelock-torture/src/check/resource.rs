@@ -2,7 +2,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{CheckResult, Index};
+use super::index::Index;
+use super::verdict::CheckResult;
 use crate::history::Outcome;
 
 /// When the write of `op` was acknowledged (or sent), for the report.

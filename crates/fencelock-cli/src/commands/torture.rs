@@ -19,12 +19,14 @@ use fencelock_torture::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{Global, WaitModeArg, parse_duration};
+use crate::arg_values::{WaitModeArg, parse_duration};
 use crate::exit;
+use crate::global_options::GlobalOptions;
 use crate::private_redis::PrivateRedis;
 use crate::torture_topology::{Cluster, Etcd, Sentinel, Single};
 
-pub(crate) const HELP: &str = "\
+/// The rest of `fencelock torture --help`, after the options.
+const HELP: &str = "\
 Workers are separate processes (this binary again), each running lease
 cycles on the lock names: acquire, register the fence at the resource,
 read the counter, work up to --hold, write counter + 1, release. The
@@ -106,8 +108,11 @@ Examples:
 Exit codes: 0 no violation, 1 a violation (also for a caught --unsafe
 control), 64 usage, 69 Redis or etcd unreachable, 78 bad configuration.";
 
-/// Options of `torture`.
+/// Safety harness on Redis or etcd: worker processes, faults (pauses,
+/// kills, restarts, leader changes, a faulty network) and history
+/// checkers C1-C7; exit 1 on a violation.
 #[derive(Debug, Args)]
+#[command(after_help = HELP)]
 pub(crate) struct TortureArgs {
     /// How long the workload and the nemeses run.
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
@@ -376,8 +381,9 @@ fn failure(e: fencelock_torture::Error) -> anyhow::Error {
     exit::fail(code, e.to_string())
 }
 
-/// `fencelock torture`.
-pub(crate) async fn run(global: &Global, args: &TortureArgs) -> anyhow::Result<u8> {
+/// `fencelock torture`: exit 1 on a violation (or a caught `--unsafe`
+/// control).
+pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::Result<u8> {
     if let Some(path) = &args.check {
         let history = History::read(path).map_err(failure)?;
         let report = Report::from_history(&history);

@@ -2,19 +2,83 @@
 //! ([`fencelock::LockClient::audit`]) printed one line per check, or as one
 //! JSON object; the exit code is the worst status.
 
+use std::time::Duration;
+
+use clap::Args;
 use fencelock::audit::{Audit, Check, Status};
 use fencelock::{LockClient, LockOptions};
 use serde_json::json;
 
-use crate::cli::{DoctorArgs, Global};
+use crate::arg_values::parse_duration;
+use crate::global_options::GlobalOptions;
 use crate::{connect, exit, redact};
+
+/// Audit the deployment: on Redis version, role, replication, eviction,
+/// persistence, clocks, the user's permissions and the round trip; on
+/// etcd members, health, leader, version, database size, the shortest
+/// lease and the round trip. One line per check (OK, WARN or FAIL, what
+/// was found, what to change).
+#[derive(Debug, Args)]
+#[command(after_help = HELP)]
+pub(crate) struct DoctorArgs {
+    /// The lease ttl the round trip is judged against.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) ttl: Duration,
+    /// Print one JSON object on stdout: url, prefix, fence_mode, ttl_ms,
+    /// status (the worst) and checks, an array of {name, status, found,
+    /// fix}.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The rest of `fencelock doctor --help`, after the options.
+const HELP: &str = "\
+Checks (advisory ones only ever warn):
+  topology     a standalone server (FAIL: a Cluster node or a Sentinel behind
+               a plain redis:// URL)
+  version      Redis 7.0 or newer (FAIL: older)
+  role         a master (FAIL: a replica)
+  replication  on a master with replicas, min-replicas-to-write set
+               (advisory; FAIL: set, and no good replica, so writes stop)
+  eviction     maxmemory-policy noeviction or no memory limit (advisory)
+  persistence  counter fences need appendonly yes and appendfsync always
+               (FAIL: no append-only file; WARN: another fsync policy, or
+               one the user may not read with CONFIG GET)
+  clock        the server clock within 1 s of this host's (advisory)
+  fences       the server clock past every clock fence stored under the
+               prefix (FAIL: behind one)
+  permissions  fencelock's own operations on a probe lock under the prefix,
+               deleted afterwards (FAIL: a lock operation refused; WARN: wake-
+               ups, fenced hashes, top or INFO refused)
+  rtt          median of 5 PINGs under 1/20 of --ttl (advisory)
+--fence-mode, --prefix and --layout say what to check for.
+
+On etcd (--url etcd://…) the checks are:
+  members      an odd number, at least 3 (WARN: one member, or an even number)
+  health       every member answers (WARN: a minority does not; FAIL: no quorum)
+  leader       all members agree on one leader (FAIL: none, or disagreement)
+  version      etcd 3.4 or newer on every member (WARN: older, or mixed)
+  db size      under 80 % of the quota (WARN: above; FAIL: a NOSPACE or
+               CORRUPT alarm)
+  lease        etcd's shortest lease at most --ttl (WARN: a crashed holder's
+               lock lasts that long, not the ttl)
+  rtt          median of 5 linearizable reads under 1/20 of --ttl (advisory)
+
+Exit codes: 0 every check passed, 1 warnings, 2 failures; 69 Redis
+unreachable, 78 refused (credentials, or the user may not run PING).
+
+Examples:
+  fencelock doctor
+  fencelock --redis redis://redis.internal:6379 --fence-mode counter doctor
+  fencelock doctor --json | jq -r '.checks[] | select(.status != \"OK\") | .fix'";
 
 /// Exit code when a check warns.
 pub(crate) const WARNINGS: u8 = 1;
 /// Exit code when a check fails.
 pub(crate) const FAILURES: u8 = 2;
 
-pub(crate) async fn run(global: &Global, args: &DoctorArgs) -> anyhow::Result<u8> {
+/// `fencelock doctor`: exit 0, [`WARNINGS`] or [`FAILURES`], the worst check.
+pub(crate) async fn exec(global: &GlobalOptions, args: &DoctorArgs) -> anyhow::Result<u8> {
     let defaults = LockOptions::default()
         .layout(global.layout.into())
         .fence_mode(

@@ -10,13 +10,89 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::{Args, ValueEnum};
 use fencelock_bench::{Config, ErrorKind, Format, Observer, Renderer, Report, Scenario};
 
-use crate::cli::{BenchArgs, Global, ScenarioArg};
+use crate::arg_values::{WaitModeArg, parse_duration};
 use crate::exit;
+use crate::global_options::GlobalOptions;
 use crate::private_redis::PrivateRedis;
 
-pub(crate) async fn run(global: &Global, args: &BenchArgs) -> anyhow::Result<u8> {
+/// Measure speed and fairness against a real Redis (a private one unless
+/// --url is given), next to that Redis's own round-trip rate; or against
+/// etcd (--url etcd://…), next to etcd's read, write and bare-lock rates.
+#[derive(Debug, Args)]
+#[command(after_help = HELP)]
+pub(crate) struct BenchArgs {
+    /// Scenarios to run, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ScenarioArg::Uncontended, ScenarioArg::Contended, ScenarioArg::Many, ScenarioArg::Held])]
+    pub(crate) scenario: Vec<ScenarioArg>,
+    /// Measuring time of each contestant (fencelock and each reference) and
+    /// of each wait mode, per round.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) duration: Duration,
+    /// Rounds of each scenario: every figure is the median over the rounds,
+    /// with the smallest and largest round beside it. Within a round
+    /// fencelock and its references take turns in short slices.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub(crate) repeat: usize,
+    /// Leases held by the held scenario, comma-separated (one record each).
+    #[arg(long, value_delimiter = ',', default_values_t = [1000usize], value_name = "N")]
+    pub(crate) leases: Vec<usize>,
+    /// Workers of the contended scenario, each a thread with its own runtime
+    /// and connections.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) workers: usize,
+    /// How long each contended worker holds the lock.
+    #[arg(long, default_value = "1ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) hold: Duration,
+    /// Wait modes of the contended scenario, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [WaitModeArg::Poll, WaitModeArg::Notify, WaitModeArg::Fair])]
+    pub(crate) mode: Vec<WaitModeArg>,
+    /// Tasks (and names) of the many scenario.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) tasks: usize,
+    /// One JSON object per line per scenario (and per wait mode) on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Write an SVG of the acquire-wait and handoff distributions per mode.
+    #[arg(long, value_name = "FILE.svg")]
+    pub(crate) plot: Option<std::path::PathBuf>,
+}
+
+/// The rest of `fencelock bench --help`, after the options.
+const HELP: &str = "\
+Examples:
+  fencelock bench
+  fencelock bench --scenario uncontended,many --duration 2s --repeat 5 --json
+  fencelock bench --scenario held --leases 1000,10000,100000
+  fencelock bench --url redis+cluster://127.0.0.1:7000 --scenario uncontended,many
+  fencelock bench --url rediss://127.0.0.1:6380 --tls-ca ca.pem --scenario uncontended,many
+  fencelock bench --scenario contended --mode notify,fair --workers 32 --json
+  fencelock bench --scenario contended --plot waits.svg
+  fencelock --url etcd://127.0.0.1:2379 bench --duration 5s
+
+On etcd every wait mode waits in the same queue: contended is measured once
+(--mode and --plot are for Redis).
+
+Exit code 1 if two holders ever overlapped or a held lease was lost.";
+
+/// Benchmark scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ScenarioArg {
+    /// One connection, acquire + release of one name.
+    Uncontended,
+    /// Workers contending for one name.
+    Contended,
+    /// Many tasks on many names sharing one client.
+    Many,
+    /// One client holding many auto-renewed leases.
+    Held,
+}
+
+/// `fencelock bench`: exit 1 if two holders overlapped or a held lease was
+/// lost.
+pub(crate) async fn exec(global: &GlobalOptions, args: &BenchArgs) -> anyhow::Result<u8> {
     if args.workers == 0 || args.tasks == 0 || args.repeat == 0 {
         return Err(exit::fail(
             exit::USAGE,
@@ -76,7 +152,7 @@ pub(crate) async fn run(global: &Global, args: &BenchArgs) -> anyhow::Result<u8>
 }
 
 /// The engine's configuration from the flags.
-fn config(global: &Global, args: &BenchArgs, url: String) -> Config {
+fn config(global: &GlobalOptions, args: &BenchArgs, url: String) -> Config {
     let mut config = Config::new(url);
     config.prefix = global.prefix.clone();
     config.tls = fencelock_bench::Tls {
@@ -111,15 +187,8 @@ fn config(global: &Global, args: &BenchArgs, url: String) -> Config {
 }
 
 async fn run_on(config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
-    let format = if args.json {
-        Format::JsonLines
-    } else {
-        Format::Text
-    };
-    let mut output = Output {
-        renderer: Renderer::new(format),
-        progress: None,
-    };
+    let format = format(args);
+    let mut output = Output::new(format);
     let report: Report = fencelock_bench::run(&config, &mut output)
         .await
         .map_err(failure)?;
@@ -147,15 +216,8 @@ async fn run_etcd(mut config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
             "--scenario held is measured on Redis only (on etcd every lease is a server-side lease of its own)",
         ));
     }
-    let format = if args.json {
-        Format::JsonLines
-    } else {
-        Format::Text
-    };
-    let mut output = Output {
-        renderer: Renderer::new(format),
-        progress: None,
-    };
+    let format = format(args);
+    let mut output = Output::new(format);
     let report = fencelock_bench::run_etcd(&config, &mut output)
         .await
         .map_err(failure)?;
@@ -165,6 +227,15 @@ async fn run_etcd(mut config: Config, args: &BenchArgs) -> anyhow::Result<u8> {
     } else {
         exit::FAILED
     })
+}
+
+/// The report's format: JSON lines with `--json`, else the human table.
+fn format(args: &BenchArgs) -> Format {
+    if args.json {
+        Format::JsonLines
+    } else {
+        Format::Text
+    }
 }
 
 /// An engine error with the exit code of its kind (its message never
@@ -183,6 +254,16 @@ fn failure(e: fencelock_bench::Error) -> anyhow::Error {
 struct Output {
     renderer: Renderer,
     progress: Option<Progress>,
+}
+
+impl Output {
+    /// Nothing shown yet.
+    fn new(format: Format) -> Self {
+        Output {
+            renderer: Renderer::new(format),
+            progress: None,
+        }
+    }
 }
 
 impl Observer for Output {

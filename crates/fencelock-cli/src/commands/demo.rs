@@ -11,12 +11,36 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use fencelock::{FenceMode, LockClient, LockOptions, LockState, ReleaseOutcome, WriteOutcome};
 use tokio::time::Instant;
 
-use crate::cli::{DemoArgs, Global};
+use crate::arg_values::parse_duration;
 use crate::exit;
+use crate::global_options::GlobalOptions;
 use crate::private_redis::PrivateRedis;
+
+/// Reproduce the guide's scenario on a real Redis and print the timeline:
+/// worker A stalls past its 300 ms lease, B takes over and writes, A's
+/// stale write is refused and its release leaves B's lock alone.
+#[derive(Debug, Args)]
+#[command(after_help = HELP)]
+pub(crate) struct DemoArgs {
+    /// Lease ttl of both workers.
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    pub(crate) ttl: Duration,
+
+    /// How long worker A stalls (must exceed the ttl to show the takeover).
+    #[arg(long, default_value = "400ms", value_parser = parse_duration)]
+    pub(crate) pause: Duration,
+}
+
+/// The rest of `fencelock demo --help`, after the options.
+const HELP: &str = "\
+Examples:
+  fencelock demo
+  fencelock demo --fence-mode clock
+  fencelock --redis redis://127.0.0.1:7000 demo";
 
 /// Prints timeline lines with milliseconds since the start.
 #[derive(Debug)]
@@ -39,7 +63,8 @@ struct ASaw {
     release: ReleaseOutcome,
 }
 
-pub(crate) async fn run(global: &Global, args: &DemoArgs) -> anyhow::Result<u8> {
+/// `fencelock demo`: exit 1 if the scenario did not go as the guide says.
+pub(crate) async fn exec(global: &GlobalOptions, args: &DemoArgs) -> anyhow::Result<u8> {
     if crate::connect::is_etcd(global) {
         return Err(exit::fail(
             exit::USAGE,
@@ -65,7 +90,7 @@ pub(crate) async fn run(global: &Global, args: &DemoArgs) -> anyhow::Result<u8> 
 }
 
 async fn scenario(
-    global: &Global,
+    global: &GlobalOptions,
     args: &DemoArgs,
     url: &str,
     private: bool,

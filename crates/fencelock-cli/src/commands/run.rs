@@ -10,6 +10,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use clap::Args;
 use fencelock::{Lease, LockClient, LockState, ReleaseOutcome};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -18,8 +19,159 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::cli::{Global, RunArgs};
+use crate::arg_values::{WaitModeArg, parse_duration};
+use crate::global_options::GlobalOptions;
 use crate::{connect, exit, redact, watchdog};
+
+/// Run a command while holding a lock: acquire, run it (no shell unless
+/// -c), renew in the background, stop it if the lock is lost, release.
+#[derive(Debug, Args)]
+#[command(after_help = HELP)]
+pub(crate) struct RunArgs {
+    /// Lock name, e.g. nightly-report or invoice:42.
+    pub(crate) name: String,
+
+    /// Lease ttl; renewed every third of it while the command runs.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) ttl: Duration,
+
+    /// How long to wait for the lock if it is held (beyond 100 years:
+    /// forever).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
+    pub(crate) wait: Duration,
+
+    /// Try once; do not wait if the lock is held.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+
+    /// How to wait for a held lock: `notify` (a release wakes the first
+    /// waiter; a waiter that has waited 10 ms gets the lock handed over),
+    /// `fair` (first come, first served; `--no-wait` is refused while anyone
+    /// waits) or `poll` (retry with backoff; needs no pub/sub permission).
+    /// Use one mode for all workers of a name.
+    #[arg(long, value_enum, env = "FENCELOCK_WAIT_MODE", hide_env_values = true, default_value_t = WaitModeArg::Notify, value_name = "MODE")]
+    pub(crate) wait_mode: WaitModeArg,
+
+    /// After the grant, wait until N replicas acknowledged it (Redis WAIT);
+    /// with fewer within --replica-timeout the lock is released again and
+    /// `run` exits 75 like any lock not acquired, saying how many did.
+    #[arg(long, value_name = "N")]
+    pub(crate) replicas: Option<u32>,
+
+    /// How long to wait for --replicas.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "DURATION", requires = "replicas")]
+    pub(crate) replica_timeout: Duration,
+
+    /// Exit code when the lock is not acquired.
+    #[arg(long, default_value_t = 75, value_name = "N")]
+    pub(crate) conflict_exit_code: u8,
+
+    /// After a lost lock, time between SIGTERM and SIGKILL for the command.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) kill_grace: Duration,
+
+    /// Do not pass FENCELOCK_URL (nor FENCELOCK_REDIS_URL) to the command:
+    /// it holds the password if the URL has one. A `fencelock` inside then
+    /// needs --url (or its own FENCELOCK_URL).
+    #[arg(long)]
+    pub(crate) no_url_env: bool,
+
+    /// Release the lock when the command itself exits, even if processes it
+    /// started (in the background, or a double fork) still run; they run on
+    /// without the lock. By default `run` holds and renews the lock until
+    /// every process of the command's tree has exited.
+    #[arg(long)]
+    pub(crate) no_wait_children: bool,
+
+    /// Run STRING with `sh -c` instead of a command and arguments.
+    #[arg(short = 'c', value_name = "STRING", conflicts_with = "command")]
+    pub(crate) shell: Option<String>,
+
+    /// No progress line while waiting.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
+
+    /// At exit, report the worst renewal lag seen (how late the renewal task
+    /// woke: this process's pauses) on stderr.
+    #[arg(long)]
+    pub(crate) verbose: bool,
+
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics while the command
+    /// runs. HOST is an address or a name (`localhost:9464`), resolved at
+    /// start (its first IPv4 address if it has one).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_host_port)]
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub(crate) command: Vec<String>,
+}
+
+/// The rest of `fencelock run --help`, after the options.
+const HELP: &str = "\
+The command gets these environment variables:
+  FENCELOCK_NAME, FENCELOCK_KEY, FENCELOCK_TOKEN, FENCELOCK_FENCE,
+  FENCELOCK_TTL_MS, FENCELOCK_URL (and its old name FENCELOCK_REDIS_URL)
+Pass FENCELOCK_FENCE with every write the lock protects (`fencelock write`
+and `fencelock update` use it and FENCELOCK_TOKEN by default; on etcd they
+write a fenced etcd key). FENCELOCK_TOKEN is the holder's secret (whoever
+has it can write as the holder), and FENCELOCK_URL includes the password
+if the URL has one: the command and every process it starts can read them
+(so can anyone allowed to read its /proc/PID/environ). --no-url-env leaves
+FENCELOCK_URL and FENCELOCK_REDIS_URL out. On etcd, FENCELOCK_KEY is the
+holder's etcd key and FENCELOCK_FENCE its create revision in fence epoch 1
+(2^53 + revision).
+
+The lock is held (and renewed) until every process of the command's tree
+has exited, not only the command: background jobs, pipelines, double forks.
+--no-wait-children releases when the command itself exits. A process that
+starts a session of its own (setsid, a daemon) has detached: it is neither
+waited for nor stopped. Without a terminal on stdin the command runs in a
+process group of its own.
+
+SIGINT, SIGTERM and SIGHUP are forwarded to the command (its process group;
+SIGINT only when stdin is not a terminal: a terminal's Ctrl-C already
+reaches it). If the lock is lost, the whole tree gets SIGTERM, then SIGKILL
+after --kill-grace. If fencelock itself dies, even of SIGKILL, a watchdog
+process (fencelock-watch) kills the whole tree at once.
+
+Exit codes: the command's own; 128+N if it died of signal N; 126 not
+executable (no permission, or its #! interpreter is missing); 127 not found; 75 lock not acquired (--conflict-exit-code);
+76 lock lost while the command ran; 69 Redis unreachable; 64 usage.
+
+Examples:
+  fencelock run nightly-report -- ./report.sh --date today
+  fencelock run --no-wait --conflict-exit-code 0 cleanup -- ./cleanup.sh
+  fencelock run --ttl 30s --wait 2m migrate -c 'make migrate && make seed'";
+
+/// Parses `HOST:PORT`: an IP address (`127.0.0.1:9464`, `[::1]:9464`) or a
+/// host name, resolved now; the first IPv4 address wins (`localhost` then
+/// means 127.0.0.1, as most users expect), else the first address.
+fn parse_host_port(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{SocketAddr, ToSocketAddrs};
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err("expected HOST:PORT, e.g. localhost:9464 or 127.0.0.1:9464".into());
+    };
+    if host.is_empty() {
+        return Err("the host is empty (use e.g. localhost:9464 or 0.0.0.0:9464)".into());
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("port {port:?} is not a number from 0 to 65535"))?;
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve host {host:?}: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| format!("host {host:?} has no address"))
+}
 
 /// Exit code when the lock was lost while the command ran.
 pub(crate) const LOST: u8 = 76;
@@ -28,7 +180,8 @@ pub(crate) const LOST: u8 = 76;
 /// `500000000000y`) waits forever instead of overflowing a deadline.
 pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-pub(crate) async fn run(global: &Global, args: &RunArgs) -> anyhow::Result<u8> {
+/// `fencelock run`: the command's own exit code, or one of [`HELP`]'s.
+pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Result<u8> {
     let (program, program_args) = command_line(args)?;
     let client = connect::client(global).await?;
     if let Some(addr) = args.metrics_addr {

@@ -9,11 +9,41 @@
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
+use clap::Args;
 use fencelock::{KeyLayout, LockClient, LockState};
 use serde_json::json;
 
-use crate::cli::{Global, TopArgs};
+use crate::arg_values::parse_duration;
+use crate::global_options::GlobalOptions;
 use crate::{connect, exit};
+
+/// Show the locks under a pattern, live: name, holder, fence, ttl left and
+/// waiters (found with SCAN, never KEYS; on etcd, one range read).
+#[derive(Debug, Args)]
+#[command(after_help = HELP)]
+pub(crate) struct TopArgs {
+    /// Lock names to show, a Redis glob (e.g. `invoice:*`).
+    #[arg(default_value = "*", value_name = "PATTERN")]
+    pub(crate) pattern: String,
+    /// Print one snapshot and exit.
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// Time between refreshes.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) interval: Duration,
+    /// Print JSON: one array per snapshot, on one line.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The rest of `fencelock top --help`, after the options.
+const HELP: &str = "\
+Examples:
+  fencelock top                 # every lock, redrawn every second
+  fencelock top 'invoice:*' --interval 500ms
+  fencelock top 'invoice:*' --once --json
+
+PATTERN is a Redis glob on lock names (default *).";
 
 /// One held lock.
 #[derive(Debug)]
@@ -26,7 +56,8 @@ struct Row {
     waiters: u64,
 }
 
-pub(crate) async fn run(global: &Global, args: &TopArgs) -> anyhow::Result<u8> {
+/// `fencelock top`: snapshots until Ctrl-C, or one with `--once`.
+pub(crate) async fn exec(global: &GlobalOptions, args: &TopArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
     let layout: KeyLayout = global.layout.into();
     let pattern = &args.pattern;

@@ -1,0 +1,195 @@
+//! `fencelock update`: a fenced read-modify-write, the new value computed
+//! by a command from the current one.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+
+use clap::Args;
+use fencelock::{Fence, WriteOutcome};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::fenced_resource::{REJECTED, Resource, Writer, stale};
+use crate::global_options::GlobalOptions;
+use crate::{child, connect, exit};
+
+/// Fenced read-modify-write of a Redis hash resource: register the fence,
+/// give the current value to CMD, write CMD's output as the new value.
+#[derive(Debug, Args)]
+#[command(after_help = HELP)]
+pub(crate) struct UpdateArgs {
+    /// The resource's Redis key.
+    pub(crate) resource: String,
+    /// The writer's fence and holder token.
+    #[command(flatten)]
+    pub(crate) writer: Writer,
+    /// Print one JSON object on stdout instead of a line of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The command that computes the new value, and its arguments, after
+    /// `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<String>,
+}
+
+/// The rest of `fencelock update --help`, after the options.
+const HELP: &str = "\
+CMD runs directly (no shell: use sh -c for a pipeline). It gets the current
+value on stdin followed by one newline (nothing when there is no value), and
+in FENCELOCK_VALUE (unset when there is no value, or when the value is over
+64 KiB or holds a NUL byte). Its stdout, less one trailing newline, becomes
+the new value: `cat` leaves it unchanged. CMD's stderr passes through.
+
+The fence is registered at the resource before the value is read, so no
+stale holder's write can land between this read and this write: concurrent
+updates under `fencelock run` never lose one (a plain `fencelock read`
+followed by `fencelock write` can).
+
+Exit codes: 0 written; 3 rejected, nothing written: a newer fence took over
+(at register or at write); CMD's own code (128+N if it died of signal N) if
+it failed, nothing written; 126/127 CMD not executable / not found; 65 CMD's
+output is not UTF-8 text, nothing written.
+
+Examples:
+  fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'
+  fencelock run invoice-42 -- fencelock update invoice:42 -- jq -c '.status = \"closed\"'";
+
+/// The largest value also passed in `FENCELOCK_VALUE` (Linux refuses a
+/// single environment string over 128 KiB; stdin has no limit).
+const VALUE_ENV_MAX: usize = 64 * 1024;
+
+/// `fencelock update`: exit 0 if written, [`REJECTED`] if stale, or the
+/// code of a CMD that failed (nothing written then).
+pub(crate) async fn exec(global: &GlobalOptions, args: &UpdateArgs) -> anyhow::Result<u8> {
+    let Some((program, program_args)) = args.command.split_first() else {
+        return Err(exit::fail(
+            exit::USAGE,
+            "no command given: use `fencelock update RESOURCE -- CMD ARGS…`",
+        ));
+    };
+    let client = connect::client(global).await?;
+    let hash = Resource::of(&client, &args.resource)?;
+    // Register first: from here on, no stale holder's write can land between
+    // our read and our write.
+    if let WriteOutcome::Rejected { current_fence, .. } = hash
+        .register(args.writer.fence, &args.writer.holder)
+        .await?
+    {
+        return Ok(rejected(args, "register", current_fence));
+    }
+    let current = hash.read().await?.value;
+    let new = match compute(program, program_args, current.as_deref()).await? {
+        Ok(new) => new,
+        Err(code) => return Ok(code),
+    };
+    match hash
+        .write(args.writer.fence, &args.writer.holder, &new)
+        .await?
+    {
+        WriteOutcome::Accepted => {
+            if args.json {
+                println!(
+                    "{}",
+                    json!({
+                        "resource": args.resource, "accepted": true, "fence": args.writer.fence.get(),
+                        "value": new,
+                    })
+                );
+            } else {
+                println!("{}: updated (fence {})", args.resource, args.writer.fence);
+            }
+            Ok(exit::OK)
+        }
+        WriteOutcome::Rejected { current_fence, .. } => Ok(rejected(args, "update", current_fence)),
+        other => anyhow::bail!("unexpected write outcome {other:?}"),
+    }
+}
+
+/// Reports an update refused as stale; its exit code.
+fn rejected(args: &UpdateArgs, what: &str, current_fence: Option<Fence>) -> u8 {
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "resource": args.resource, "accepted": false, "fence": args.writer.fence.get(),
+                "current_fence": current_fence.map(|f| f.get()),
+            })
+        );
+    }
+    eprintln!(
+        "fencelock: {}",
+        stale(&args.resource, what, args.writer.fence, current_fence)
+    );
+    REJECTED
+}
+
+/// Runs CMD with `current` on stdin (plus a newline) and in
+/// `FENCELOCK_VALUE`: its stdout less one trailing newline, or the exit code
+/// to return when it failed (nothing is written then).
+async fn compute(
+    program: &str,
+    program_args: &[String],
+    current: Option<&str>,
+) -> anyhow::Result<Result<String, u8>> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(program_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .env_remove("FENCELOCK_VALUE");
+    if let Some(value) = current.filter(|v| v.len() <= VALUE_ENV_MAX && !v.contains('\0')) {
+        cmd.env("FENCELOCK_VALUE", value);
+    }
+    child::die_with_parent(&mut cmd);
+    let mut process = match cmd.spawn() {
+        Ok(process) => process,
+        Err(e) => {
+            let (code, message) = child::exec_failure(program.as_ref(), &e);
+            eprintln!("fencelock: {message}");
+            return Ok(Err(code));
+        }
+    };
+    let input = current.map(|v| format!("{v}\n")).unwrap_or_default();
+    let mut stdin = process.stdin.take();
+    let mut stdout = process.stdout.take();
+    let feed = async {
+        if let Some(stdin) = stdin.as_mut() {
+            match stdin.write_all(input.as_bytes()).await {
+                // CMD need not read its input.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                other => other?,
+            }
+        }
+        // Closed: CMD sees the end of its input.
+        drop(stdin);
+        Ok::<(), std::io::Error>(())
+    };
+    let collect = async {
+        let mut out = Vec::new();
+        if let Some(stdout) = stdout.as_mut() {
+            stdout.read_to_end(&mut out).await?;
+        }
+        Ok::<Vec<u8>, std::io::Error>(out)
+    };
+    let (fed, out) = tokio::join!(feed, collect);
+    fed?;
+    let out = out?;
+    let status = process.wait().await?;
+    if !status.success() {
+        let code = match (status.code(), status.signal()) {
+            (Some(code), _) => code as u8,
+            (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+            (None, None) => exit::SOFTWARE,
+        };
+        eprintln!("fencelock: {program} failed ({status}); nothing was written");
+        return Ok(Err(code));
+    }
+    let Ok(mut new) = String::from_utf8(out) else {
+        eprintln!("fencelock: {program}'s output is not UTF-8 text; nothing was written");
+        return Ok(Err(exit::DATA));
+    };
+    if new.ends_with('\n') {
+        new.pop();
+    }
+    Ok(Ok(new))
+}

@@ -1,0 +1,76 @@
+//! `fencelock write`: a fenced write of a resource, accepted only under the
+//! fencing rule (a newer fence than the stored one, or the same fence from
+//! the same holder).
+
+use clap::Args;
+use fencelock::WriteOutcome;
+use serde_json::json;
+
+use crate::fenced_resource::{REJECTED, Resource, Writer};
+use crate::global_options::GlobalOptions;
+use crate::{connect, exit};
+
+/// Write a fenced Redis hash resource: accepted only if the fence is newer
+/// than the stored one (or equal and from the same holder).
+#[derive(Debug, Args)]
+#[command(after_help = HELP)]
+pub(crate) struct WriteArgs {
+    /// The resource's Redis key.
+    pub(crate) resource: String,
+    /// The value to store.
+    pub(crate) value: String,
+    /// The writer's fence and holder token.
+    #[command(flatten)]
+    pub(crate) writer: Writer,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The rest of `fencelock write --help`, after the options.
+const HELP: &str = "\
+Examples:
+  fencelock write invoice:42 closed --fence 1796030814974827 --holder 3f2a…
+  # inside `fencelock run`, --fence and --holder default to the lock's own:
+  fencelock run invoice-42 -- sh -c 'fencelock write invoice:42 closed'
+
+Exit codes: 0 accepted, 3 rejected as stale (a newer holder wrote).";
+
+/// `fencelock write`: exit 0 if accepted, [`REJECTED`] if stale.
+pub(crate) async fn exec(global: &GlobalOptions, args: &WriteArgs) -> anyhow::Result<u8> {
+    let client = connect::client(global).await?;
+    let outcome = Resource::of(&client, &args.resource)?
+        .write(args.writer.fence, &args.writer.holder, &args.value)
+        .await?;
+    let (accepted, current_fence, current_holder) = match &outcome {
+        WriteOutcome::Accepted => (
+            true,
+            Some(args.writer.fence),
+            Some(fencelock::holder_id(&args.writer.holder)),
+        ),
+        WriteOutcome::Rejected {
+            current_fence,
+            current_holder,
+        } => (false, *current_fence, current_holder.clone()),
+        other => anyhow::bail!("unexpected write outcome {other:?}"),
+    };
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "resource": args.resource, "accepted": accepted, "fence": args.writer.fence.get(),
+                "current_fence": current_fence.map(|f| f.get()), "current_holder": current_holder,
+            })
+        );
+    } else if accepted {
+        println!("{}: accepted (fence {})", args.resource, args.writer.fence);
+    } else {
+        println!(
+            "{}: REJECTED as stale: fence {} is older than the resource's {} (a newer holder wrote)",
+            args.resource,
+            args.writer.fence,
+            current_fence.map_or("?".into(), |f| f.to_string())
+        );
+    }
+    Ok(if accepted { exit::OK } else { REJECTED })
+}
