@@ -1,7 +1,7 @@
 //! A real Redis Sentinel setup for tests: [`RedisSentinel`], one primary,
 //! two replicas and three sentinels (by default) on free loopback ports,
 //! each a [`RedisServer`] in its own directory under the setup's temporary
-//! directory.
+//! directory, started by `fencelock_servers::SentinelSetup`.
 //!
 //! The data nodes start with `--repl-diskless-sync-delay 0` and a writable
 //! `redis.conf` holding their role (`replicaof`), which Sentinel rewrites on
@@ -41,10 +41,12 @@ use std::time::Duration;
 use redis::Value;
 use tempfile::TempDir;
 
-use crate::cluster::info_field;
+use fencelock_servers::redis_admin::info_field;
+use fencelock_servers::wait::poll_until;
+
 use crate::process::process_alive;
-use crate::redis_server::{Kind, Launch, PortPick, RedisConfig, RedisServer};
-use crate::server_process::{PausedGuard, poll_until};
+use crate::redis_server::{RedisConfig, RedisServer, servers_config};
+use crate::server_process::{PausedGuard, panic_message};
 
 /// How long [`RedisSentinel::start`] may wait for quorum and replicas.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -166,45 +168,28 @@ impl RedisSentinel {
             config.quorum,
             config.sentinels
         );
-        let dir = tempfile::Builder::new()
-            .prefix("fencelock-sentinel-")
-            .tempdir()
-            .expect("failed to create a temporary directory for Redis Sentinel");
-        let launch = |prefix: &str, kind: Kind, config: RedisConfig| {
-            RedisServer::start_launch(
-                config,
-                Launch {
-                    kind,
-                    ports: PortPick::Any,
-                    parent_dir: Some(dir.path()),
-                    dir_prefix: prefix,
-                },
-            )
-        };
-
-        let mut data = vec![launch("data-0-", Kind::Server, data_config(&config, None))];
-        let primary_port = data[0].port();
-        for index in 1..=config.replicas {
-            data.push(launch(
-                &format!("data-{index}-"),
-                Kind::Server,
-                data_config(&config, Some(primary_port)),
-            ));
-        }
-        let sentinels = (0..config.sentinels)
-            .map(|index| {
-                launch(
-                    &format!("sentinel-{index}-"),
-                    Kind::Sentinel,
-                    sentinel_config(&config, primary_port),
-                )
-            })
-            .collect();
+        let started = fencelock_servers::SentinelSetup::start(fencelock_servers::SentinelConfig {
+            master_name: config.master_name.clone(),
+            replicas: config.replicas,
+            sentinels: config.sentinels,
+            quorum: config.quorum,
+            down_after: config.down_after,
+            failover_timeout: config.failover_timeout,
+            data: servers_config(&config.data),
+            sentinel_conf_lines: config.sentinel_conf_lines.clone(),
+            dir_in: None,
+        })
+        .unwrap_or_else(|error| panic!("{}", panic_message(&error)));
+        let parts = started.into_parts();
         let setup = RedisSentinel {
-            sentinels,
-            data,
+            sentinels: parts
+                .sentinels
+                .into_iter()
+                .map(RedisServer::from_inner)
+                .collect(),
+            data: parts.data.into_iter().map(RedisServer::from_inner).collect(),
             config,
-            dir,
+            dir: parts.dir,
         };
         setup.wait_until("the sentinels to reach quorum", READY_TIMEOUT, |s| {
             s.healthy_status(None).map(|_| ())
@@ -351,7 +336,7 @@ impl RedisSentinel {
     }
 
     /// Pauses `node` until the guard is dropped.
-    pub fn pause_guard(&self, node: SentinelNode) -> PausedGuard<'_> {
+    pub fn pause_guard(&self, node: SentinelNode) -> PausedGuard<'_, RedisServer> {
         self.server(node).pause_guard()
     }
 
@@ -661,103 +646,5 @@ impl RedisSentinel {
             );
         }
         report
-    }
-}
-
-/// A data node's configuration: the caller's, plus fast diskless
-/// replication, `masterauth` for a password, and `replicaof` (in the config
-/// file, which Sentinel rewrites) for a replica.
-fn data_config(config: &RedisSentinelConfig, replica_of: Option<u16>) -> RedisConfig {
-    let mut node = config.data.clone();
-    let mut args: Vec<String> = [
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]
-    .iter()
-    .map(|arg| (*arg).to_owned())
-    .collect();
-    args.append(&mut node.extra_args);
-    node.extra_args = args;
-    if let Some(password) = &config.data.password {
-        node.conf_lines
-            .push(format!("masterauth {}", conf_quote(password)));
-    }
-    if let Some(port) = replica_of {
-        node.conf_lines.push(format!("replicaof 127.0.0.1 {port}"));
-    }
-    node
-}
-
-/// A sentinel's configuration file.
-fn sentinel_config(config: &RedisSentinelConfig, primary_port: u16) -> RedisConfig {
-    let name = &config.master_name;
-    let mut lines = vec![
-        format!(
-            "sentinel monitor {name} 127.0.0.1 {primary_port} {}",
-            config.quorum
-        ),
-        format!(
-            "sentinel down-after-milliseconds {name} {}",
-            config.down_after.as_millis()
-        ),
-        format!(
-            "sentinel failover-timeout {name} {}",
-            config.failover_timeout.as_millis()
-        ),
-        format!("sentinel parallel-syncs {name} {}", config.replicas),
-    ];
-    if let Some(password) = &config.data.password {
-        lines.push(format!(
-            "sentinel auth-pass {name} {}",
-            conf_quote(password)
-        ));
-    }
-    lines.extend(config.sentinel_conf_lines.iter().cloned());
-    RedisConfig {
-        conf_lines: lines,
-        ..RedisConfig::default()
-    }
-}
-
-/// `value` as one double-quoted config-file argument.
-fn conf_quote(value: &str) -> String {
-    let mut quoted = String::with_capacity(value.len() + 2);
-    quoted.push('"');
-    for c in value.chars() {
-        if matches!(c, '"' | '\\') {
-            quoted.push('\\');
-        }
-        quoted.push(c);
-    }
-    quoted.push('"');
-    quoted
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sentinel_conf_names_the_primary_and_its_timeouts() {
-        let config = RedisSentinelConfig {
-            data: RedisConfig::default().with_password("p \"w\""),
-            ..RedisSentinelConfig::default()
-        };
-        let lines = sentinel_config(&config, 7000).conf_lines;
-        assert_eq!(lines[0], "sentinel monitor fencelock 127.0.0.1 7000 2");
-        assert!(lines.contains(&"sentinel down-after-milliseconds fencelock 1000".to_owned()));
-        assert!(lines.contains(&"sentinel failover-timeout fencelock 3000".to_owned()));
-        assert!(lines.contains(&r#"sentinel auth-pass fencelock "p \"w\"""#.to_owned()));
-        let data = data_config(&config, Some(7000));
-        assert!(
-            data.conf_lines
-                .contains(&"replicaof 127.0.0.1 7000".to_owned())
-        );
-        assert!(
-            data.conf_lines
-                .contains(&r#"masterauth "p \"w\"""#.to_owned())
-        );
     }
 }
