@@ -5,7 +5,7 @@
 //! killed ([`EtcdCluster::kill`]) and started again on the same ports with
 //! their data ([`EtcdCluster::restart`]).
 //!
-//! A member is ready when its probe answers ([`EtcdProbe`]; by default
+//! A member is ready when its probe answers ([`crate::probe::Probe`]; by default
 //! `GET /health` on its plain client URL says `"health":"true"`: it has a
 //! leader and a quorum read succeeds). Raft member ids are the caller's to
 //! read, through whatever client it uses, and to record
@@ -16,7 +16,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tempfile::TempDir;
@@ -26,6 +25,7 @@ use crate::child::{GuardedChild, process_state};
 use crate::error::{Error, Result};
 use crate::files::{append_file, log_tail, read_lossy, temp_dir};
 use crate::port::free_port;
+use crate::probe::{EtcdTarget, Probe};
 use crate::tls::{ClientAuth, ServerTls, TlsPaths};
 use crate::wait::{poll_until, retry_exited};
 
@@ -37,48 +37,6 @@ const START_ATTEMPTS: u32 = 4;
 const RESTART_ATTEMPTS: u32 = 10;
 /// Timeout of one health request.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// What an [`EtcdProbe`] checks: a member's client endpoint
-/// (`http://127.0.0.1:PORT`, `https://` with TLS) and the cluster's
-/// directory (whose `tls/` holds the TLS files).
-#[derive(Debug, Clone, Copy)]
-pub struct EtcdTarget<'a> {
-    /// The member's client endpoint.
-    pub endpoint: &'a str,
-    /// The cluster's directory.
-    pub dir: &'a Path,
-}
-
-/// A readiness check of one member, run until it returns `Ok`.
-#[derive(Clone)]
-pub struct EtcdProbe(Arc<EtcdProbeFn>);
-
-/// The function of an [`EtcdProbe`].
-type EtcdProbeFn = dyn Fn(&EtcdTarget<'_>) -> Result<(), String> + Send + Sync;
-
-impl EtcdProbe {
-    /// A probe from a function.
-    pub fn new(
-        probe: impl Fn(&EtcdTarget<'_>) -> Result<(), String> + Send + Sync + 'static,
-    ) -> Self {
-        EtcdProbe(Arc::new(probe))
-    }
-
-    /// Runs the probe.
-    ///
-    /// # Errors
-    ///
-    /// Why the member is not ready yet.
-    pub fn check(&self, target: &EtcdTarget<'_>) -> Result<(), String> {
-        (self.0)(target)
-    }
-}
-
-impl std::fmt::Debug for EtcdProbe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("EtcdProbe(..)")
-    }
-}
 
 /// How to start an [`EtcdCluster`]. The default: three plaintext members
 /// electing within about half a second (`--heartbeat-interval 50
@@ -102,7 +60,7 @@ pub struct EtcdConfig {
     /// The prefix of the directory's name.
     pub dir_prefix: String,
     /// The readiness probe; `None`: [`http_health`] (plaintext only).
-    pub probe: Option<EtcdProbe>,
+    pub probe: Option<Probe<EtcdTarget>>,
 }
 
 impl Default for EtcdConfig {
@@ -444,10 +402,9 @@ impl EtcdCluster {
 
     /// Runs the probe on member `index`.
     fn probe(&self, index: usize) -> Result<(), String> {
-        let endpoint = self.endpoint(index);
         let target = EtcdTarget {
-            endpoint: &endpoint,
-            dir: self.dir.path(),
+            endpoint: self.endpoint(index),
+            dir: self.dir.path().to_owned(),
         };
         match &self.config.probe {
             Some(probe) => probe.check(&target),
@@ -576,7 +533,7 @@ impl EtcdCluster {
 /// # Errors
 ///
 /// Why not (a TLS endpoint needs a probe of its own).
-pub fn http_health(target: &EtcdTarget<'_>) -> Result<(), String> {
+pub fn http_health(target: &EtcdTarget) -> Result<(), String> {
     let address = target.endpoint.strip_prefix("http://").ok_or_else(|| {
         format!(
             "{}: the default probe speaks plain HTTP only",

@@ -26,8 +26,10 @@
 //! - [`run`]: running a command line tool to completion, bounded.
 //! - [`tls`]: [`ServerTls`], the PEMs a TLS server presents and trusts
 //!   ([`ClientAuth`]).
+//! - [`probe`]: [`Probe`], a caller's readiness check ([`RedisTarget`],
+//!   [`EtcdTarget`]) for servers the crate's own checks cannot reach (TLS).
 //! - [`redis_config`]: [`RedisConfig`] ([`Persistence`], [`RedisRole`],
-//!   [`DebugCommand`], [`RedisProbe`]).
+//!   [`DebugCommand`]).
 //! - [`redis_admin`]: URLs, bounded commands, the readiness probe and
 //!   `INFO` fields of a running redis-server.
 //! - [`redis_server`]: [`RedisServer`], one redis-server process: start,
@@ -76,6 +78,7 @@ pub mod error;
 pub mod etcd;
 pub mod files;
 pub mod port;
+pub mod probe;
 pub mod redis_admin;
 pub mod redis_config;
 pub mod redis_server;
@@ -89,11 +92,10 @@ pub use binary::{Binary, ETCD, ETCDCTL, REDIS_CLI, REDIS_SERVER};
 pub use child::{GuardedChild, children_of, process_alive, process_state, wait_process_gone};
 pub use cluster::{ClusterConfig, ClusterParts, ClusterSetup};
 pub use error::{Error, Result};
-pub use etcd::{EtcdCluster, EtcdConfig, EtcdMember, EtcdProbe, EtcdTarget};
+pub use etcd::{EtcdCluster, EtcdConfig, EtcdMember};
 pub use port::{free_cluster_port, free_port};
-pub use redis_config::{
-    DebugCommand, Persistence, ProbeTarget, RedisConfig, RedisProbe, RedisRole,
-};
+pub use probe::{EtcdTarget, Probe, RedisTarget};
+pub use redis_config::{DebugCommand, Persistence, RedisConfig, RedisRole};
 pub use redis_server::RedisServer;
 pub use sentinel::{SentinelConfig, SentinelParts, SentinelSetup};
 pub use tls::{ClientAuth, ServerTls, TlsPaths};

@@ -1,11 +1,11 @@
 //! How a [`crate::RedisServer`] is started: [`RedisConfig`] — its role
 //! ([`RedisRole`]), persistence ([`Persistence`]), `DEBUG`
-//! ([`DebugCommand`]), password, config file, arguments, TLS, port and
-//! directory — and how its readiness is probed ([`RedisProbe`]).
+//! ([`DebugCommand`]), password, config file, arguments, TLS, port,
+//! directory and readiness probe.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
+use crate::probe::{Probe, RedisTarget};
 use crate::tls::ServerTls;
 
 /// What the server persists to disk.
@@ -66,49 +66,6 @@ pub enum DebugCommand {
     Yes,
 }
 
-/// The process a [`RedisProbe`] checks: its port, pid and directory.
-#[derive(Debug, Clone, Copy)]
-pub struct ProbeTarget<'a> {
-    /// The port it listens on (TLS or plain).
-    pub port: u16,
-    /// Its process id.
-    pub pid: u32,
-    /// Its directory.
-    pub dir: &'a Path,
-}
-
-/// A readiness check of a freshly started server, run until it returns
-/// `Ok`: for servers the crate's own plain probe cannot reach (TLS).
-#[derive(Clone)]
-pub struct RedisProbe(Arc<RedisProbeFn>);
-
-/// The function of a [`RedisProbe`].
-type RedisProbeFn = dyn Fn(&ProbeTarget<'_>) -> Result<(), String> + Send + Sync;
-
-impl RedisProbe {
-    /// A probe from a function.
-    pub fn new(
-        probe: impl Fn(&ProbeTarget<'_>) -> Result<(), String> + Send + Sync + 'static,
-    ) -> Self {
-        RedisProbe(Arc::new(probe))
-    }
-
-    /// Runs the probe.
-    ///
-    /// # Errors
-    ///
-    /// Why the server is not ready yet.
-    pub fn check(&self, target: &ProbeTarget<'_>) -> Result<(), String> {
-        (self.0)(target)
-    }
-}
-
-impl std::fmt::Debug for RedisProbe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RedisProbe(..)")
-    }
-}
-
 /// How to start a [`crate::RedisServer`]. The default: a plain data node
 /// without persistence, password or config lines, on any free port, in a
 /// directory `fencelock-redis-…` in the system's temporary directory.
@@ -140,7 +97,7 @@ pub struct RedisConfig {
     pub dir_prefix: String,
     /// The readiness probe; `None`: the crate's own (plain connection,
     /// `INFO server` names this process, `PING` answers).
-    pub probe: Option<RedisProbe>,
+    pub probe: Option<Probe<RedisTarget>>,
 }
 
 impl Default for RedisConfig {

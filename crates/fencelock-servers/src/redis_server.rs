@@ -18,8 +18,9 @@ use crate::child::GuardedChild;
 use crate::error::{Error, Result};
 use crate::files::{append_file, last_line, read_lossy, temp_dir, write_lines};
 use crate::port::{free_cluster_port, free_port};
+use crate::probe::RedisTarget;
 use crate::redis_admin::{probe, query, server_url};
-use crate::redis_config::{DebugCommand, ProbeTarget, RedisConfig, RedisRole};
+use crate::redis_config::{DebugCommand, RedisConfig, RedisRole};
 use crate::tls::{TLS_DIR, TlsPaths};
 use crate::wait::{Launch, launch, retry_exited, start_on_free_port};
 
@@ -368,10 +369,10 @@ fn spawn(
         logs: &logs,
     };
     launch(command, launch_of, |child| {
-        let target = ProbeTarget {
+        let target = RedisTarget {
             port,
             pid: child.pid(),
-            dir,
+            dir: dir.to_owned(),
         };
         match &config.probe {
             Some(custom) => custom.check(&target),

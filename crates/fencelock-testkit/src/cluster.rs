@@ -153,15 +153,6 @@ impl RedisCluster {
     /// not ready in time; the message includes the tail of every node's
     /// log.
     pub fn start_with(config: RedisClusterConfig) -> RedisCluster {
-        assert!(
-            config.masters >= 3,
-            "a Redis Cluster needs at least 3 masters, not {}",
-            config.masters
-        );
-        assert!(
-            config.node.password.is_none() && config.node.tls.is_none(),
-            "RedisCluster does not support a password or TLS"
-        );
         let started = ClusterSetup::start(ClusterConfig {
             masters: config.masters,
             replicas_per_master: config.replicas_per_master,
@@ -172,7 +163,11 @@ impl RedisCluster {
         .unwrap_or_else(|error| panic!("{}", panic_message(&error)));
         let parts = started.into_parts();
         let cluster = RedisCluster {
-            nodes: parts.nodes.into_iter().map(RedisServer::from_inner).collect(),
+            nodes: parts
+                .nodes
+                .into_iter()
+                .map(RedisServer::from_inner)
+                .collect(),
             ids: parts.ids,
             config,
             dir: parts.dir,

@@ -37,7 +37,7 @@ use std::time::Duration;
 use fencelock_servers::etcd::READY_DEADLINE;
 use fencelock_servers::run::run_with_timeout;
 use fencelock_servers::wait::poll_until;
-use fencelock_servers::{ETCD, ETCDCTL, EtcdProbe, EtcdTarget};
+use fencelock_servers::{ETCD, ETCDCTL, EtcdTarget, Probe};
 
 use crate::server_process::panic_message;
 use crate::tls::{TlsConfig, TlsFiles};
@@ -138,10 +138,15 @@ impl EtcdCluster {
         let ctl = ETCDCTL.locate().unwrap_or_else(|error| panic!("{error}"));
         let tls = config.tls.is_some();
         let probe_ctl = ctl.clone();
-        let probe = EtcdProbe::new(move |target: &EtcdTarget<'_>| {
-            let files = tls.then(|| TlsFiles::in_dir(target.dir));
-            ctl_command(&probe_ctl, files.as_ref(), target.endpoint, &["endpoint", "health"])
-                .map(drop)
+        let probe = Probe::new(move |target: &EtcdTarget| {
+            let files = tls.then(|| TlsFiles::in_dir(&target.dir));
+            ctl_command(
+                &probe_ctl,
+                files.as_ref(),
+                &target.endpoint,
+                &["endpoint", "health"],
+            )
+            .map(drop)
         });
         let inner = fencelock_servers::EtcdCluster::start(fencelock_servers::EtcdConfig {
             members: config.members,

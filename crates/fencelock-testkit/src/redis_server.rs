@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fencelock_servers::redis_admin::{probe, run_command, server_url};
-use fencelock_servers::{DebugCommand, ProbeTarget, RedisProbe, RedisRole};
+use fencelock_servers::{DebugCommand, Probe, RedisRole, RedisTarget};
 use redis::{FromRedisValue, RedisResult, Value};
 
 use crate::server_process::{Pausable, PausedGuard, panic_message};
@@ -442,7 +442,7 @@ impl Pausable for RedisServer {
 pub(crate) fn servers_config(config: &RedisConfig) -> fencelock_servers::RedisConfig {
     let probe = config.tls.as_ref().map(|tls| {
         let (config, client) = (config.clone(), tls.certs.client.clone());
-        RedisProbe::new(move |target: &ProbeTarget<'_>| {
+        Probe::new(move |target: &RedisTarget| {
             let client =
                 admin_client(target.port, &config, Some(&client)).map_err(|e| e.to_string())?;
             probe(&client, target.pid)

@@ -157,17 +157,6 @@ impl RedisSentinel {
     /// if the setup is not ready in time; the message includes the tail of
     /// every log.
     pub fn start_with(config: RedisSentinelConfig) -> RedisSentinel {
-        assert!(
-            config.data.tls.is_none(),
-            "RedisSentinel does not support TLS"
-        );
-        assert!(config.replicas >= 1, "RedisSentinel needs a replica");
-        assert!(
-            (1..=config.sentinels).contains(&config.quorum),
-            "quorum {} must be between 1 and the number of sentinels ({})",
-            config.quorum,
-            config.sentinels
-        );
         let started = fencelock_servers::SentinelSetup::start(fencelock_servers::SentinelConfig {
             master_name: config.master_name.clone(),
             replicas: config.replicas,
@@ -187,7 +176,11 @@ impl RedisSentinel {
                 .into_iter()
                 .map(RedisServer::from_inner)
                 .collect(),
-            data: parts.data.into_iter().map(RedisServer::from_inner).collect(),
+            data: parts
+                .data
+                .into_iter()
+                .map(RedisServer::from_inner)
+                .collect(),
             config,
             dir: parts.dir,
         };
