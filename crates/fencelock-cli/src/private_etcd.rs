@@ -25,7 +25,7 @@ use anyhow::Context;
 use etcd_client::{Client, ConnectOptions};
 use fencelock_servers::{EtcdCluster, EtcdConfig};
 
-use crate::private_redis::{locked, off_runtime, server_error};
+use crate::private_redis::{locked, off_runtime, server_error, start_blocking};
 
 /// Members of the cluster.
 const MEMBERS: usize = 3;
@@ -55,9 +55,8 @@ impl PrivateEtcd {
             members: MEMBERS,
             ..EtcdConfig::default()
         };
-        let cluster = tokio::task::spawn_blocking(move || EtcdCluster::start(config))
-            .await
-            .context("the start of etcd was cancelled")?
+        let cluster = start_blocking(move || EtcdCluster::start(config))
+            .await?
             .map_err(etcd_error)?;
         let addrs: Vec<String> = (0..cluster.len()).map(|i| cluster.addr(i)).collect();
         let names = cluster

@@ -77,9 +77,8 @@ impl PrivateRedis {
     /// answers.
     pub(crate) async fn start_with(options: Options) -> anyhow::Result<Self> {
         let config = options.config();
-        let server = tokio::task::spawn_blocking(move || RedisServer::start(config))
-            .await
-            .context("the start of redis-server was cancelled")?
+        let server = start_blocking(move || RedisServer::start(config))
+            .await?
             .map_err(redis_error)?;
         Ok(Self::from_server(server))
     }
@@ -198,6 +197,16 @@ pub(crate) async fn off_runtime<T: Send + 'static, R: Send + 'static>(
     tokio::task::spawn_blocking(move || locked(&shared).map(|mut server| f(&mut server)))
         .await
         .context("a private server's start was cancelled")?
+}
+
+/// Runs `start` — the start of a server or a set-up, which blocks until it
+/// answers — on a blocking thread, so the runtime's other tasks go on.
+pub(crate) async fn start_blocking<T: Send + 'static>(
+    start: impl FnOnce() -> fencelock_servers::Result<T> + Send + 'static,
+) -> anyhow::Result<fencelock_servers::Result<T>> {
+    tokio::task::spawn_blocking(start)
+        .await
+        .context("a private server's start was cancelled")
 }
 
 /// A `fencelock-servers` error of a private redis-server: a missing

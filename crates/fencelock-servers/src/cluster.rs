@@ -33,36 +33,58 @@ const CMD_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How to start a [`ClusterSetup`]. The default: 3 masters with a replica
 /// each, a node timeout of 2 s.
-#[derive(Debug, Clone)]
-pub struct ClusterConfig {
-    /// Masters (at least 3).
+///
+/// `N` is how a node is described: a [`RedisConfig`] here; a caller with a
+/// configuration of its own (the test kit's) maps it with
+/// [`ClusterConfig::map_node`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig<N = RedisConfig> {
+    /// Number of masters (at least 3, as `redis-cli --cluster create`
+    /// requires).
     pub masters: usize,
-    /// Replicas per master.
+    /// Replicas per master (`--cluster-replicas`).
     pub replicas_per_master: usize,
     /// `cluster-node-timeout`: how long a node may be unreachable before it
-    /// is considered failing.
+    /// is considered failing (and a replica takes over).
     pub node_timeout: Duration,
-    /// How every node is started. The crate adds, before its arguments (so
-    /// they can override them): `--cluster-enabled yes`,
-    /// `--cluster-config-file nodes.conf`, `--cluster-node-timeout`,
-    /// `--repl-diskless-sync yes`, `--cluster-replica-validity-factor 0` (a
-    /// replica may always take over, however long it was cut off) and
+    /// How every node is started: extra arguments, persistence, `DEBUG`. A
+    /// password or TLS is refused.
+    ///
+    /// Added before these extra arguments (so they can override them):
+    /// `--cluster-enabled yes`, `--cluster-config-file nodes.conf`,
+    /// `--cluster-node-timeout`, `--repl-diskless-sync yes`,
+    /// `--repl-diskless-sync-delay 0` (Debian's default of 5 s would delay
+    /// every replica link), `--cluster-replica-validity-factor 0` (a replica
+    /// always may take over, however long it was cut off), and
     /// `--cluster-allow-replica-migration no` (replicas stay with their
-    /// masters). A password or TLS is refused.
-    pub node: RedisConfig,
+    /// masters).
+    pub node: N,
     /// Where the cluster's directory is made (else the system's temporary
     /// directory).
     pub dir_in: Option<PathBuf>,
 }
 
-impl Default for ClusterConfig {
+impl<N: Default> Default for ClusterConfig<N> {
     fn default() -> Self {
         ClusterConfig {
             masters: 3,
             replicas_per_master: 1,
             node_timeout: Duration::from_millis(2000),
-            node: RedisConfig::default(),
+            node: N::default(),
             dir_in: None,
+        }
+    }
+}
+
+impl<N> ClusterConfig<N> {
+    /// The same cluster with every node described by `map(node)`.
+    pub fn map_node<M>(self, map: impl FnOnce(N) -> M) -> ClusterConfig<M> {
+        ClusterConfig {
+            masters: self.masters,
+            replicas_per_master: self.replicas_per_master,
+            node_timeout: self.node_timeout,
+            node: map(self.node),
+            dir_in: self.dir_in,
         }
     }
 }

@@ -124,7 +124,8 @@ impl EtcdMember {
 }
 
 /// A cluster of etcd processes on loopback. Dropping it kills every member
-/// and removes its directory.
+/// and removes its directory. Methods that take a member's index panic if
+/// it is out of range, as slice indexing does.
 #[derive(Debug)]
 pub struct EtcdCluster {
     /// Dropped before `dir`.

@@ -30,32 +30,40 @@ const POLL_CMD_TIMEOUT: Duration = Duration::from_secs(1);
 /// How to start a [`SentinelSetup`]. The default: master name `fencelock`,
 /// 2 replicas, 3 sentinels, quorum 2, `down-after-milliseconds 1000`,
 /// `failover-timeout 3000`, `parallel-syncs` as many as the replicas.
-#[derive(Debug, Clone)]
-pub struct SentinelConfig {
+///
+/// `D` is how a data node is described: a [`RedisConfig`] here; a caller
+/// with a configuration of its own (the test kit's) maps it with
+/// [`SentinelConfig::map_data`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelConfig<D = RedisConfig> {
     /// The name the sentinels monitor the primary under.
     pub master_name: String,
-    /// Replicas of the first primary.
+    /// Number of replicas of the first primary.
     pub replicas: usize,
-    /// Sentinels.
+    /// Number of sentinels.
     pub sentinels: usize,
     /// How many sentinels must agree that the primary is down.
     pub quorum: usize,
-    /// `sentinel down-after-milliseconds`.
+    /// `sentinel down-after-milliseconds`: how long the primary may be
+    /// unreachable before a sentinel considers it down.
     pub down_after: Duration,
     /// `sentinel failover-timeout`.
     pub failover_timeout: Duration,
-    /// How every data node is started (persistence, `DEBUG`, arguments,
-    /// config lines, a password: then `masterauth` and `sentinel
-    /// auth-pass` are added). TLS is refused.
-    pub data: RedisConfig,
-    /// Further lines for every sentinel's `sentinel.conf`.
+    /// How every data node is started: extra arguments, config lines
+    /// (`min-replicas-to-write 1`, `min-replicas-max-lag 1`, ACL `user …`
+    /// lines), persistence, `DEBUG`, and a password (`requirepass`; then
+    /// `masterauth` is added on the data nodes and `sentinel auth-pass` on
+    /// the sentinels). TLS is refused.
+    pub data: D,
+    /// Extra lines for every sentinel's `sentinel.conf`, e.g.
+    /// `sentinel auth-user fencelock alice` for an ACL user.
     pub sentinel_conf_lines: Vec<String>,
     /// Where the set-up's directory is made (else the system's temporary
     /// directory).
     pub dir_in: Option<PathBuf>,
 }
 
-impl Default for SentinelConfig {
+impl<D: Default> Default for SentinelConfig<D> {
     fn default() -> Self {
         SentinelConfig {
             master_name: "fencelock".to_owned(),
@@ -64,9 +72,38 @@ impl Default for SentinelConfig {
             quorum: 2,
             down_after: Duration::from_millis(1000),
             failover_timeout: Duration::from_millis(3000),
-            data: RedisConfig::default(),
+            data: D::default(),
             sentinel_conf_lines: Vec::new(),
             dir_in: None,
+        }
+    }
+}
+
+impl<D> SentinelConfig<D> {
+    /// Sets [`SentinelConfig::data`].
+    pub fn with_data(mut self, data: D) -> Self {
+        self.data = data;
+        self
+    }
+
+    /// Appends a line to [`SentinelConfig::sentinel_conf_lines`].
+    pub fn with_sentinel_conf_line(mut self, line: impl Into<String>) -> Self {
+        self.sentinel_conf_lines.push(line.into());
+        self
+    }
+
+    /// The same set-up with every data node described by `map(data)`.
+    pub fn map_data<E>(self, map: impl FnOnce(D) -> E) -> SentinelConfig<E> {
+        SentinelConfig {
+            master_name: self.master_name,
+            replicas: self.replicas,
+            sentinels: self.sentinels,
+            quorum: self.quorum,
+            down_after: self.down_after,
+            failover_timeout: self.failover_timeout,
+            data: map(self.data),
+            sentinel_conf_lines: self.sentinel_conf_lines,
+            dir_in: self.dir_in,
         }
     }
 }

@@ -42,10 +42,10 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
+use fencelock_servers::ClusterSetup;
 use fencelock_servers::redis_admin::info_field;
 use fencelock_servers::run::run_with_timeout;
 use fencelock_servers::wait::poll_until;
-use fencelock_servers::{ClusterConfig, ClusterSetup};
 
 use crate::process::process_alive;
 use crate::redis_server::{RedisConfig, RedisServer, redis_cli_bin, servers_config};
@@ -65,42 +65,12 @@ const POLL_CMD_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default timeout of [`RedisCluster::cli`].
 const CLI_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How to start a [`RedisCluster`]. `RedisClusterConfig::default()` is 3
-/// masters with 1 replica each and a node timeout of 2 s.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisClusterConfig {
-    /// Number of masters (at least 3, as `redis-cli --cluster create`
-    /// requires).
-    pub masters: usize,
-    /// Replicas per master (`--cluster-replicas`).
-    pub replicas_per_master: usize,
-    /// `cluster-node-timeout`: how long a node may be unreachable before it
-    /// is considered failing (and a replica takes over).
-    pub node_timeout: Duration,
-    /// How every node is started: extra arguments and persistence. Password
-    /// and TLS are not supported for clusters (the start panics).
-    ///
-    /// The testkit adds, before these extra arguments (so they can override
-    /// them): `--cluster-enabled yes`, `--cluster-config-file nodes.conf`,
-    /// `--cluster-node-timeout`, `--repl-diskless-sync yes`,
-    /// `--repl-diskless-sync-delay 0` (Debian's default of 5 s would delay
-    /// every replica link), `--cluster-replica-validity-factor 0` (a replica
-    /// always may take over, however long it was cut off), and
-    /// `--cluster-allow-replica-migration no` (replicas stay with their
-    /// masters).
-    pub node: RedisConfig,
-}
-
-impl Default for RedisClusterConfig {
-    fn default() -> Self {
-        RedisClusterConfig {
-            masters: 3,
-            replicas_per_master: 1,
-            node_timeout: Duration::from_millis(2000),
-            node: RedisConfig::default(),
-        }
-    }
-}
+/// How to start a [`RedisCluster`]: `fencelock_servers::ClusterConfig`
+/// with the testkit's [`RedisConfig`] for the nodes.
+/// `RedisClusterConfig::default()` is 3 masters with 1 replica each and a
+/// node timeout of 2 s. Password and TLS are not supported for clusters
+/// (the start panics).
+pub type RedisClusterConfig = fencelock_servers::ClusterConfig<RedisConfig>;
 
 /// How [`RedisCluster::failover_with`] asks a replica to take over
 /// (`CLUSTER FAILOVER [FORCE|TAKEOVER]`).
@@ -153,14 +123,9 @@ impl RedisCluster {
     /// not ready in time; the message includes the tail of every node's
     /// log.
     pub fn start_with(config: RedisClusterConfig) -> RedisCluster {
-        let started = ClusterSetup::start(ClusterConfig {
-            masters: config.masters,
-            replicas_per_master: config.replicas_per_master,
-            node_timeout: config.node_timeout,
-            node: servers_config(&config.node),
-            dir_in: None,
-        })
-        .unwrap_or_else(|error| panic!("{}", panic_message(&error)));
+        let servers = config.clone().map_node(|node| servers_config(&node));
+        let started = ClusterSetup::start(servers)
+            .unwrap_or_else(|error| panic!("{}", panic_message(&error)));
         let parts = started.into_parts();
         let cluster = RedisCluster {
             nodes: parts

@@ -55,63 +55,12 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);
 /// Timeout of one command sent while polling.
 const POLL_CMD_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// How to start a [`RedisSentinel`]. The default: master name `fencelock`,
-/// 2 replicas, 3 sentinels, quorum 2, `down-after-milliseconds 1000`,
-/// `failover-timeout 3000`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisSentinelConfig {
-    /// The name the sentinels monitor the primary under.
-    pub master_name: String,
-    /// Number of replicas of the first primary.
-    pub replicas: usize,
-    /// Number of sentinels.
-    pub sentinels: usize,
-    /// How many sentinels must agree that the primary is down.
-    pub quorum: usize,
-    /// `sentinel down-after-milliseconds`: how long the primary may be
-    /// unreachable before a sentinel considers it down.
-    pub down_after: Duration,
-    /// `sentinel failover-timeout`.
-    pub failover_timeout: Duration,
-    /// How every data node is started: extra arguments, config lines
-    /// (`min-replicas-to-write 1`, `min-replicas-max-lag 1`, ACL `user …`
-    /// lines), persistence, and a password (`requirepass`; the testkit adds
-    /// `masterauth` on the data nodes and `sentinel auth-pass` on the
-    /// sentinels). TLS is not supported (the start panics).
-    pub data: RedisConfig,
-    /// Extra lines for every sentinel's `sentinel.conf`, e.g.
-    /// `sentinel auth-user fencelock alice` for an ACL user.
-    pub sentinel_conf_lines: Vec<String>,
-}
-
-impl Default for RedisSentinelConfig {
-    fn default() -> Self {
-        RedisSentinelConfig {
-            master_name: "fencelock".to_owned(),
-            replicas: 2,
-            sentinels: 3,
-            quorum: 2,
-            down_after: Duration::from_millis(1000),
-            failover_timeout: Duration::from_millis(3000),
-            data: RedisConfig::default(),
-            sentinel_conf_lines: Vec::new(),
-        }
-    }
-}
-
-impl RedisSentinelConfig {
-    /// Sets [`RedisSentinelConfig::data`].
-    pub fn with_data(mut self, data: RedisConfig) -> Self {
-        self.data = data;
-        self
-    }
-
-    /// Appends a line to [`RedisSentinelConfig::sentinel_conf_lines`].
-    pub fn with_sentinel_conf_line(mut self, line: impl Into<String>) -> Self {
-        self.sentinel_conf_lines.push(line.into());
-        self
-    }
-}
+/// How to start a [`RedisSentinel`]: `fencelock_servers::SentinelConfig`
+/// with the testkit's [`RedisConfig`] for the data nodes. The default:
+/// master name `fencelock`, 2 replicas, 3 sentinels, quorum 2,
+/// `down-after-milliseconds 1000`, `failover-timeout 3000`. TLS is not
+/// supported (the start panics).
+pub type RedisSentinelConfig = fencelock_servers::SentinelConfig<RedisConfig>;
 
 /// A process of a [`RedisSentinel`] setup, by index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,18 +106,9 @@ impl RedisSentinel {
     /// if the setup is not ready in time; the message includes the tail of
     /// every log.
     pub fn start_with(config: RedisSentinelConfig) -> RedisSentinel {
-        let started = fencelock_servers::SentinelSetup::start(fencelock_servers::SentinelConfig {
-            master_name: config.master_name.clone(),
-            replicas: config.replicas,
-            sentinels: config.sentinels,
-            quorum: config.quorum,
-            down_after: config.down_after,
-            failover_timeout: config.failover_timeout,
-            data: servers_config(&config.data),
-            sentinel_conf_lines: config.sentinel_conf_lines.clone(),
-            dir_in: None,
-        })
-        .unwrap_or_else(|error| panic!("{}", panic_message(&error)));
+        let servers = config.clone().map_data(|data| servers_config(&data));
+        let started = fencelock_servers::SentinelSetup::start(servers)
+            .unwrap_or_else(|error| panic!("{}", panic_message(&error)));
         let parts = started.into_parts();
         let setup = RedisSentinel {
             sentinels: parts

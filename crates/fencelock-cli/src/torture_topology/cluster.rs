@@ -25,13 +25,13 @@ use std::time::Duration;
 use fencelock_torture::{Result, Topology};
 
 use super::shared::{
-    Aimed, SETTLE, data_args, detection, failed, failure, online_replicas, poll, query,
+    Aimed, SETTLE, data_node, detection, failed, failure, online_replicas, poll, query,
     takes_writes,
 };
 use anyhow::Context;
 use fencelock_servers::{ClusterConfig, ClusterSetup};
 
-use crate::private_redis::{Options, PrivateRedis, redis_error};
+use crate::private_redis::{PrivateRedis, redis_error, start_blocking};
 
 /// Masters, each with one replica.
 const MASTERS: usize = 3;
@@ -68,12 +68,7 @@ impl Cluster {
     /// returns once every node reports `cluster_state:ok` and every master
     /// has its replica in sync.
     pub(crate) async fn start(ttl: Duration) -> anyhow::Result<Self> {
-        let mut node = Options {
-            aof: true,
-            debug: true,
-        }
-        .config();
-        node.args.extend(data_args());
+        let node = data_node();
         let config = ClusterConfig {
             masters: MASTERS,
             replicas_per_master: 1,
@@ -81,9 +76,8 @@ impl Cluster {
             dir_in: node.dir_in.clone(),
             node,
         };
-        let setup = tokio::task::spawn_blocking(move || ClusterSetup::start(config))
-            .await
-            .context("the start of the Cluster was cancelled")?
+        let setup = start_blocking(move || ClusterSetup::start(config))
+            .await?
             .map_err(redis_error)
             .context("cannot create the Cluster")?;
         let lock_url = setup.url();

@@ -25,13 +25,13 @@ use std::time::Duration;
 use fencelock_torture::{Result, Topology};
 
 use super::shared::{
-    Aimed, SETTLE, data_args, detection, failed, failure, info_field, online_replicas, poll, query,
+    Aimed, SETTLE, data_node, detection, failed, failure, info_field, online_replicas, poll, query,
     takes_writes,
 };
 use anyhow::Context;
 use fencelock_servers::{SentinelConfig, SentinelSetup};
 
-use crate::private_redis::{Options, PrivateRedis, redis_error};
+use crate::private_redis::{PrivateRedis, redis_error, start_blocking};
 
 /// The name the sentinels monitor the primary under.
 const MASTER: &str = "fencelock";
@@ -54,12 +54,7 @@ impl Sentinel {
     /// returns once every sentinel has quorum and knows both replicas and
     /// the other sentinels, and both replicas are in sync.
     pub(crate) async fn start(ttl: Duration) -> anyhow::Result<Self> {
-        let mut data = Options {
-            aof: true,
-            debug: true,
-        }
-        .config();
-        data.args.extend(data_args());
+        let data = data_node();
         let config = SentinelConfig {
             master_name: MASTER.to_string(),
             replicas: 2,
@@ -71,9 +66,8 @@ impl Sentinel {
             data,
             sentinel_conf_lines: Vec::new(),
         };
-        let setup = tokio::task::spawn_blocking(move || SentinelSetup::start(config))
-            .await
-            .context("the start of the Sentinel was cancelled")?
+        let setup = start_blocking(move || SentinelSetup::start(config))
+            .await?
             .map_err(redis_error)
             .context("cannot start the Sentinel")?;
         let lock_url = setup.url();

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use fencelock_torture::{Error, ErrorKind, Result};
 
-use crate::private_redis::PrivateRedis;
+use fencelock_servers::RedisConfig;
+
+use crate::private_redis::{Options, PrivateRedis};
 
 pub(super) use fencelock_servers::redis_admin::info_field;
 
@@ -29,22 +31,22 @@ pub(super) fn detection(ttl: Duration) -> Duration {
     (ttl * 4).max(Duration::from_secs(1))
 }
 
-/// What every data node of a replicated topology runs with (see
-/// `torture_topology`).
-pub(super) fn data_args() -> Vec<String> {
-    [
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
+/// How every data node of a replicated topology runs (see
+/// `torture_topology`): an append-only file, `DEBUG`, and no write without
+/// a replica in sync (`fencelock-servers` adds diskless replication
+/// without delay to every node of a Sentinel set-up or a Cluster).
+pub(super) fn data_node() -> RedisConfig {
+    Options {
+        aof: true,
+        debug: true,
+    }
+    .config()
+    .with_args([
         "--min-replicas-to-write",
         "1",
         "--min-replicas-max-lag",
         "1",
-    ]
-    .iter()
-    .map(|a| (*a).to_string())
-    .collect()
+    ])
 }
 
 /// One command to one node, bounded (connect 1 s, reply 2 s): a paused
