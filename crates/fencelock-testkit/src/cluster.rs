@@ -54,8 +54,8 @@ use crate::server_process::{PausedGuard, panic_message};
 /// The number of hash slots of a Redis Cluster.
 pub const SLOTS: u16 = fencelock_servers::cluster::SLOTS;
 
-/// How long [`RedisCluster::start`] may take from `--cluster create` to a
-/// ready cluster.
+/// How long [`RedisCluster::start`] may take from a created cluster to one
+/// whose nodes all agree.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a fail-over, a replacement or a return to health may take.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);

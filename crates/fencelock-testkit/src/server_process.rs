@@ -1,6 +1,6 @@
 //! What every server type of the testkit shares: pausing it for a scope
 //! ([`PausedGuard`] over [`Pausable`]), and the panic message of a server
-//! that failed ([`panic_message`]).
+//! that failed (`panic_message`).
 //!
 //! Every server type ([`crate::RedisServer`], [`crate::PgServer`]) hands
 //! out a `PausedGuard` from its `pause_guard` method.
