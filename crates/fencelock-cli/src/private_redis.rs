@@ -1,63 +1,71 @@
-//! A private redis-server for commands run without `--redis`: started from
-//! PATH on a free loopback port with its own temporary directory, stopped
-//! when dropped (and by the kernel if this process dies first).
+//! A private redis-server for commands run without `--redis`: a
+//! [`fencelock_servers::RedisServer`] started from PATH on a free loopback
+//! port with its own temporary directory, stopped when dropped (and by the
+//! kernel if this process dies first).
 //!
 //! `fencelock torture` also pauses, kills and restarts it (same port, same
 //! directory, with or without its data), so it can be started with an
 //! append-only file and with `DEBUG` enabled ([`Options`]). Its replicated
-//! topologies (`torture_topology`) start several: data nodes with a
-//! `redis.conf` of their own (so Sentinel's `CONFIG REWRITE` keeps a node's
-//! role across a restart), Cluster nodes (on a port whose cluster bus port,
-//! +10000, is free too) and sentinels (`redis-server sentinel.conf
-//! --sentinel`).
+//! topologies (`torture_topology`) start Sentinel set-ups and Clusters
+//! through `fencelock-servers` and keep every node as a [`PrivateRedis`]
+//! ([`PrivateRedis::from_server`]).
+//!
+//! Starting and starting again block while the server comes up: they run
+//! on a blocking thread ([`off_runtime`]), so the runtime's other tasks go
+//! on meanwhile.
 
-use std::net::TcpListener;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use fencelock_servers::{DebugCommand, Persistence, RedisConfig, RedisServer};
 
 use crate::exit;
 
 /// How a private server is configured.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Options {
     /// Persist every write before replying (`appendonly yes`,
     /// `appendfsync always`), so a kill -9 and restart loses nothing.
     pub(crate) aof: bool,
     /// `enable-debug-command local` (for `DEBUG SLEEP`).
     pub(crate) debug: bool,
-    /// Further arguments on every start (`--cluster-enabled yes`, …).
-    pub(crate) args: Vec<String>,
-    /// Lines of a `redis.conf` written once, at the first start, and read
-    /// at every start: what the server itself may rewrite later (a role,
-    /// `replicaof`, which Sentinel rewrites on a failover). `None`: no
-    /// config file.
-    pub(crate) conf: Option<Vec<String>>,
-    /// A sentinel instead of a data node: the lines of its `sentinel.conf`
-    /// (`sentinel monitor …`), which it rewrites itself.
-    pub(crate) sentinel: Option<Vec<String>>,
-    /// Pick a port whose cluster bus port (port + 10000) is free too.
-    pub(crate) cluster_bus: bool,
+}
+
+impl Options {
+    /// The `fencelock-servers` configuration of a data node with these
+    /// options. An append-only file goes to `/dev/shm` when it exists (a
+    /// kill -9 of the process loses nothing there either, and fsync is
+    /// cheap).
+    pub(crate) fn config(self) -> RedisConfig {
+        let mut config = RedisConfig::default().with_dir_prefix("fencelock-redis");
+        if self.aof {
+            config = config
+                .with_persistence(Persistence::AofAlways)
+                .with_args(["--save", ""]);
+            config.dir_in = shm();
+        }
+        if self.debug {
+            config = config.with_debug(DebugCommand::Local);
+        }
+        config
+    }
+}
+
+/// `/dev/shm`, when this machine has it.
+pub(crate) fn shm() -> Option<PathBuf> {
+    let shm = Path::new("/dev/shm");
+    shm.is_dir().then(|| shm.to_path_buf())
 }
 
 /// A running private redis-server.
 #[derive(Debug)]
 pub(crate) struct PrivateRedis {
-    child: Child,
+    server: Arc<Mutex<RedisServer>>,
     url: String,
     port: u16,
-    options: Options,
-    bin: String,
-    dir: tempfile::TempDir,
 }
-
-/// The files a restart without data keeps: the log, and the
-/// configuration (roles, cluster membership), which is no data.
-const KEPT: [&str; 4] = ["redis.log", "redis.conf", "sentinel.conf", "nodes.conf"];
 
 impl PrivateRedis {
     /// Starts redis-server and waits until it answers.
@@ -66,48 +74,22 @@ impl PrivateRedis {
     }
 
     /// Starts redis-server configured with `options` and waits until it
-    /// answers. An append-only file goes to `/dev/shm` when it exists (a
-    /// kill -9 of the process loses nothing there either, and fsync is
-    /// cheap).
+    /// answers.
     pub(crate) async fn start_with(options: Options) -> anyhow::Result<Self> {
-        let bin =
-            std::env::var("FENCELOCK_REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
-        let shm = std::path::Path::new("/dev/shm");
-        let dir = if options.aof && shm.is_dir() {
-            tempfile::Builder::new()
-                .prefix("fencelock-redis")
-                .tempdir_in(shm)
-                .or_else(|_| tempfile::tempdir())
-        } else {
-            tempfile::tempdir()
+        let config = options.config();
+        let server = start_blocking(move || RedisServer::start(config))
+            .await?
+            .map_err(redis_error)?;
+        Ok(Self::from_server(server))
+    }
+
+    /// A server `fencelock-servers` started (a node of a set-up).
+    pub(crate) fn from_server(server: RedisServer) -> Self {
+        PrivateRedis {
+            url: server.url(),
+            port: server.port(),
+            server: Arc::new(Mutex::new(server)),
         }
-        .context("cannot create a temporary directory for redis-server")?;
-        let port = free_port(options.cluster_bus)?;
-        if let Some(lines) = &options.conf {
-            write_lines(&dir.path().join("redis.conf"), lines)?;
-        }
-        if let Some(lines) = &options.sentinel {
-            let mut all = vec![
-                format!("port {port}"),
-                "bind 127.0.0.1".to_string(),
-                format!("dir {}", dir.path().display()),
-                format!("logfile {}", dir.path().join("redis.log").display()),
-            ];
-            all.extend(lines.iter().cloned());
-            write_lines(&dir.path().join("sentinel.conf"), &all)?;
-        }
-        let child = spawn(&bin, port, &options, &dir, &[])?;
-        let url = format!("redis://127.0.0.1:{port}/");
-        let mut server = PrivateRedis {
-            child,
-            url,
-            port,
-            options,
-            bin,
-            dir,
-        };
-        server.wait_ready().await?;
-        Ok(server)
     }
 
     /// The Redis to use: `given`, or else a private server started now
@@ -139,26 +121,17 @@ impl PrivateRedis {
         format!("127.0.0.1:{}", self.port)
     }
 
-    fn pid(&self) -> Option<Pid> {
-        self.child
-            .id()
-            .and_then(|p| i32::try_from(p).ok())
-            .map(Pid::from_raw)
-    }
-
     /// SIGSTOP: the server stops answering (and expiring keys) until
     /// resumed.
     pub(crate) fn pause(&self) -> anyhow::Result<()> {
-        let pid = self.pid().context("redis-server is not running")?;
-        kill(pid, Signal::SIGSTOP).context("cannot stop redis-server")?;
-        Ok(())
+        locked(&self.server)?
+            .pause()
+            .context("cannot stop redis-server")
     }
 
     /// SIGCONT.
     pub(crate) fn resume(&self) -> anyhow::Result<()> {
-        if let Some(pid) = self.pid() {
-            kill(pid, Signal::SIGCONT).context("cannot continue redis-server")?;
-        }
+        locked(&self.server)?.resume();
         Ok(())
     }
 
@@ -174,7 +147,9 @@ impl PrivateRedis {
     /// kill -9, and wait for the process (it stays down until
     /// [`PrivateRedis::start_again`]).
     pub(crate) async fn kill(&mut self) {
-        let _ = self.child.kill().await;
+        if let Ok(mut server) = locked(&self.server) {
+            server.kill();
+        }
     }
 
     /// Starts the server again on its port and directory after a
@@ -187,154 +162,83 @@ impl PrivateRedis {
         keep_data: bool,
         extra: &[String],
     ) -> anyhow::Result<()> {
-        if !keep_data {
-            for entry in std::fs::read_dir(self.dir.path())?.flatten() {
-                let name = entry.file_name();
-                if KEPT.iter().any(|k| name == *k) {
-                    continue;
-                }
-                let path = entry.path();
-                let _ = if path.is_dir() {
-                    std::fs::remove_dir_all(&path)
-                } else {
-                    std::fs::remove_file(&path)
-                };
+        let extra = extra.to_vec();
+        off_runtime(&self.server, move |server| {
+            if !keep_data {
+                server.wipe_data()?;
             }
-        }
-        // The port is free again at once (the server set SO_REUSEADDR);
-        // retry briefly in case the kernel is slow to release it.
-        let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            self.child = spawn(&self.bin, self.port, &self.options, &self.dir, extra)?;
-            match self.wait_ready().await {
-                Ok(()) => return Ok(()),
-                Err(e) if tokio::time::Instant::now() > give_up => return Err(e),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    }
-
-    /// The last line of the server's log (for error messages).
-    pub(crate) fn last_log_line(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("redis.log"))
-            .unwrap_or_default()
-            .lines()
-            .last()
-            .unwrap_or("")
-            .to_string()
-    }
-
-    async fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let addr = format!("127.0.0.1:{}", self.port);
-        let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                anyhow::bail!(
-                    "redis-server exited at start ({status}): {}",
-                    self.last_log_line()
-                );
-            }
-            if tokio::net::TcpStream::connect(&addr).await.is_ok() {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > give_up {
-                anyhow::bail!("redis-server did not answer on {addr} within 10 s");
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+            server.start_again(&extra)
+        })
+        .await?
+        .map_err(anyhow::Error::new)
     }
 
     /// Stops the server and waits for it.
     pub(crate) async fn stop(mut self) {
         let _ = self.resume();
-        let _ = self.child.kill().await;
+        self.kill().await;
     }
 }
 
-fn write_lines(path: &std::path::Path, lines: &[String]) -> anyhow::Result<()> {
-    let mut text = lines.join("\n");
-    text.push('\n');
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+/// The server or member behind `shared`, locked.
+pub(crate) fn locked<T>(shared: &Mutex<T>) -> anyhow::Result<std::sync::MutexGuard<'_, T>> {
+    shared
+        .lock()
+        .map_err(|_| anyhow::anyhow!("a private server's handle was poisoned"))
 }
 
-/// Starts redis-server on `port` in `dir` (with `extra` arguments); it dies
-/// with this process.
-fn spawn(
-    bin: &str,
-    port: u16,
-    options: &Options,
-    dir: &tempfile::TempDir,
-    extra: &[String],
-) -> anyhow::Result<Child> {
-    let mut cmd = Command::new(bin);
-    if options.sentinel.is_some() {
-        // Everything is in its sentinel.conf, which it rewrites.
-        cmd.arg(dir.path().join("sentinel.conf")).arg("--sentinel");
-    } else {
-        if options.conf.is_some() {
-            cmd.arg(dir.path().join("redis.conf"));
-        }
-        cmd.args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ]);
-        if options.aof {
-            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
-        } else {
-            cmd.args(["--appendonly", "no"]);
-        }
-        if options.debug {
-            cmd.args(["--enable-debug-command", "local"]);
-        }
-        cmd.args(&options.args)
-            .args(extra)
-            .arg("--dir")
-            .arg(dir.path())
-            .arg("--logfile")
-            .arg(dir.path().join("redis.log"));
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        // Not in our process group: a terminal's Ctrl-C is ours to handle,
-        // and the server is stopped in order.
-        .process_group(0)
-        .kill_on_drop(true);
-    crate::child::die_with_parent(&mut cmd);
-    cmd.spawn().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            exit::fail(
-                exit::CONFIG,
-                format!("{bin} not found on PATH: install it with `apt-get install -y redis-server`, or pass --redis URL to use a running Redis"),
-            )
-        } else {
-            anyhow::Error::new(e).context(format!("cannot start {bin}"))
-        }
-    })
+/// Runs `f` on the server behind `shared` on a blocking thread (starting a
+/// server waits until it answers), so the runtime's other tasks go on.
+pub(crate) async fn off_runtime<T: Send + 'static, R: Send + 'static>(
+    shared: &Arc<Mutex<T>>,
+    f: impl FnOnce(&mut T) -> R + Send + 'static,
+) -> anyhow::Result<R> {
+    let shared = Arc::clone(shared);
+    tokio::task::spawn_blocking(move || locked(&shared).map(|mut server| f(&mut server)))
+        .await
+        .context("a private server's start was cancelled")?
 }
 
-/// A free loopback port (never Redis's standard 6379); with `cluster_bus`,
-/// one whose port + 10000 is free too.
-fn free_port(cluster_bus: bool) -> anyhow::Result<u16> {
-    for _ in 0..1000 {
-        let listener =
-            TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
-        let port = listener.local_addr()?.port();
-        if port == 6379 {
-            continue;
-        }
-        if !cluster_bus {
-            return Ok(port);
-        }
-        if let Some(bus) = port.checked_add(10000)
-            && TcpListener::bind(("127.0.0.1", bus)).is_ok()
-        {
-            return Ok(port);
-        }
+/// Runs `start` — the start of a server or a set-up, which blocks until it
+/// answers — on a blocking thread, so the runtime's other tasks go on.
+pub(crate) async fn start_blocking<T: Send + 'static>(
+    start: impl FnOnce() -> fencelock_servers::Result<T> + Send + 'static,
+) -> anyhow::Result<fencelock_servers::Result<T>> {
+    tokio::task::spawn_blocking(start)
+        .await
+        .context("a private server's start was cancelled")
+}
+
+/// A `fencelock-servers` error of a private redis-server: a missing
+/// binary is a configuration error (exit 78) that says how to install it.
+pub(crate) fn redis_error(e: fencelock_servers::Error) -> anyhow::Error {
+    server_error(
+        e,
+        fencelock_servers::REDIS_SERVER,
+        "or pass --redis URL to use a running Redis",
+    )
+}
+
+/// A `fencelock-servers` error of a private server of `binary`: a missing
+/// binary is a configuration error (exit 78) naming it (as its environment
+/// variable gave it), its package, and what to do `instead`.
+pub(crate) fn server_error(
+    e: fencelock_servers::Error,
+    binary: fencelock_servers::Binary,
+    instead: &str,
+) -> anyhow::Error {
+    if !e.is_missing_binary() {
+        return anyhow::Error::new(e);
     }
-    anyhow::bail!("cannot find a free loopback port whose cluster bus port (+10000) is free too")
+    let bin = std::env::var(binary.env)
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| binary.name.into());
+    exit::fail(
+        exit::CONFIG,
+        format!(
+            "{bin} not found on PATH: install it with `apt-get install -y {}`, {instead}",
+            binary.package
+        ),
+    )
 }

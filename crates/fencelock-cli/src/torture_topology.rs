@@ -19,7 +19,8 @@
 //! without a replica in sync (`min-replicas-to-write 1`,
 //! `min-replicas-max-lag 1`, as `fencelock doctor` recommends). Every
 //! process is a [`PrivateRedis`]: tied to this process by the parent-death
-//! signal and killed when dropped.
+//! signal and killed when dropped. What the topologies share (bounded
+//! queries, polling, the data nodes' arguments) is in `shared.rs`.
 //!
 //! [`Etcd`] (`etcd.rs`): a private 3-member etcd cluster for the locks
 //! (`crate::private_etcd`), every member tied to this process the same
@@ -35,6 +36,7 @@
 mod cluster;
 mod etcd;
 mod sentinel;
+mod shared;
 
 pub(crate) use cluster::Cluster;
 pub(crate) use etcd::Etcd;
@@ -42,9 +44,10 @@ pub(crate) use sentinel::Sentinel;
 
 use std::time::Duration;
 
-use fencelock_torture::{Error, ErrorKind, Result, Topology};
+use fencelock_torture::{Result, Topology};
 
 use crate::private_redis::{Options, PrivateRedis};
+use shared::failed;
 
 /// One private redis-server for the locks, one for the resource.
 #[derive(Debug)]
@@ -54,114 +57,12 @@ pub(crate) struct Single {
     paused: bool,
 }
 
-fn failed(e: &anyhow::Error) -> Error {
-    Error::new(ErrorKind::Failed, crate::exit::one_line(e))
-}
-
-/// An engine error from a message.
-fn failure(message: impl Into<String>) -> Error {
-    Error::new(ErrorKind::Failed, message)
-}
-
-/// How long a failover, a replacement or a return to health may take.
-const SETTLE: Duration = Duration::from_secs(30);
-
-/// The failure detection of a replicated topology: 4 ttl, at least 1 s.
-fn detection(ttl: Duration) -> Duration {
-    (ttl * 4).max(Duration::from_secs(1))
-}
-
-/// What every data node of a replicated topology runs with (see the
-/// module docs).
-fn data_args() -> Vec<String> {
-    [
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
-        "--min-replicas-to-write",
-        "1",
-        "--min-replicas-max-lag",
-        "1",
-    ]
-    .iter()
-    .map(|a| (*a).to_string())
-    .collect()
-}
-
-/// One command to one node, bounded (connect 1 s, reply 2 s): a paused
-/// node fails it instead of holding it up.
-async fn query<T: redis::FromRedisValue>(
-    url: &str,
-    cmd: &redis::Cmd,
-) -> std::result::Result<T, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(1)))
-        .set_response_timeout(Some(Duration::from_secs(2)));
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    cmd.query_async(&mut conn)
-        .await
-        .map_err(|e| format!("{url}: {e}"))
-}
-
-/// Polls `check` every 50 ms until it returns `Ok`, for at most `limit`;
-/// then fails with `what` and the last error.
-async fn poll<T>(
-    what: &str,
-    limit: Duration,
-    mut check: impl AsyncFnMut() -> std::result::Result<T, String>,
-) -> Result<T> {
-    let give_up = tokio::time::Instant::now() + limit;
-    loop {
-        match check().await {
-            Ok(v) => return Ok(v),
-            Err(e) if tokio::time::Instant::now() >= give_up => {
-                return Err(failure(format!(
-                    "timed out after {limit:?} waiting for {what}: {e}"
-                )));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-}
-
-/// The value of `field` in `INFO` text.
-fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
-    info.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .map(str::trim)
-}
-
-/// Whether the node at `url` has `n` replicas in sync (`INFO
-/// replication`: `slaveN:…,state=online`).
-async fn online_replicas(url: &str) -> std::result::Result<usize, String> {
-    let info: String = query(url, redis::cmd("INFO").arg("replication")).await?;
-    Ok(info
-        .lines()
-        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
-        .count())
-}
-
-/// A write the node at `url` must take: `DEL` of a key nobody uses
-/// (`NOREPLICAS` while no replica is in sync, `READONLY` on a replica,
-/// `MOVED` on a Cluster node that does not serve `key`'s slot).
-async fn takes_writes(url: &str, key: &str) -> std::result::Result<(), String> {
-    query::<i64>(url, redis::cmd("DEL").arg(key))
-        .await
-        .map(|_| ())
-}
-
 impl Single {
     /// Starts both servers.
     pub(crate) async fn start() -> anyhow::Result<Self> {
         let locks = PrivateRedis::start_with(Options {
             aof: true,
             debug: true,
-            ..Options::default()
         })
         .await?;
         let resource = PrivateRedis::start().await?;

@@ -13,7 +13,7 @@
 //! # let _ = url;
 //! ```
 
-use crate::RedisServer;
+use crate::redis_server::RedisServer;
 
 /// The README of the workspace, where the recommended rule is documented.
 const README: &str = include_str!("../../../README.md");

@@ -6,8 +6,9 @@
 //! --cluster-node-timeout 2000 --repl-diskless-sync-delay 0` (and a few
 //! settings that make fail-overs quick and deterministic, see
 //! [`RedisClusterConfig`]), on a port whose cluster bus port (`port +
-//! 10000`) is free too; the cluster is created with `redis-cli --cluster
-//! create … --cluster-replicas 1 --cluster-yes`. [`RedisCluster::start`]
+//! 10000`) is free too; the cluster is created by
+//! `fencelock_servers::ClusterSetup` (the `CLUSTER` commands `redis-cli
+//! --cluster create … --cluster-replicas 1` sends). [`RedisCluster::start`]
 //! returns once every node reports `cluster_state:ok`, all nodes agree on
 //! the roles and slots, and every replica's link to its master is up (about
 //! 2–3 s).
@@ -41,18 +42,21 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
+use fencelock_servers::ClusterSetup;
+use fencelock_servers::redis_admin::info_field;
+use fencelock_servers::run::run_with_timeout;
+use fencelock_servers::wait::poll_until;
+
 use crate::process::process_alive;
-use crate::redis_server::{Kind, Launch, PortPick, RedisConfig, RedisServer, redis_cli_bin};
-use crate::server_process::{PausedGuard, poll_until, run_with_timeout};
+use crate::redis_server::{RedisConfig, RedisServer, redis_cli_bin, servers_config};
+use crate::server_process::{PausedGuard, panic_message};
 
 /// The number of hash slots of a Redis Cluster.
-pub const SLOTS: u16 = 16384;
+pub const SLOTS: u16 = fencelock_servers::cluster::SLOTS;
 
-/// How long [`RedisCluster::start`] may take from `--cluster create` to a
-/// ready cluster.
+/// How long [`RedisCluster::start`] may take from a created cluster to one
+/// whose nodes all agree.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long `redis-cli --cluster create` may run.
-const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a fail-over, a replacement or a return to health may take.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);
 /// Timeout of one command sent while polling (a paused node must not hold
@@ -61,42 +65,12 @@ const POLL_CMD_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default timeout of [`RedisCluster::cli`].
 const CLI_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How to start a [`RedisCluster`]. `RedisClusterConfig::default()` is 3
-/// masters with 1 replica each and a node timeout of 2 s.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisClusterConfig {
-    /// Number of masters (at least 3, as `redis-cli --cluster create`
-    /// requires).
-    pub masters: usize,
-    /// Replicas per master (`--cluster-replicas`).
-    pub replicas_per_master: usize,
-    /// `cluster-node-timeout`: how long a node may be unreachable before it
-    /// is considered failing (and a replica takes over).
-    pub node_timeout: Duration,
-    /// How every node is started: extra arguments and persistence. Password
-    /// and TLS are not supported for clusters (the start panics).
-    ///
-    /// The testkit adds, before these extra arguments (so they can override
-    /// them): `--cluster-enabled yes`, `--cluster-config-file nodes.conf`,
-    /// `--cluster-node-timeout`, `--repl-diskless-sync yes`,
-    /// `--repl-diskless-sync-delay 0` (Debian's default of 5 s would delay
-    /// every replica link), `--cluster-replica-validity-factor 0` (a replica
-    /// always may take over, however long it was cut off), and
-    /// `--cluster-allow-replica-migration no` (replicas stay with their
-    /// masters).
-    pub node: RedisConfig,
-}
-
-impl Default for RedisClusterConfig {
-    fn default() -> Self {
-        RedisClusterConfig {
-            masters: 3,
-            replicas_per_master: 1,
-            node_timeout: Duration::from_millis(2000),
-            node: RedisConfig::default(),
-        }
-    }
-}
+/// How to start a [`RedisCluster`]: `fencelock_servers::ClusterConfig`
+/// with the testkit's [`RedisConfig`] for the nodes.
+/// `RedisClusterConfig::default()` is 3 masters with 1 replica each and a
+/// node timeout of 2 s. Password and TLS are not supported for clusters
+/// (the start panics).
+pub type RedisClusterConfig = fencelock_servers::ClusterConfig<RedisConfig>;
 
 /// How [`RedisCluster::failover_with`] asks a replica to take over
 /// (`CLUSTER FAILOVER [FORCE|TAKEOVER]`).
@@ -138,56 +112,31 @@ impl RedisCluster {
     }
 
     /// Starts `masters × (1 + replicas_per_master)` nodes, creates the
-    /// cluster with `redis-cli --cluster create`, and waits (up to 30 s)
+    /// cluster (`fencelock_servers::ClusterSetup`), and waits (up to 30 s)
     /// until every node reports `cluster_state:ok`, all agree on the roles
     /// and slots, and every replica's link is up.
     ///
     /// # Panics
     ///
     /// Panics if fewer than 3 masters are asked for, if a password or TLS
-    /// is configured, if a node or `redis-cli` fails, or if the cluster is
+    /// is configured, if a node fails, or if the cluster is
     /// not ready in time; the message includes the tail of every node's
     /// log.
     pub fn start_with(config: RedisClusterConfig) -> RedisCluster {
-        assert!(
-            config.masters >= 3,
-            "a Redis Cluster needs at least 3 masters, not {}",
-            config.masters
-        );
-        assert!(
-            config.node.password.is_none() && config.node.tls.is_none(),
-            "RedisCluster does not support a password or TLS"
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("fencelock-cluster-")
-            .tempdir()
-            .expect("failed to create a temporary directory for a Redis Cluster");
-        let node_config = node_config(&config);
-        let total = config.masters * (1 + config.replicas_per_master);
-        let nodes: Vec<RedisServer> = (0..total)
-            .map(|index| {
-                RedisServer::start_launch(
-                    node_config.clone(),
-                    Launch {
-                        kind: Kind::Server,
-                        ports: PortPick::ClusterBus,
-                        parent_dir: Some(dir.path()),
-                        dir_prefix: &format!("node-{index}-"),
-                    },
-                )
-            })
-            .collect();
-        let ids = nodes
-            .iter()
-            .map(|node| node.query::<String>(&["CLUSTER", "MYID"]))
-            .collect();
+        let servers = config.clone().map_node(|node| servers_config(&node));
+        let started = ClusterSetup::start(servers)
+            .unwrap_or_else(|error| panic!("{}", panic_message(&error)));
+        let parts = started.into_parts();
         let cluster = RedisCluster {
-            nodes,
-            ids,
+            nodes: parts
+                .nodes
+                .into_iter()
+                .map(RedisServer::from_inner)
+                .collect(),
+            ids: parts.ids,
             config,
-            dir,
+            dir: parts.dir,
         };
-        cluster.create();
         cluster.wait_until("the new cluster to be ready", READY_TIMEOUT, |c| {
             c.healthy_status()?;
             let masters = c.view()?.masters().len();
@@ -200,31 +149,6 @@ impl RedisCluster {
             Ok(())
         });
         cluster
-    }
-
-    /// Runs `redis-cli --cluster create` over every node.
-    fn create(&self) {
-        let mut command = Command::new(redis_cli_bin());
-        command.args(["--cluster", "create"]);
-        for node in &self.nodes {
-            command.arg(node.addr());
-        }
-        command
-            .arg("--cluster-replicas")
-            .arg(self.config.replicas_per_master.to_string())
-            .arg("--cluster-yes");
-        let result = run_with_timeout(command, CREATE_TIMEOUT);
-        let log = self.dir.path().join("cluster-create.log");
-        let output = match &result {
-            Ok(output) | Err(output) => output,
-        };
-        let _ = std::fs::write(&log, output);
-        if let Err(error) = result {
-            panic!(
-                "redis-cli --cluster create failed: {error}{}",
-                self.logs_report(&self.all())
-            );
-        }
     }
 
     /// The configuration the cluster was started with.
@@ -279,8 +203,7 @@ impl RedisCluster {
         self.ids.iter().position(|known| known == id)
     }
 
-    /// The cluster's directory (one `node-N-…` directory per node, and
-    /// `cluster-create.log`).
+    /// The cluster's directory (one `node-N-…` directory per node).
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
     }
@@ -379,7 +302,7 @@ impl RedisCluster {
     }
 
     /// Pauses node `index` until the guard is dropped.
-    pub fn pause_guard(&self, index: usize) -> PausedGuard<'_> {
+    pub fn pause_guard(&self, index: usize) -> PausedGuard<'_, RedisServer> {
         self.nodes[index].pause_guard()
     }
 
@@ -811,34 +734,6 @@ impl RedisCluster {
     }
 }
 
-/// The node configuration: the cluster settings, then the caller's own.
-fn node_config(config: &RedisClusterConfig) -> RedisConfig {
-    let mut node = config.node.clone();
-    let timeout_ms = config.node_timeout.as_millis().to_string();
-    let mut args: Vec<String> = [
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        &timeout_ms,
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
-        "--cluster-replica-validity-factor",
-        "0",
-        "--cluster-allow-replica-migration",
-        "no",
-    ]
-    .iter()
-    .map(|arg| (*arg).to_owned())
-    .collect();
-    args.append(&mut node.extra_args);
-    node.extra_args = args;
-    node
-}
-
 /// A node's role in a [`View`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Role {
@@ -963,16 +858,6 @@ impl View {
         indexes.sort_unstable();
         indexes
     }
-}
-
-/// The value of `field` in `INFO`/`CLUSTER INFO` text (`field:value`
-/// lines).
-pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
-    info.lines().find_map(|line| {
-        line.strip_prefix(field)
-            .and_then(|rest| rest.strip_prefix(':'))
-            .map(str::trim)
-    })
 }
 
 /// The hash slot of `key`: CRC16/XMODEM of the key, or of the part between

@@ -3,6 +3,11 @@
 //! fault injection,
 //! and child processes that cannot outlive the test.
 //!
+//! The servers are started and stopped by `fencelock-servers`; the testkit
+//! wraps it with helpers that panic with the server's log (a test wants a
+//! clear failure, not an error to handle), TLS test certificates, admin
+//! commands and fault injection.
+//!
 //! # Module map
 //!
 //! - [`redis_server`]: [`RedisServer`] starts `redis-server` on a free
@@ -14,7 +19,8 @@
 //!   through [`RedisServer::cmd`].
 //! - [`process`]: [`spawn_guarded`] runs any [`std::process::Command`] as a
 //!   [`GuardedChild`] (signals, `wait_timeout`, piped stdin/stdout for driving
-//!   a worker process line by line), plus [`process_alive`].
+//!   a worker process line by line), plus [`process_alive`]; a wrapper of
+//!   `fencelock_servers::GuardedChild`.
 //! - [`worker`]: [`Worker`] drives a process line by line over
 //!   stdin/stdout (the library's tests run a lease holder that way, so they
 //!   can freeze a real holder with SIGSTOP).
@@ -39,8 +45,8 @@
 //!   let mut con = server.client().get_connection().expect("mutual TLS");
 //!   # let _ = (ca_file, &mut con);
 //!   ```
-//! - [`cluster`]: [`RedisCluster`] — 3 masters + 3 replicas made with
-//!   `redis-cli --cluster create`, ready when every node reports
+//! - [`cluster`]: [`RedisCluster`] — 3 masters + 3 replicas made by
+//!   `fencelock_servers::ClusterSetup`, ready when every node reports
 //!   `cluster_state:ok` and every replica is linked; seed URLs, the owner of
 //!   a slot or key, masters and replicas, pause/resume/kill/restart of any
 //!   node, [`RedisCluster::failover`], and slot-migration helpers.
@@ -90,8 +96,8 @@
 //! - [`acl`]: [`RedisServer::acl_user`] creates an ACL user with an exact
 //!   rule; [`acl::readme_acl_rule`] is the rule the README recommends for a
 //!   fencelock user, read from the README.
-//! - [`server_process`]: what the server types share; public are
-//!   [`PausedGuard`] and [`Pausable`] (`pause_guard` of every server).
+//! - [`server_process`]: what the server types share: [`PausedGuard`] and
+//!   [`Pausable`] (`pause_guard` of every server).
 //! - [`free_port`]: a free loopback port for servers, or for URLs where
 //!   nothing listens ([`RedisServer::client_url_unreachable`]).
 //!
@@ -106,8 +112,9 @@
 //!
 //! # Orphan safety
 //!
-//! Every child process — redis servers included — is forked from one
-//! dedicated, long-lived "spawner" thread with `PR_SET_PDEATHSIG = SIGKILL`.
+//! Every child process — redis servers included — is forked from
+//! `fencelock-servers`' one dedicated, long-lived "spawner" thread with
+//! `PR_SET_PDEATHSIG = SIGKILL`.
 //! The kernel kills such a child when the thread that forked it dies; since
 //! that thread lives until the test process exits, children die with the test
 //! process even if it is killed with SIGKILL and no `Drop` runs (nextest does
@@ -117,8 +124,8 @@
 //!
 //! `redis-server` is taken from `PATH`, or from the
 //! [`FENCELOCK_REDIS_SERVER_BIN`](redis_server::REDIS_SERVER_BIN_ENV)
-//! environment variable; `redis-cli` (for clusters) from next to it, `PATH`,
-//! or [`FENCELOCK_REDIS_CLI_BIN`](redis_server::REDIS_CLI_BIN_ENV). Sentinels
+//! environment variable; `redis-cli` ([`RedisCluster::cli`]) from next to it,
+//! `PATH`, or [`FENCELOCK_REDIS_CLI_BIN`](redis_server::REDIS_CLI_BIN_ENV). Sentinels
 //! run as `redis-server sentinel.conf --sentinel`. `etcd` and `etcdctl` are
 //! taken from `PATH`, or from [`FENCELOCK_ETCD_BIN`](etcd::ETCD_BIN_ENV) and
 //! [`FENCELOCK_ETCDCTL_BIN`](etcd::ETCDCTL_BIN_ENV). Linux only.
@@ -131,11 +138,8 @@ pub mod process;
 pub mod redis_server;
 pub mod sentinel;
 pub mod server_process;
-mod spawner;
 pub mod tls;
 pub mod worker;
-
-use std::net::TcpListener;
 
 pub use cluster::{FailoverMode, RedisCluster, RedisClusterConfig};
 pub use etcd::{EtcdCluster, EtcdConfig, MemberPausedGuard};
@@ -147,43 +151,13 @@ pub use server_process::{Pausable, PausedGuard};
 pub use tls::{CertKey, ClientAuth, ServerCert, TestCerts, TlsConfig, TlsFiles};
 pub use worker::Worker;
 
-/// Returns a TCP port on `127.0.0.1` that was free a moment ago: binds port
-/// 0, reads the port the kernel chose, and closes the listener. Never returns
-/// 6379 (a developer's own Redis) nor a port ≥ 55535 (Redis needs
-/// `port + 10000` for its cluster bus).
+/// Returns a TCP port on `127.0.0.1` that was free a moment ago
+/// ([`fencelock_servers::free_port`]): never a standard port (6379, 2379,
+/// …) nor one above 55534 (Redis needs `port + 10000` for its cluster bus).
 ///
 /// # Panics
 ///
 /// Panics if no loopback port can be bound.
 pub fn free_port() -> u16 {
-    for _ in 0..1000 {
-        let listener =
-            TcpListener::bind(("127.0.0.1", 0)).expect("failed to bind a port on 127.0.0.1");
-        let port = listener
-            .local_addr()
-            .expect("failed to read the local address of a bound listener")
-            .port();
-        drop(listener);
-        if port != 6379 && port < 55535 {
-            return port;
-        }
-    }
-    panic!("found no free loopback port below 55535 in 1000 attempts")
-}
-
-/// Like [`free_port`], for a Redis Cluster node: a loopback port that was
-/// free a moment ago and whose cluster bus port (`port + 10000`) was free
-/// too.
-///
-/// # Panics
-///
-/// Panics if no such port is found in 1000 attempts.
-pub(crate) fn free_cluster_port() -> u16 {
-    for _ in 0..1000 {
-        let port = free_port();
-        if TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
-            return port;
-        }
-    }
-    panic!("found no free loopback port whose cluster bus port (+10000) is free in 1000 attempts")
+    fencelock_servers::free_port().unwrap_or_else(|error| panic!("{error}"))
 }

@@ -30,24 +30,24 @@
 //! (Debian and Ubuntu); else `initdb` and `postgres` on `PATH`. If none is
 //! found the testkit panics with the command that installs them.
 
-use std::fs::File;
-use std::io::{self, Read as _};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use fencelock_servers::binary::is_executable;
+use fencelock_servers::child::{children_of, nix_pid, wait_stopped};
+use fencelock_servers::files::{append_file, logs_tail, read_lossy};
+use fencelock_servers::run::read_all;
+use fencelock_servers::wait::{Launch, launch, start_on_free_port};
+use fencelock_servers::{Error, free_port};
 use nix::sys::signal::{self, Signal};
-use nix::unistd::{Pid, User};
+use nix::unistd::User;
 use tempfile::TempDir;
 
-use crate::free_port;
 use crate::process::{GuardedChild, try_spawn_guarded};
-use crate::server_process::{
-    LaunchError, Pausable, PausedGuard, StartFailure, append_file, is_executable,
-    launch_until_ready, read_lossy, start_on_free_port,
-};
+use crate::server_process::{Pausable, PausedGuard};
 
 /// Environment variable naming the directory that holds `initdb`, `postgres`
 /// and `psql`, overriding the search.
@@ -142,30 +142,18 @@ impl PgServer {
         }
         initdb(&bindir, run_as, dir.path());
 
-        let started = start_on_free_port("postgres", START_ATTEMPTS, free_port, |port| {
-            launch(&bindir, run_as, port, dir.path())
+        let started = start_on_free_port(START_ATTEMPTS, free_port, |port| {
+            launch_postgres(&bindir, run_as, port, dir.path())
         });
-        let headline = match started {
-            Ok((port, child)) => {
-                return PgServer {
-                    child,
-                    port,
-                    bindir,
-                    dir,
-                };
-            }
-            Err(StartFailure::Fatal(_, LaunchError::Spawn(error))) => format!(
-                "failed to spawn {}: {error}",
-                bindir.join("postgres").display()
-            ),
-            Err(StartFailure::Fatal(port, _)) => {
-                format!("postgres on port {port} was not ready within {READY_DEADLINE:?}")
-            }
-            Err(StartFailure::Exhausted(failures)) => {
-                format!("postgres failed to start {START_ATTEMPTS} times:\n{failures}")
-            }
-        };
-        panic!("{}", failure_report(&headline, dir.path()))
+        match started {
+            Ok((port, child)) => PgServer {
+                child: child.into(),
+                port,
+                bindir,
+                dir,
+            },
+            Err(error) => panic!("{}", failure_report(&error.to_string(), dir.path())),
+        }
     }
 
     /// The TCP port the server listens on.
@@ -256,11 +244,11 @@ impl PgServer {
         let status = child
             .wait_timeout(PSQL_DEADLINE)
             .ok_or_else(|| format!("psql did not finish within {PSQL_DEADLINE:?}"))?;
-        let stdout = read_file(out);
+        let stdout = read_all(out);
         if status.success() {
             Ok(stdout.trim().to_owned())
         } else {
-            Err(format!("{status}: {}", read_file(err).trim()))
+            Err(format!("{status}: {}", read_all(err).trim()))
         }
     }
 
@@ -277,7 +265,9 @@ impl PgServer {
         self.child.stop();
         for pid in children_of(self.pid()) {
             let _ = signal::kill(nix_pid(pid), Signal::SIGSTOP);
-            wait_stopped(pid);
+            if let Err(error) = wait_stopped(pid, "a postgres process") {
+                panic!("{error}");
+            }
         }
     }
 
@@ -384,8 +374,8 @@ fn initdb(bindir: &Path, run_as: Option<RunAs>, dir: &Path) {
         .arg("--no-sync")
         .current_dir(dir)
         .stdin(Stdio::null())
-        .stdout(append_file(&dir.join(INITDB_LOG)))
-        .stderr(append_file(&dir.join(INITDB_LOG)));
+        .stdout(log_file(&dir.join(INITDB_LOG)))
+        .stderr(log_file(&dir.join(INITDB_LOG)));
     as_user(&mut command, run_as);
     let mut child = try_spawn_guarded(command).unwrap_or_else(|error| {
         panic!(
@@ -410,12 +400,12 @@ fn initdb(bindir: &Path, run_as: Option<RunAs>, dir: &Path) {
 }
 
 /// Starts the postmaster on `port` and waits until it is ready.
-fn launch(
+fn launch_postgres(
     bindir: &Path,
     run_as: Option<RunAs>,
     port: u16,
     dir: &Path,
-) -> Result<GuardedChild, LaunchError> {
+) -> Result<fencelock_servers::GuardedChild, Error> {
     let data = dir.join(DATA_DIR);
     let mut command = Command::new(bindir.join("postgres"));
     command
@@ -437,10 +427,18 @@ fn launch(
         .args(["-c", "shared_buffers=32MB"])
         .current_dir(dir)
         .stdin(Stdio::null())
-        .stdout(append_file(&dir.join(LOG_FILE)))
-        .stderr(append_file(&dir.join(LOG_FILE)));
+        .stdout(append_file(&dir.join(LOG_FILE))?)
+        .stderr(append_file(&dir.join(LOG_FILE))?);
     as_user(&mut command, run_as);
-    launch_until_ready(command, READY_DEADLINE, |_| {
+    let server = format!("postgres on port {port}");
+    let log = dir.join(LOG_FILE);
+    let what = Launch {
+        server: &server,
+        port,
+        deadline: READY_DEADLINE,
+        logs: &[&log],
+    };
+    launch(command, what, |_| {
         if is_ready(&data, port) {
             Ok(())
         } else {
@@ -584,54 +582,20 @@ fn release_shared_memory(data: &Path) {
     }
 }
 
-/// Every live process whose parent is `parent` (read from `/proc`).
-fn children_of(parent: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| parent_of(*pid) == Some(parent))
-        .collect()
-}
-
-/// The parent pid from `/proc/<pid>/stat` (the field after the state).
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn wait_stopped(pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match crate::process::process_state(pid) {
-            None | Some('T' | 't' | 'Z' | 'X') => return,
-            Some(_) => {}
-        }
-        assert!(
-            Instant::now() < deadline,
-            "postgres process {pid} did not stop within 5 s of SIGSTOP"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn nix_pid(pid: u32) -> Pid {
-    Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))
-}
-
-fn read_file(mut file: File) -> String {
-    use std::io::Seek as _;
-    let mut bytes = Vec::new();
-    let _ = file.seek(io::SeekFrom::Start(0));
-    let _ = file.read_to_end(&mut bytes);
-    String::from_utf8_lossy(&bytes).into_owned()
+/// Opens `path` for appending (a child's stdout or stderr).
+///
+/// # Panics
+///
+/// Panics if it cannot be opened.
+fn log_file(path: &Path) -> std::fs::File {
+    append_file(path).unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// `headline`, followed by the logs of initdb and the server.
 fn failure_report(headline: &str, dir: &Path) -> String {
-    crate::server_process::failure_report(headline, dir, &[INITDB_LOG, LOG_FILE])
+    let logs = [dir.join(INITDB_LOG), dir.join(LOG_FILE)];
+    let logs: Vec<&Path> = logs.iter().map(PathBuf::as_path).collect();
+    format!("{}\n{}", headline.trim_end(), logs_tail(&logs))
 }
 
 #[cfg(test)]
@@ -676,14 +640,6 @@ mod tests {
         assert_eq!(
             resolve_bindir(None, root.path(), None),
             root.path().join("15").join("bin")
-        );
-    }
-
-    #[test]
-    fn parent_of_self_is_our_parent() {
-        assert_eq!(
-            parent_of(std::process::id()),
-            Some(std::os::unix::process::parent_id())
         );
     }
 }

@@ -1,7 +1,7 @@
 //! A real Redis Sentinel setup for tests: [`RedisSentinel`], one primary,
 //! two replicas and three sentinels (by default) on free loopback ports,
 //! each a [`RedisServer`] in its own directory under the setup's temporary
-//! directory.
+//! directory, started by `fencelock_servers::SentinelSetup`.
 //!
 //! The data nodes start with `--repl-diskless-sync-delay 0` and a writable
 //! `redis.conf` holding their role (`replicaof`), which Sentinel rewrites on
@@ -41,10 +41,12 @@ use std::time::Duration;
 use redis::Value;
 use tempfile::TempDir;
 
-use crate::cluster::info_field;
+use fencelock_servers::redis_admin::info_field;
+use fencelock_servers::wait::poll_until;
+
 use crate::process::process_alive;
-use crate::redis_server::{Kind, Launch, PortPick, RedisConfig, RedisServer};
-use crate::server_process::{PausedGuard, poll_until};
+use crate::redis_server::{RedisConfig, RedisServer, servers_config};
+use crate::server_process::{PausedGuard, panic_message};
 
 /// How long [`RedisSentinel::start`] may wait for quorum and replicas.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -53,63 +55,12 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);
 /// Timeout of one command sent while polling.
 const POLL_CMD_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// How to start a [`RedisSentinel`]. The default: master name `fencelock`,
-/// 2 replicas, 3 sentinels, quorum 2, `down-after-milliseconds 1000`,
-/// `failover-timeout 3000`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisSentinelConfig {
-    /// The name the sentinels monitor the primary under.
-    pub master_name: String,
-    /// Number of replicas of the first primary.
-    pub replicas: usize,
-    /// Number of sentinels.
-    pub sentinels: usize,
-    /// How many sentinels must agree that the primary is down.
-    pub quorum: usize,
-    /// `sentinel down-after-milliseconds`: how long the primary may be
-    /// unreachable before a sentinel considers it down.
-    pub down_after: Duration,
-    /// `sentinel failover-timeout`.
-    pub failover_timeout: Duration,
-    /// How every data node is started: extra arguments, config lines
-    /// (`min-replicas-to-write 1`, `min-replicas-max-lag 1`, ACL `user …`
-    /// lines), persistence, and a password (`requirepass`; the testkit adds
-    /// `masterauth` on the data nodes and `sentinel auth-pass` on the
-    /// sentinels). TLS is not supported (the start panics).
-    pub data: RedisConfig,
-    /// Extra lines for every sentinel's `sentinel.conf`, e.g.
-    /// `sentinel auth-user fencelock alice` for an ACL user.
-    pub sentinel_conf_lines: Vec<String>,
-}
-
-impl Default for RedisSentinelConfig {
-    fn default() -> Self {
-        RedisSentinelConfig {
-            master_name: "fencelock".to_owned(),
-            replicas: 2,
-            sentinels: 3,
-            quorum: 2,
-            down_after: Duration::from_millis(1000),
-            failover_timeout: Duration::from_millis(3000),
-            data: RedisConfig::default(),
-            sentinel_conf_lines: Vec::new(),
-        }
-    }
-}
-
-impl RedisSentinelConfig {
-    /// Sets [`RedisSentinelConfig::data`].
-    pub fn with_data(mut self, data: RedisConfig) -> Self {
-        self.data = data;
-        self
-    }
-
-    /// Appends a line to [`RedisSentinelConfig::sentinel_conf_lines`].
-    pub fn with_sentinel_conf_line(mut self, line: impl Into<String>) -> Self {
-        self.sentinel_conf_lines.push(line.into());
-        self
-    }
-}
+/// How to start a [`RedisSentinel`]: `fencelock_servers::SentinelConfig`
+/// with the testkit's [`RedisConfig`] for the data nodes. The default:
+/// master name `fencelock`, 2 replicas, 3 sentinels, quorum 2,
+/// `down-after-milliseconds 1000`, `failover-timeout 3000`. TLS is not
+/// supported (the start panics).
+pub type RedisSentinelConfig = fencelock_servers::SentinelConfig<RedisConfig>;
 
 /// A process of a [`RedisSentinel`] setup, by index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,56 +106,23 @@ impl RedisSentinel {
     /// if the setup is not ready in time; the message includes the tail of
     /// every log.
     pub fn start_with(config: RedisSentinelConfig) -> RedisSentinel {
-        assert!(
-            config.data.tls.is_none(),
-            "RedisSentinel does not support TLS"
-        );
-        assert!(config.replicas >= 1, "RedisSentinel needs a replica");
-        assert!(
-            (1..=config.sentinels).contains(&config.quorum),
-            "quorum {} must be between 1 and the number of sentinels ({})",
-            config.quorum,
-            config.sentinels
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("fencelock-sentinel-")
-            .tempdir()
-            .expect("failed to create a temporary directory for Redis Sentinel");
-        let launch = |prefix: &str, kind: Kind, config: RedisConfig| {
-            RedisServer::start_launch(
-                config,
-                Launch {
-                    kind,
-                    ports: PortPick::Any,
-                    parent_dir: Some(dir.path()),
-                    dir_prefix: prefix,
-                },
-            )
-        };
-
-        let mut data = vec![launch("data-0-", Kind::Server, data_config(&config, None))];
-        let primary_port = data[0].port();
-        for index in 1..=config.replicas {
-            data.push(launch(
-                &format!("data-{index}-"),
-                Kind::Server,
-                data_config(&config, Some(primary_port)),
-            ));
-        }
-        let sentinels = (0..config.sentinels)
-            .map(|index| {
-                launch(
-                    &format!("sentinel-{index}-"),
-                    Kind::Sentinel,
-                    sentinel_config(&config, primary_port),
-                )
-            })
-            .collect();
+        let servers = config.clone().map_data(|data| servers_config(&data));
+        let started = fencelock_servers::SentinelSetup::start(servers)
+            .unwrap_or_else(|error| panic!("{}", panic_message(&error)));
+        let parts = started.into_parts();
         let setup = RedisSentinel {
-            sentinels,
-            data,
+            sentinels: parts
+                .sentinels
+                .into_iter()
+                .map(RedisServer::from_inner)
+                .collect(),
+            data: parts
+                .data
+                .into_iter()
+                .map(RedisServer::from_inner)
+                .collect(),
             config,
-            dir,
+            dir: parts.dir,
         };
         setup.wait_until("the sentinels to reach quorum", READY_TIMEOUT, |s| {
             s.healthy_status(None).map(|_| ())
@@ -351,7 +269,7 @@ impl RedisSentinel {
     }
 
     /// Pauses `node` until the guard is dropped.
-    pub fn pause_guard(&self, node: SentinelNode) -> PausedGuard<'_> {
+    pub fn pause_guard(&self, node: SentinelNode) -> PausedGuard<'_, RedisServer> {
         self.server(node).pause_guard()
     }
 
@@ -661,103 +579,5 @@ impl RedisSentinel {
             );
         }
         report
-    }
-}
-
-/// A data node's configuration: the caller's, plus fast diskless
-/// replication, `masterauth` for a password, and `replicaof` (in the config
-/// file, which Sentinel rewrites) for a replica.
-fn data_config(config: &RedisSentinelConfig, replica_of: Option<u16>) -> RedisConfig {
-    let mut node = config.data.clone();
-    let mut args: Vec<String> = [
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]
-    .iter()
-    .map(|arg| (*arg).to_owned())
-    .collect();
-    args.append(&mut node.extra_args);
-    node.extra_args = args;
-    if let Some(password) = &config.data.password {
-        node.conf_lines
-            .push(format!("masterauth {}", conf_quote(password)));
-    }
-    if let Some(port) = replica_of {
-        node.conf_lines.push(format!("replicaof 127.0.0.1 {port}"));
-    }
-    node
-}
-
-/// A sentinel's configuration file.
-fn sentinel_config(config: &RedisSentinelConfig, primary_port: u16) -> RedisConfig {
-    let name = &config.master_name;
-    let mut lines = vec![
-        format!(
-            "sentinel monitor {name} 127.0.0.1 {primary_port} {}",
-            config.quorum
-        ),
-        format!(
-            "sentinel down-after-milliseconds {name} {}",
-            config.down_after.as_millis()
-        ),
-        format!(
-            "sentinel failover-timeout {name} {}",
-            config.failover_timeout.as_millis()
-        ),
-        format!("sentinel parallel-syncs {name} {}", config.replicas),
-    ];
-    if let Some(password) = &config.data.password {
-        lines.push(format!(
-            "sentinel auth-pass {name} {}",
-            conf_quote(password)
-        ));
-    }
-    lines.extend(config.sentinel_conf_lines.iter().cloned());
-    RedisConfig {
-        conf_lines: lines,
-        ..RedisConfig::default()
-    }
-}
-
-/// `value` as one double-quoted config-file argument.
-fn conf_quote(value: &str) -> String {
-    let mut quoted = String::with_capacity(value.len() + 2);
-    quoted.push('"');
-    for c in value.chars() {
-        if matches!(c, '"' | '\\') {
-            quoted.push('\\');
-        }
-        quoted.push(c);
-    }
-    quoted.push('"');
-    quoted
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sentinel_conf_names_the_primary_and_its_timeouts() {
-        let config = RedisSentinelConfig {
-            data: RedisConfig::default().with_password("p \"w\""),
-            ..RedisSentinelConfig::default()
-        };
-        let lines = sentinel_config(&config, 7000).conf_lines;
-        assert_eq!(lines[0], "sentinel monitor fencelock 127.0.0.1 7000 2");
-        assert!(lines.contains(&"sentinel down-after-milliseconds fencelock 1000".to_owned()));
-        assert!(lines.contains(&"sentinel failover-timeout fencelock 3000".to_owned()));
-        assert!(lines.contains(&r#"sentinel auth-pass fencelock "p \"w\"""#.to_owned()));
-        let data = data_config(&config, Some(7000));
-        assert!(
-            data.conf_lines
-                .contains(&"replicaof 127.0.0.1 7000".to_owned())
-        );
-        assert!(
-            data.conf_lines
-                .contains(&r#"masterauth "p \"w\"""#.to_owned())
-        );
     }
 }

@@ -36,6 +36,8 @@
 
 use std::path::{Path, PathBuf};
 
+use fencelock_servers::tls::{ServerTls, TLS_DIR, TlsPaths};
+
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -166,30 +168,10 @@ pub enum ServerCert {
 }
 
 /// Whether a TLS server asks clients for a certificate
-/// (`--tls-auth-clients`). The CA that client certificates must chain to is
-/// [`TestCerts::ca`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ClientAuth {
-    /// `--tls-auth-clients no`: plain server-authenticated TLS (the
-    /// testkit's default; Redis' own default is `yes`).
-    #[default]
-    No,
-    /// `--tls-auth-clients optional`: a certificate is checked if sent.
-    Optional,
-    /// `--tls-auth-clients yes`: mutual TLS; clients without a valid
-    /// certificate are refused.
-    Required,
-}
-
-impl ClientAuth {
-    pub(crate) fn arg(self) -> &'static str {
-        match self {
-            ClientAuth::No => "no",
-            ClientAuth::Optional => "optional",
-            ClientAuth::Required => "yes",
-        }
-    }
-}
+/// (`--tls-auth-clients`); the testkit's default is [`ClientAuth::No`]
+/// (Redis' own default is `yes`). The CA that client certificates must
+/// chain to is [`TestCerts::ca`].
+pub use fencelock_servers::ClientAuth;
 
 /// How a [`crate::RedisServer`] listens on TLS; set with
 /// [`crate::RedisConfig::with_tls`]. The server then listens only on TLS
@@ -259,36 +241,47 @@ pub struct TlsFiles {
     pub other_ca_cert: PathBuf,
 }
 
-impl TlsFiles {
-    /// Writes the files of `config` into `dir` (created if missing).
-    ///
-    /// # Panics
-    ///
-    /// Panics if a file cannot be written.
-    pub(crate) fn write(dir: &Path, config: &TlsConfig) -> TlsFiles {
-        std::fs::create_dir_all(dir)
-            .unwrap_or_else(|error| panic!("failed to create {}: {error}", dir.display()));
-        let leaf = config.certs.server_leaf(config.server_cert);
-        let files = TlsFiles {
-            ca_cert: dir.join("ca.crt"),
-            client_cert: dir.join("client.crt"),
-            client_key: dir.join("client.key"),
-            server_cert: dir.join("server.crt"),
-            server_key: dir.join("server.key"),
-            other_ca_cert: dir.join("other-ca.crt"),
-        };
-        for (path, contents) in [
-            (&files.ca_cert, &config.certs.ca.cert_pem),
-            (&files.client_cert, &config.certs.client.cert_pem),
-            (&files.client_key, &config.certs.client.key_pem),
-            (&files.server_cert, &leaf.cert_pem),
-            (&files.server_key, &leaf.key_pem),
-            (&files.other_ca_cert, &config.certs.other_ca.cert_pem),
-        ] {
-            std::fs::write(path, contents)
-                .unwrap_or_else(|error| panic!("failed to write {}: {error}", path.display()));
+impl TlsConfig {
+    /// What `fencelock-servers` writes into the server's `tls/` directory:
+    /// the CA and the chosen server leaf, plus the client leaf and the
+    /// other CA for the test's own clients ([`TlsFiles`]).
+    pub(crate) fn server_tls(&self) -> ServerTls {
+        let leaf = self.certs.server_leaf(self.server_cert);
+        ServerTls {
+            ca_pem: self.certs.ca.cert_pem.clone(),
+            cert_pem: leaf.cert_pem.clone(),
+            key_pem: leaf.key_pem.clone(),
+            client_auth: self.client_auth,
+            extra_files: vec![
+                (CLIENT_CERT.to_owned(), self.certs.client.cert_pem.clone()),
+                (CLIENT_KEY.to_owned(), self.certs.client.key_pem.clone()),
+                (OTHER_CA.to_owned(), self.certs.other_ca.cert_pem.clone()),
+            ],
         }
-        files
+    }
+}
+
+/// The client leaf's file in the `tls/` directory.
+const CLIENT_CERT: &str = "client.crt";
+/// Its key's.
+const CLIENT_KEY: &str = "client.key";
+/// The other CA's.
+const OTHER_CA: &str = "other-ca.crt";
+
+impl TlsFiles {
+    /// The files [`TlsConfig::server_tls`] has written into the server
+    /// directory `dir`.
+    pub(crate) fn in_dir(dir: &Path) -> TlsFiles {
+        let server = TlsPaths::in_dir(dir);
+        let tls = dir.join(TLS_DIR);
+        TlsFiles {
+            ca_cert: server.ca,
+            client_cert: tls.join(CLIENT_CERT),
+            client_key: tls.join(CLIENT_KEY),
+            server_cert: server.cert,
+            server_key: server.key,
+            other_ca_cert: tls.join(OTHER_CA),
+        }
     }
 }
 

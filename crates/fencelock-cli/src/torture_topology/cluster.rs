@@ -1,7 +1,9 @@
-//! `--topology cluster`: three masters with a replica each, all private,
-//! created with `CLUSTER ADDSLOTSRANGE`, `CLUSTER MEET` and `CLUSTER
-//! REPLICATE` (as `redis-cli --cluster create` does), and the resource's
-//! own server.
+//! `--topology cluster`: three masters with a replica each, all private
+//! (a `fencelock_servers::ClusterSetup`, created with `CLUSTER
+//! ADDSLOTSRANGE`, `CLUSTER MEET` and `CLUSTER REPLICATE` as `redis-cli
+//! --cluster create` does, ready once every node reports
+//! `cluster_state:ok` and every master has its replica in sync), and the
+//! resource's own server.
 //!
 //! - `aim`: the master of the lock key's slot (`CLUSTER KEYSLOT`, `CLUSTER
 //!   SLOTS`).
@@ -22,29 +24,29 @@ use std::time::Duration;
 
 use fencelock_torture::{Result, Topology};
 
-use super::{
-    SETTLE, data_args, detection, failed, failure, info_field, online_replicas, poll, query,
+use super::shared::{
+    Aimed, SETTLE, data_node, detection, failed, failure, online_replicas, poll, query,
     takes_writes,
 };
-use crate::private_redis::{Options, PrivateRedis};
+use anyhow::Context;
+use fencelock_servers::{ClusterConfig, ClusterSetup};
+
+use crate::private_redis::{PrivateRedis, redis_error, start_blocking};
 
 /// Masters, each with one replica.
 const MASTERS: usize = 3;
-/// The slot ranges of the masters.
-const RANGES: [(u16, u16); MASTERS] = [(0, 5460), (5461, 10922), (10923, 16383)];
 
 /// The Cluster topology.
 #[derive(Debug)]
 pub(crate) struct Cluster {
-    nodes: Vec<PrivateRedis>,
+    nodes: Aimed,
     ids: Vec<String>,
     resource: PrivateRedis,
     lock_url: String,
-    /// The node the node-level calls act on, and the key it was aimed by.
-    primary: usize,
+    /// The key the node-level calls were aimed by.
     key: String,
-    admin: String,
-    paused: Option<usize>,
+    /// The cluster's directory, which holds the nodes': removed last.
+    _dir: tempfile::TempDir,
 }
 
 /// A write probe in `key`'s slot: a key with the same hash tag.
@@ -66,168 +68,39 @@ impl Cluster {
     /// returns once every node reports `cluster_state:ok` and every master
     /// has its replica in sync.
     pub(crate) async fn start(ttl: Duration) -> anyhow::Result<Self> {
-        let mut args = data_args();
-        args.extend(
-            [
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                &detection(ttl).as_millis().to_string(),
-                // A replica may always take over, however long it was cut
-                // off; replicas stay with their masters.
-                "--cluster-replica-validity-factor",
-                "0",
-                "--cluster-allow-replica-migration",
-                "no",
-            ]
-            .iter()
-            .map(|a| (*a).to_string()),
-        );
-        let mut nodes = Vec::new();
-        for i in 0..MASTERS * 2 {
-            nodes.push(
-                PrivateRedis::start_with(Options {
-                    aof: true,
-                    debug: true,
-                    args: args.clone(),
-                    cluster_bus: true,
-                    ..Options::default()
-                })
-                .await
-                .map_err(|e| e.context(format!("cannot start node {i} of the Cluster")))?,
-            );
-        }
-        let mut ids = Vec::new();
-        for n in &nodes {
-            ids.push(
-                query::<String>(n.url(), redis::cmd("CLUSTER").arg("MYID"))
-                    .await
-                    .map_err(|e| anyhow::anyhow!("CLUSTER MYID: {e}"))?,
-            );
-        }
-        let lock_url = format!(
-            "redis+cluster://{}",
-            nodes
-                .iter()
-                .map(PrivateRedis::addr)
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let node = data_node();
+        let config = ClusterConfig {
+            masters: MASTERS,
+            replicas_per_master: 1,
+            node_timeout: detection(ttl),
+            dir_in: node.dir_in.clone(),
+            node,
+        };
+        let setup = start_blocking(move || ClusterSetup::start(config))
+            .await?
+            .map_err(redis_error)
+            .context("cannot create the Cluster")?;
+        let lock_url = setup.url();
+        let parts = setup.into_parts();
+        let nodes: Vec<PrivateRedis> = parts
+            .nodes
+            .into_iter()
+            .map(PrivateRedis::from_server)
+            .collect();
         let resource = PrivateRedis::start().await?;
-        let admin = nodes[0].url().to_string();
-        let cluster = Cluster {
-            nodes,
-            ids,
+        Ok(Cluster {
+            nodes: Aimed::new(nodes),
+            ids: parts.ids,
             resource,
             lock_url,
-            primary: 0,
             key: String::new(),
-            admin,
-            paused: None,
-        };
-        cluster
-            .create()
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot create the Cluster: {e}"))?;
-        Ok(cluster)
-    }
-
-    /// What `redis-cli --cluster create --cluster-replicas 1` does: slots
-    /// to the masters, distinct config epochs, every node meets the first,
-    /// each replica follows its master.
-    async fn create(&self) -> Result<()> {
-        let run = async |url: &str, cmd: &redis::Cmd| -> Result<()> {
-            query::<redis::Value>(url, cmd)
-                .await
-                .map(|_| ())
-                .map_err(failure)
-        };
-        for (i, n) in self.nodes.iter().enumerate() {
-            run(
-                n.url(),
-                redis::cmd("CLUSTER").arg("SET-CONFIG-EPOCH").arg(i + 1),
-            )
-            .await?;
-        }
-        for (m, (from, to)) in RANGES.iter().enumerate() {
-            run(
-                self.nodes[m].url(),
-                redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(from).arg(to),
-            )
-            .await?;
-        }
-        let first = self.nodes[0].port();
-        for n in &self.nodes[1..] {
-            run(
-                n.url(),
-                redis::cmd("CLUSTER")
-                    .arg("MEET")
-                    .arg("127.0.0.1")
-                    .arg(first),
-            )
-            .await?;
-        }
-        let all = self.nodes.len().to_string();
-        poll("every node to know every other", SETTLE, async || {
-            for n in &self.nodes {
-                let info: String = query(n.url(), redis::cmd("CLUSTER").arg("INFO")).await?;
-                if info_field(&info, "cluster_known_nodes") != Some(all.as_str()) {
-                    return Err(format!("{} does not know every node yet", n.addr()));
-                }
-            }
-            Ok(())
+            _dir: parts.dir,
         })
-        .await?;
-        for r in MASTERS..self.nodes.len() {
-            let master = &self.ids[r - MASTERS];
-            poll("a replica to follow its master", SETTLE, async || {
-                query::<String>(
-                    self.nodes[r].url(),
-                    redis::cmd("CLUSTER").arg("REPLICATE").arg(master),
-                )
-                .await
-            })
-            .await?;
-        }
-        poll("the Cluster to be ready", SETTLE, async || {
-            self.healthy().await
-        })
-        .await
-    }
-
-    /// `Ok` when every running node reports `cluster_state:ok` and every
-    /// master has its replica in sync.
-    async fn healthy(&self) -> std::result::Result<(), String> {
-        let mut masters = 0;
-        for (i, n) in self.nodes.iter().enumerate() {
-            if self.paused == Some(i) {
-                continue;
-            }
-            let info: String = query(n.url(), redis::cmd("CLUSTER").arg("INFO")).await?;
-            if info_field(&info, "cluster_state") != Some("ok") {
-                return Err(format!("{}: cluster_state is not ok", n.addr()));
-            }
-            let repl: String = query(n.url(), redis::cmd("INFO").arg("replication")).await?;
-            if info_field(&repl, "role") == Some("master") {
-                masters += 1;
-                if online_replicas(n.url()).await? != 1 {
-                    return Err(format!("master {} has no replica in sync", n.addr()));
-                }
-            }
-        }
-        if masters != MASTERS {
-            return Err(format!("{masters} masters, not {MASTERS}"));
-        }
-        Ok(())
     }
 
     /// Stops every process.
     pub(crate) async fn stop(self) {
-        for n in self.nodes {
-            n.stop().await;
-        }
+        self.nodes.stop().await;
         self.resource.stop().await;
     }
 
@@ -236,7 +109,7 @@ impl Cluster {
     async fn owner(&self, slot: i64, skip: Option<usize>) -> std::result::Result<usize, String> {
         let mut last = String::from("no node answers");
         for (i, n) in self.nodes.iter().enumerate() {
-            if Some(i) == skip || self.paused == Some(i) {
+            if Some(i) == skip || self.nodes.paused == Some(i) {
                 continue;
             }
             let slots: Vec<redis::Value> =
@@ -280,7 +153,7 @@ impl Cluster {
     async fn replica_of(&self, master: usize) -> std::result::Result<usize, String> {
         let id = &self.ids[master];
         for (i, n) in self.nodes.iter().enumerate() {
-            if self.paused == Some(i) {
+            if self.nodes.paused == Some(i) {
                 continue;
             }
             let Ok(text) = query::<String>(n.url(), redis::cmd("CLUSTER").arg("NODES")).await
@@ -312,7 +185,7 @@ impl Cluster {
             SETTLE,
             async || {
                 for (i, _) in self.nodes.iter().enumerate() {
-                    if Some(i) == self.paused {
+                    if Some(i) == self.nodes.paused {
                         continue;
                     }
                     let owner = self.owner(slot, None).await?;
@@ -333,7 +206,7 @@ impl Cluster {
     async fn slot(&self) -> std::result::Result<i64, String> {
         let mut last = String::from("no node answers");
         for (i, n) in self.nodes.iter().enumerate() {
-            if self.paused == Some(i) {
+            if self.nodes.paused == Some(i) {
                 continue;
             }
             match query(n.url(), redis::cmd("CLUSTER").arg("KEYSLOT").arg(&self.key)).await {
@@ -342,11 +215,6 @@ impl Cluster {
             }
         }
         Err(last)
-    }
-
-    fn point(&mut self, node: usize) {
-        self.primary = node;
-        self.admin = self.nodes[node].url().to_string();
     }
 }
 
@@ -360,7 +228,7 @@ impl Topology for Cluster {
     }
 
     fn admin_url(&self) -> &str {
-        &self.admin
+        &self.nodes.admin
     }
 
     fn resource_url(&self) -> &str {
@@ -383,32 +251,24 @@ impl Topology for Cluster {
         self.key = key.to_string();
         let slot = self.slot().await.map_err(failure)?;
         let node = self.owner(slot, None).await.map_err(failure)?;
-        self.point(node);
+        self.nodes.point(node);
         Ok(())
     }
 
     async fn pause(&mut self) -> Result<()> {
-        self.nodes[self.primary].pause().map_err(|e| failed(&e))?;
-        self.paused = Some(self.primary);
-        Ok(())
+        self.nodes.pause()
     }
 
     async fn resume(&mut self) -> Result<()> {
-        match self.paused.take() {
-            Some(node) => self.nodes[node].resume().map_err(|e| failed(&e)),
-            None => Ok(()),
-        }
+        self.nodes.resume()
     }
 
     async fn restart(&mut self, keep_data: bool, down: Duration) -> Result<()> {
-        let old = self.primary;
-        self.paused = None;
         if keep_data {
-            return self.nodes[old]
-                .restart(true, down)
-                .await
-                .map_err(|e| failed(&e));
+            return self.nodes.restart_with_data(down).await;
         }
+        let old = self.nodes.primary;
+        self.nodes.paused = None;
         let slot = self.slot().await.map_err(failure)?;
         let replica = self.replica_of(old).await.map_err(failure)?;
         self.nodes[old].kill().await;
@@ -421,7 +281,7 @@ impl Topology for Cluster {
             }
         })
         .await?;
-        self.point(replica);
+        self.nodes.point(replica);
         self.nodes[old]
             .start_again(false, &[])
             .await
@@ -430,7 +290,7 @@ impl Topology for Cluster {
     }
 
     async fn failover(&mut self) -> Result<String> {
-        let old = self.primary;
+        let old = self.nodes.primary;
         let slot = self.slot().await.map_err(failure)?;
         let replica = self.replica_of(old).await.map_err(failure)?;
         query::<String>(
@@ -439,7 +299,7 @@ impl Topology for Cluster {
         )
         .await
         .map_err(|e| failure(format!("CLUSTER FAILOVER: {e}")))?;
-        self.point(replica);
+        self.nodes.point(replica);
         self.settled(replica, slot).await?;
         Ok(format!(
             "{} -> {}",

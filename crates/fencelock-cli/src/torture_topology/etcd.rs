@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use fencelock_torture::{Result, Topology};
 
-use super::{SETTLE, failed, failure, poll};
+use super::shared::{SETTLE, failed, failure, poll};
 use crate::private_etcd::PrivateEtcd;
 use crate::private_redis::PrivateRedis;
 

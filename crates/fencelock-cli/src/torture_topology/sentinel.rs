@@ -1,5 +1,8 @@
 //! `--topology sentinel`: one primary, two replicas, three sentinels
-//! (quorum 2), all private, and the resource's own server.
+//! (quorum 2), all private (a `fencelock_servers::SentinelSetup`, ready
+//! once every sentinel has quorum and knows both replicas and the other
+//! sentinels, and both replicas are in sync), and the resource's own
+//! server.
 //!
 //! - `aim`: the primary the sentinels name (`SENTINEL
 //!   GET-MASTER-ADDR-BY-NAME`).
@@ -21,11 +24,14 @@ use std::time::Duration;
 
 use fencelock_torture::{Result, Topology};
 
-use super::{
-    SETTLE, data_args, detection, failed, failure, info_field, online_replicas, poll, query,
+use super::shared::{
+    Aimed, SETTLE, data_node, detection, failed, failure, info_field, online_replicas, poll, query,
     takes_writes,
 };
-use crate::private_redis::{Options, PrivateRedis};
+use anyhow::Context;
+use fencelock_servers::{SentinelConfig, SentinelSetup};
+
+use crate::private_redis::{PrivateRedis, redis_error, start_blocking};
 
 /// The name the sentinels monitor the primary under.
 const MASTER: &str = "fencelock";
@@ -35,14 +41,12 @@ const PROBE: &str = "fencelock-torture-probe";
 /// The Sentinel topology.
 #[derive(Debug)]
 pub(crate) struct Sentinel {
-    data: Vec<PrivateRedis>,
+    data: Aimed,
     sentinels: Vec<PrivateRedis>,
     resource: PrivateRedis,
     lock_url: String,
-    /// The data node the node-level calls act on.
-    primary: usize,
-    admin: String,
-    paused: Option<usize>,
+    /// The set-up's directory, which holds the nodes': removed last.
+    _dir: tempfile::TempDir,
 }
 
 impl Sentinel {
@@ -50,71 +54,42 @@ impl Sentinel {
     /// returns once every sentinel has quorum and knows both replicas and
     /// the other sentinels, and both replicas are in sync.
     pub(crate) async fn start(ttl: Duration) -> anyhow::Result<Self> {
-        let mut data = Vec::new();
-        for i in 0..3 {
-            let conf = match data.first() {
-                Some(primary) => {
-                    let primary: &PrivateRedis = primary;
-                    vec![format!("replicaof 127.0.0.1 {}", primary.port())]
-                }
-                None => Vec::new(),
-            };
-            let node = PrivateRedis::start_with(Options {
-                aof: true,
-                debug: true,
-                args: data_args(),
-                conf: Some(conf),
-                ..Options::default()
-            })
-            .await
-            .map_err(|e| e.context(format!("cannot start data node {i} of the Sentinel")))?;
-            data.push(node);
-        }
-        let primary_port = data[0].port();
-        let mut sentinels = Vec::new();
-        for _ in 0..3 {
-            sentinels.push(
-                PrivateRedis::start_with(Options {
-                    sentinel: Some(vec![
-                        format!("sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2"),
-                        format!(
-                            "sentinel down-after-milliseconds {MASTER} {}",
-                            detection(ttl).as_millis()
-                        ),
-                        format!("sentinel failover-timeout {MASTER} 2000"),
-                        format!("sentinel parallel-syncs {MASTER} 2"),
-                    ]),
-                    ..Options::default()
-                })
-                .await
-                .map_err(|e| e.context("cannot start a sentinel"))?,
-            );
-        }
-        let lock_url = format!(
-            "redis+sentinel://{}/{MASTER}",
-            sentinels
-                .iter()
-                .map(PrivateRedis::addr)
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-        let resource = PrivateRedis::start().await?;
-        let admin = data[0].url().to_string();
-        let setup = Sentinel {
+        let data = data_node();
+        let config = SentinelConfig {
+            master_name: MASTER.to_string(),
+            replicas: 2,
+            sentinels: 3,
+            quorum: 2,
+            down_after: detection(ttl),
+            failover_timeout: Duration::from_millis(2000),
+            dir_in: data.dir_in.clone(),
             data,
+            sentinel_conf_lines: Vec::new(),
+        };
+        let setup = start_blocking(move || SentinelSetup::start(config))
+            .await?
+            .map_err(redis_error)
+            .context("cannot start the Sentinel")?;
+        let lock_url = setup.url();
+        let parts = setup.into_parts();
+        let data: Vec<PrivateRedis> = parts
+            .data
+            .into_iter()
+            .map(PrivateRedis::from_server)
+            .collect();
+        let sentinels = parts
+            .sentinels
+            .into_iter()
+            .map(PrivateRedis::from_server)
+            .collect();
+        let resource = PrivateRedis::start().await?;
+        Ok(Sentinel {
+            data: Aimed::new(data),
             sentinels,
             resource,
             lock_url,
-            primary: 0,
-            admin,
-            paused: None,
-        };
-        poll("the Sentinel to be ready", SETTLE, async || {
-            setup.ready().await
+            _dir: parts.dir,
         })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(setup)
     }
 
     /// Stops every process, the sentinels first (so that none reacts).
@@ -122,40 +97,8 @@ impl Sentinel {
         for s in self.sentinels {
             s.stop().await;
         }
-        for d in self.data {
-            d.stop().await;
-        }
+        self.data.stop().await;
         self.resource.stop().await;
-    }
-
-    /// `Ok` once every sentinel reports quorum, 2 replicas and 2 other
-    /// sentinels, and the primary has 2 replicas in sync.
-    async fn ready(&self) -> std::result::Result<(), String> {
-        for s in &self.sentinels {
-            query::<String>(s.url(), redis::cmd("SENTINEL").arg("CKQUORUM").arg(MASTER)).await?;
-            let fields: Vec<String> =
-                query(s.url(), redis::cmd("SENTINEL").arg("MASTER").arg(MASTER)).await?;
-            let get = |k: &str| {
-                fields
-                    .chunks(2)
-                    .find(|p| p[0] == k)
-                    .and_then(|p| p.get(1).cloned())
-            };
-            if get("num-slaves").as_deref() != Some("2")
-                || get("num-other-sentinels").as_deref() != Some("2")
-            {
-                return Err(format!(
-                    "sentinel {} knows {:?} replicas and {:?} other sentinels",
-                    s.addr(),
-                    get("num-slaves"),
-                    get("num-other-sentinels")
-                ));
-            }
-        }
-        match online_replicas(self.data[self.primary].url()).await? {
-            2 => Ok(()),
-            n => Err(format!("the primary has {n} replica(s) in sync")),
-        }
     }
 
     /// The data node every answering sentinel names as the primary.
@@ -217,11 +160,6 @@ impl Sentinel {
         )
         .await
     }
-
-    fn point(&mut self, node: usize) {
-        self.primary = node;
-        self.admin = self.data[node].url().to_string();
-    }
 }
 
 impl Topology for Sentinel {
@@ -234,7 +172,7 @@ impl Topology for Sentinel {
     }
 
     fn admin_url(&self) -> &str {
-        &self.admin
+        &self.data.admin
     }
 
     fn resource_url(&self) -> &str {
@@ -255,35 +193,27 @@ impl Topology for Sentinel {
 
     async fn aim(&mut self, _key: &str) -> Result<()> {
         let node = self.named_primary().await.map_err(failure)?;
-        self.point(node);
+        self.data.point(node);
         Ok(())
     }
 
     async fn pause(&mut self) -> Result<()> {
-        self.data[self.primary].pause().map_err(|e| failed(&e))?;
-        self.paused = Some(self.primary);
-        Ok(())
+        self.data.pause()
     }
 
     async fn resume(&mut self) -> Result<()> {
-        match self.paused.take() {
-            Some(node) => self.data[node].resume().map_err(|e| failed(&e)),
-            None => Ok(()),
-        }
+        self.data.resume()
     }
 
     async fn restart(&mut self, keep_data: bool, down: Duration) -> Result<()> {
-        let old = self.primary;
-        self.paused = None;
         if keep_data {
-            return self.data[old]
-                .restart(true, down)
-                .await
-                .map_err(|e| failed(&e));
+            return self.data.restart_with_data(down).await;
         }
+        let old = self.data.primary;
+        self.data.paused = None;
         self.data[old].kill().await;
         let new = self.promoted(old).await?;
-        self.point(new);
+        self.data.point(new);
         let new_port = self.data[new].port();
         let replicaof = [
             "--replicaof".to_string(),
@@ -300,7 +230,7 @@ impl Topology for Sentinel {
     }
 
     async fn failover(&mut self) -> Result<String> {
-        let old = self.primary;
+        let old = self.data.primary;
         let mut refused = None;
         for s in &self.sentinels {
             match query::<String>(s.url(), redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER)).await
@@ -316,7 +246,7 @@ impl Topology for Sentinel {
             return Err(failure(format!("SENTINEL FAILOVER: {e}")));
         }
         let new = self.promoted(old).await?;
-        self.point(new);
+        self.data.point(new);
         // What Sentinel does about 10 s later: the old primary follows the
         // new one.
         let old_url = self.data[old].url().to_string();

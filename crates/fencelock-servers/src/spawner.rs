@@ -1,13 +1,13 @@
 //! The one place where this crate forks child processes.
 //!
-//! Every child (redis-server or any other [`crate::GuardedChild`]) is forked
-//! from a single dedicated, lazily started thread that lives until the process
-//! exits. Each child gets `prctl(PR_SET_PDEATHSIG, SIGKILL)` in a `pre_exec`
-//! hook, so the kernel kills it as soon as the thread that forked it dies.
-//! Because that thread is the long-lived spawner thread, "the forking thread
-//! died" means "the test process died" — even when it was killed with SIGKILL
-//! and no destructor ran. Forking from the caller's thread instead would kill
-//! the child as soon as, say, a short-lived tokio worker thread exits.
+//! Every child is forked from a single dedicated, lazily started thread
+//! that lives until the process exits. Each child gets
+//! `prctl(PR_SET_PDEATHSIG, SIGKILL)` in a `pre_exec` hook, so the kernel
+//! kills it as soon as the thread that forked it dies. Because that thread
+//! is the long-lived spawner thread, "the forking thread died" means "this
+//! process died" — even when it was killed with SIGKILL and no destructor
+//! ran. Forking from the caller's thread instead would kill the child as
+//! soon as, say, a short-lived tokio worker or blocking thread exits.
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -26,27 +26,31 @@ struct SpawnRequest {
     reply: mpsc::Sender<io::Result<Child>>,
 }
 
-/// Sender side of the spawner thread's queue; the thread itself holds the
-/// receiver for the rest of the process's life.
-static SPAWNER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
+/// Sender side of the spawner thread's queue (`None` if the thread could
+/// not be started); the thread itself holds the receiver for the rest of
+/// the process's life.
+static SPAWNER: OnceLock<Option<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
 
 /// Spawns `command` from the long-lived spawner thread, with a parent-death
 /// signal of SIGKILL, and returns the child.
 pub(crate) fn spawn(command: Command) -> io::Result<Child> {
-    let spawner = SPAWNER.get_or_init(start_spawner_thread);
+    let spawner = SPAWNER
+        .get_or_init(|| start_spawner_thread().ok())
+        .as_ref()
+        .ok_or_else(|| io::Error::other("the fencelock-servers spawner thread could not start"))?;
     let (reply, result) = mpsc::channel();
     spawner
         .send(SpawnRequest { command, reply })
-        .map_err(|_| io::Error::other("the fencelock-testkit spawner thread has stopped"))?;
+        .map_err(|_| io::Error::other("the fencelock-servers spawner thread has stopped"))?;
     result
         .recv()
-        .map_err(|_| io::Error::other("the fencelock-testkit spawner thread dropped a request"))?
+        .map_err(|_| io::Error::other("the fencelock-servers spawner thread dropped a request"))?
 }
 
-fn start_spawner_thread() -> mpsc::Sender<SpawnRequest> {
+fn start_spawner_thread() -> io::Result<mpsc::Sender<SpawnRequest>> {
     let (sender, requests) = mpsc::channel::<SpawnRequest>();
     std::thread::Builder::new()
-        .name("fencelock-testkit-spawner".to_owned())
+        .name("fencelock-spawner".to_owned())
         .spawn(move || {
             // The static sender is never dropped, so this loop only ends when
             // the process exits.
@@ -59,12 +63,13 @@ fn start_spawner_thread() -> mpsc::Sender<SpawnRequest> {
                     let _ = child.wait();
                 }
             }
-        })
-        .expect("failed to start the fencelock-testkit spawner thread");
-    sender
+        })?;
+    Ok(sender)
 }
 
 /// Forks `command` from the current thread with PR_SET_PDEATHSIG = SIGKILL.
+/// std sets the user, group and process group before the hook runs, so
+/// none of them clears the death signal.
 fn spawn_here(mut command: Command) -> io::Result<Child> {
     let parent = Pid::this();
     // SAFETY: the hook runs in the forked child before exec and only makes
