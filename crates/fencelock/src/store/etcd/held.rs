@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
-use super::conn::{EtcdConn, is_lease_gone};
+use super::conn::EtcdConn;
+use super::errors::is_lease_gone;
 use super::keys::{glob_match, parse_key};
 use crate::error::{LossReason, Result};
 use crate::store::Checked;

@@ -3,7 +3,9 @@
 //!
 //! | module | concern |
 //! |---|---|
-//! | `conn` | [`EtcdConn`]: the URL (`etcd://`, `etcds://`, credentials, `?prefix=`), connecting, TLS, errors |
+//! | `conn` | [`EtcdConn`]: connecting (TLS included) and the calls |
+//! | `target` | the URL (`etcd://`, `etcds://`, credentials, `?prefix=`), parsed |
+//! | `errors` | etcd's errors as fencelock's: what failed, whether it may pass |
 //! | `keys` | lock names to etcd keys and back; `top`'s glob |
 //! | `grant` | the grant transactions (`try_txn`, `queue_txn`) and the lease seconds of a ttl |
 //! | `queue` | where a waiter stands in the queue, and the watch for its predecessor's deletion |
@@ -11,13 +13,16 @@
 //! | `fenced` | the transactions of `FencedKey` |
 
 mod conn;
+mod errors;
 mod fenced;
 mod grant;
 mod held;
 mod keys;
 mod queue;
+mod target;
 
-pub(crate) use conn::{EtcdConn, is_lease_gone, is_transient};
+pub(crate) use conn::EtcdConn;
+pub(crate) use errors::{is_lease_gone, is_transient};
 pub(crate) use fenced::{KeyWrite, Stored, read_key, write_key};
 #[cfg(feature = "testing")]
 pub(crate) use grant::grant_txn_for_tests;
