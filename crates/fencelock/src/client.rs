@@ -316,6 +316,37 @@ impl LockClient {
         self.inner.leases.acquire(name, keys, opts).await
     }
 
+    /// [`LockClient::try_acquire`] as a future that owns what it needs
+    /// (`Send + 'static`): for code that spawns the attempt or hands it to
+    /// another runtime or event loop (a language binding, say). Dropping it
+    /// is as dropping [`LockClient::try_acquire`]'s.
+    pub fn try_acquire_owned(
+        &self,
+        name: impl Into<String>,
+        opts: LockOptions,
+    ) -> impl Future<Output = Result<Lease>> + Send + 'static {
+        let (client, name) = (self.clone(), name.into());
+        async move { client.try_acquire(&name, &opts).await }
+    }
+
+    /// [`LockClient::acquire`] as a future that owns what it needs (`Send +
+    /// 'static`), as [`LockClient::try_acquire_owned`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::LockClient) -> Result<(), Box<dyn std::error::Error>> {
+    /// let lease = tokio::spawn(client.acquire_owned("invoice:42", client.options())).await??;
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_owned(
+        &self,
+        name: impl Into<String>,
+        opts: LockOptions,
+    ) -> impl Future<Output = Result<Lease>> + Send + 'static {
+        let (client, name) = (self.clone(), name.into());
+        async move { client.acquire(&name, &opts).await }
+    }
+
     /// Runs `work` while holding lock `name`, then releases it.
     ///
     /// The critical section gets a [`LeaseHandle`] (for `fence()` and

@@ -3,6 +3,7 @@
 //! release). The state they share is `super::state`; the client's keeper
 //! that renews it `super::keeper`.
 
+use std::future::Future;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,6 +128,13 @@ impl LeaseHandle {
     /// affect the lease.
     pub fn loss_token(&self) -> CancellationToken {
         self.state.lost.child_token()
+    }
+
+    /// [`LeaseHandle::extend`] as a future that owns a handle (`Send +
+    /// 'static`), for code that spawns it or hands it to another runtime.
+    pub fn extend_owned(&self) -> impl Future<Output = Result<()>> + Send + 'static {
+        let handle = self.clone();
+        async move { handle.extend().await }
     }
 
     /// Extends the lease by its ttl now (compare-and-pexpire; the fence is

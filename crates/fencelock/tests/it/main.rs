@@ -21,6 +21,7 @@ mod hostile;
 mod keeper;
 mod lease;
 mod metrics;
+mod owned;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod resource;

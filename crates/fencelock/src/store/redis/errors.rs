@@ -159,6 +159,36 @@ fn key_pattern(key: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A redis-rs error keeps its code and its message without script
+    /// internals, knows whether a reconnect may cure it, and stays
+    /// reachable as the source.
+    #[test]
+    fn redis_errors_become_driver_errors() {
+        use std::error::Error as _;
+        let e = RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "READONLY",
+            "You can't write against a read only replica. script: abc, on @user_script:1."
+                .to_owned(),
+        ));
+        let driver = driver_error(e);
+        assert_eq!(driver.code(), Some("READONLY"));
+        assert!(!driver.to_string().contains("script:"), "{driver}");
+        assert!(crate::Error::Redis(driver).is_retryable());
+        let refused = driver_error(RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "bad",
+        )));
+        assert!(!crate::Error::Redis(refused).is_retryable());
+        let source = driver_error(RedisError::from((redis::ErrorKind::Io, "gone")));
+        assert!(
+            source
+                .source()
+                .and_then(|s| s.downcast_ref::<RedisError>())
+                .is_some_and(|r| r.kind() == redis::ErrorKind::Io)
+        );
+    }
+
     #[test]
     fn script_internals_are_cut() {
         assert_eq!(

@@ -84,6 +84,11 @@ async fn missing_fence_columns_is_a_typed_error_naming_the_table() -> anyhow::Re
         .expect_err("unknown column in the SET clause");
     assert!(matches!(&typo, Error::Postgres(_)), "{typo:?}");
     assert!(typo.to_string().contains("vv"), "{typo}");
+    // The SQLSTATE is the driver error's code: undefined_column.
+    assert!(
+        matches!(&typo, Error::Postgres(e) if e.code() == Some("42703")),
+        "{typo:?}"
+    );
     Ok(())
 }
 
