@@ -3,7 +3,7 @@
 
 /// An error of a client library fencelock talks through (redis-rs for
 /// Redis, etcd-client for etcd, sqlx for Postgres), as carried by
-/// [`Error::Redis`], [`Error::Unreachable`], [`Error::Auth`], `Error::Etcd`
+/// [`Error::Redis`](crate::Error::Redis), [`Error::Unreachable`](crate::Error::Unreachable), [`Error::Auth`](crate::Error::Auth), `Error::Etcd`
 /// and `Error::Postgres`.
 ///
 /// Its text is the library's message (for Redis, without the script
