@@ -38,7 +38,8 @@ impl KeyLayout {
 /// The Redis keys of one lock name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockKeys {
-    /// The key holding the lease (value = holder token, with a PX expiry).
+    /// The key holding the lease (value `TOKEN:FENCE`, or the bare token in
+    /// the guide layout, with a PX expiry).
     pub lock: String,
     /// The key holding the last fence issued for the name.
     pub fence: String,

@@ -66,7 +66,7 @@ impl LeaseHandle {
         self.state.grant.fence
     }
 
-    /// The holder token of this grant (random, 128 bits): a secret that
+    /// The holder token of this grant (a UUID v4: 122 random bits): a secret that
     /// lets whoever knows it release or extend the lock and write as this
     /// holder. Pass it to fenced writes; show [`LeaseHandle::holder_id`]
     /// instead.
