@@ -257,10 +257,7 @@ impl Engine {
         match self {
             Engine::Redis(r) => r.inspect(keys, layout, defaults).await,
             #[cfg(feature = "etcd")]
-            Engine::Etcd(e) => {
-                let _ = layout;
-                e.inspect(keys, defaults).await
-            }
+            Engine::Etcd(e) => e.inspect(keys, defaults).await,
         }
     }
 
