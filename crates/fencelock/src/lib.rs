@@ -82,15 +82,16 @@
 //!   The attempt and the wait around it: `engine/redis/acquire.rs`. On
 //!   etcd: the grant transactions in `store/etcd/grant.rs`, the recipe in
 //!   `engine/etcd/acquire.rs`;
-//! - **the renewal loop**: the keeper in `lease/keeper.rs`, one task per
-//!   client that renews the leases due in each tick in batches through
+//! - **the renewal loop**: `run` in `lease/keeper.rs`, one task per
+//!   client whose rounds (`Keeper::tick`) renew the leases due in batches through
 //!   `Engine::renew_many`; on Redis the compare-and-pexpire
 //!   it sends is `store/redis/scripts/extend_many.lua` (`extend.lua` for a
 //!   manual `extend`), on etcd one keep-alive per lease;
-//! - **the fence rule at the resource**: [`fence_accepts`] states it; it runs
-//!   in `store/redis/scripts/fenced_write.lua` (Redis hash), as SQL in
+//! - **the fence rule at the resource**: [`fence_accepts`] states it; each
+//!   resource writes the same rule again in its own language: in
+//!   `store/redis/scripts/fenced_write.lua` (Redis hash), as SQL in
 //!   `resource/postgres/sql.rs` (`rule_sql`), and as a transaction in
-//!   `store/etcd/fenced.rs` (etcd key);
+//!   `store/etcd/fenced.rs` (`rule_txn`, etcd key);
 //! - **the wait queue**: its Redis side is `enqueue` in `grant.lua`,
 //!   `live_head` / `pass_on` in `prelude.lua` and the hand-over in
 //!   `release_fast.lua`; the member format is `QueueMember` in

@@ -1,4 +1,5 @@
-//! The grant transactions on etcd (see `engine::etcd` for the recipe):
+//! The grant transactions on etcd (the recipe that sends them is
+//! `engine/etcd/acquire.rs`):
 //! create the holder's key, attached to its lease, unless it exists, and
 //! read who is first — once (`try_txn`: only if nobody holds or waits) or
 //! queueing (`queue_txn`: and the key just before ours). A retried
