@@ -14,6 +14,9 @@ command -v etcd           >/dev/null 2>&1 || need_pkgs+=(etcd-server)
 command -v etcdctl        >/dev/null 2>&1 || need_pkgs+=(etcd-client)
 command -v protoc         >/dev/null 2>&1 || need_pkgs+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need_pkgs+=(libprotobuf-dev)
+# The README's read-modify-write snippet, which the tests run as written,
+# reads JSON with jq.
+command -v jq             >/dev/null 2>&1 || need_pkgs+=(jq)
 # The Postgres tests (feature `postgres`) run initdb and postgres themselves.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
   || command -v initdb    >/dev/null 2>&1 || need_pkgs+=(postgresql)

@@ -47,17 +47,25 @@ pub(crate) fn builder(global: &GlobalOptions, url: String) -> anyhow::Result<Loc
     if let Some(ca) = &global.tls_ca {
         builder = builder.tls_ca(ca);
     }
-    match (&global.tls_cert, &global.tls_key) {
-        (Some(cert), Some(key)) => builder = builder.tls_client_cert(cert, key),
-        (None, None) => {}
-        _ => {
-            return Err(crate::exit::fail(
-                crate::exit::USAGE,
-                "--tls-cert and --tls-key go together (a client certificate and its key)",
-            ));
-        }
+    if let Some((cert, key)) = client_cert(global)? {
+        builder = builder.tls_client_cert(cert, key);
     }
     Ok(builder)
+}
+
+/// The client certificate and its key, if given (`--tls-cert`,
+/// `--tls-key`): both or neither.
+pub(crate) fn client_cert(
+    global: &GlobalOptions,
+) -> anyhow::Result<Option<(&std::path::Path, &std::path::Path)>> {
+    match (&global.tls_cert, &global.tls_key) {
+        (Some(cert), Some(key)) => Ok(Some((cert, key))),
+        (None, None) => Ok(None),
+        _ => Err(crate::exit::fail(
+            crate::exit::USAGE,
+            "--tls-cert and --tls-key go together (a client certificate and its key)",
+        )),
+    }
 }
 
 /// Lock options from the global flags (layout, fence mode).

@@ -4,6 +4,9 @@
 pub(crate) const OK: u8 = 0;
 /// The scenario or check did not hold.
 pub(crate) const FAILED: u8 = 1;
+/// `torture`: no violation found, but the checkers saw too little to judge
+/// (inconclusive).
+pub(crate) const INCONCLUSIVE: u8 = 2;
 /// Bad command-line usage (EX_USAGE).
 pub(crate) const USAGE: u8 = 64;
 /// Input data that cannot be used, e.g. a value that is not UTF-8 text

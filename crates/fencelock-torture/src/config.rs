@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use fencelock::{FenceMode, KeyLayout, WaitMode};
 
+use crate::conn::Tls;
 use crate::nemesis::NemesisKind;
 use crate::topology::Shape;
 
@@ -231,6 +232,9 @@ pub struct Config {
     pub replicas: Option<u32>,
     /// Where to write the history as it is recorded.
     pub history: Option<PathBuf>,
+    /// The TLS files of every connection to the lock store and the Redis
+    /// resource (workers, observer, resource, clean-up).
+    pub tls: Tls,
 }
 
 impl Config {
@@ -255,6 +259,7 @@ impl Config {
             prefix: "torture:".to_string(),
             replicas: None,
             history: None,
+            tls: Tls::new(),
         }
     }
 

@@ -26,7 +26,7 @@
 //! | `worker` | the worker process: lease cycles, history lines on stdout |
 //! | `resource` | the audited resource (Redis hash + list, Postgres row + audit table) |
 //! | `controls` | the negative controls' lock and resource scripts (never on the safe path) |
-//! | `conn` | the controls' own connection, on a single server, a Cluster or behind Sentinel |
+//! | `conn` | every connection of a run, through fencelock's own client (its URL forms, [`Tls`] files, Sentinel, Cluster); raw calls sent once |
 //! | `proxy` | the fault-injecting TCP proxy (delay, blackhole, swallowed reply, reset) |
 //! | `sockets` | a worker's connections to a node, from `/proc` (`client-kill` without the proxy) |
 //! | `observer` | polls the lock keys: Redis's own view of the holders |
@@ -58,10 +58,11 @@ pub mod worker;
 
 pub use check::{CheckResult, Violation};
 pub use config::{Config, ResourceKind, Variant};
+pub use conn::Tls;
 pub use error::{Error, ErrorKind, Result};
 pub use history::{Entry, Event, History};
 pub use nemesis::NemesisKind;
 pub use render::Format;
-pub use report::{Figures, Report};
+pub use report::{Figures, MIN_ACKNOWLEDGED_PER_NAME, MIN_GRANTS_PER_NAME, Report};
 pub use run::{Launcher, Progress, Status, run};
 pub use topology::{Remote, Shape, Topology, is_etcd_url, refusal};

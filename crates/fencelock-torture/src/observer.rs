@@ -19,6 +19,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RunClock;
+use crate::conn::Tls;
 use crate::error::{Error, Result};
 use crate::history::{Entry, Event};
 
@@ -38,6 +39,7 @@ type Seen = Option<(String, Option<u64>)>;
 impl Observer {
     pub(crate) fn start(
         url: &str,
+        tls: &Tls,
         prefix: &str,
         layout: KeyLayout,
         names: &[String],
@@ -49,6 +51,7 @@ impl Observer {
                 .map_err(|e| Error::usage(e.to_string()))?;
         }
         let (url, prefix, names) = (url.to_string(), prefix.to_string(), names.to_vec());
+        let tls = tls.clone();
         let stop = CancellationToken::new();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -58,7 +61,9 @@ impl Observer {
             std::thread::Builder::new()
                 .name("torture-observer".into())
                 .spawn(move || {
-                    runtime.block_on(observe(url, prefix, names, layout, clock, events, stop));
+                    runtime.block_on(observe(
+                        url, tls, prefix, names, layout, clock, events, stop,
+                    ));
                 })
                 .map_err(|e| Error::failed(format!("cannot start the observer thread: {e}")))?
         };
@@ -103,9 +108,15 @@ fn seen(state: LockState, layout: KeyLayout) -> Seen {
 }
 
 /// A client for the observer, retried until it connects or the run stops.
-async fn client(url: &str, prefix: &str, stop: &CancellationToken) -> Option<LockClient> {
+async fn client(
+    url: &str,
+    tls: &Tls,
+    prefix: &str,
+    stop: &CancellationToken,
+) -> Option<LockClient> {
     loop {
-        let connect = LockClient::builder(url)
+        let connect = tls
+            .builder(url)
             .prefix(prefix)
             .connect_timeout(Duration::from_millis(500))
             .response_timeout(Duration::from_secs(5))
@@ -121,8 +132,10 @@ async fn client(url: &str, prefix: &str, stop: &CancellationToken) -> Option<Loc
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn observe(
     url: String,
+    tls: Tls,
     prefix: String,
     names: Vec<String>,
     layout: KeyLayout,
@@ -130,7 +143,7 @@ async fn observe(
     events: UnboundedSender<Event>,
     stop: CancellationToken,
 ) {
-    let Some(client) = client(&url, &prefix, &stop).await else {
+    let Some(client) = client(&url, &tls, &prefix, &stop).await else {
         return;
     };
     let mut last: Vec<Option<Seen>> = vec![None; names.len()];

@@ -72,6 +72,11 @@ impl Report {
             "loss_signal_latency_ms_p99": f.loss_signal_latency_ms_p99,
             "unavailability_ms_max": f.unavailability_ms_max.round(),
             "violations": self.violations(),
+            "inconclusive": self.inconclusive(),
+            "minimum": json!({
+                "grants_per_name": crate::report::MIN_GRANTS_PER_NAME,
+                "acknowledged_writes_per_name": crate::report::MIN_ACKNOWLEDGED_PER_NAME,
+            }),
             "caught_by": self.caught_by(),
             "first_violation_s": self.first_violation_s(),
             "checkers": self.checks.iter().map(check_json).collect::<Vec<_>>(),
@@ -174,10 +179,18 @@ impl Report {
     pub fn verdict(&self) -> String {
         let control = self.header.as_ref().and_then(|h| h.unsafe_variant.clone());
         match (self.violations(), control) {
-            (0, None) => "verdict: no violation".to_string(),
-            (0, Some(v)) => {
-                format!("verdict: negative control {v} NOT CAUGHT: the checkers found nothing")
-            }
+            (0, None) => match self.inconclusive() {
+                Some(why) => format!("verdict: INCONCLUSIVE: no violation found, but {why}"),
+                None => "verdict: no violation".to_string(),
+            },
+            (0, Some(v)) => match self.inconclusive() {
+                Some(why) => {
+                    format!("verdict: negative control {v} NOT CAUGHT, and INCONCLUSIVE: {why}")
+                }
+                None => {
+                    format!("verdict: negative control {v} NOT CAUGHT: the checkers found nothing")
+                }
+            },
             (n, None) => format!(
                 "verdict: {n} VIOLATION(S) found by {}",
                 self.caught_by().join(", ")

@@ -50,7 +50,20 @@ pub struct Figures {
     /// The longest time a name had no usable holder while workers tried to
     /// acquire it, in ms.
     pub unavailability_ms_max: f64,
+    /// Locks granted, per name.
+    pub grants_by_name: BTreeMap<String, u64>,
+    /// Cycles whose write the resource accepted, per name.
+    pub acknowledged_by_name: BTreeMap<String, u64>,
 }
+
+/// The least a run must have seen of every lock name for its checkers to
+/// judge anything: grants (C4–C7 judge the lock through them) and
+/// acknowledged writes (C1–C3 judge the resource through them). A run
+/// below it ends inconclusive, never "no violation".
+pub const MIN_GRANTS_PER_NAME: u64 = 1;
+
+/// See [`MIN_GRANTS_PER_NAME`].
+pub const MIN_ACKNOWLEDGED_PER_NAME: u64 = 1;
 
 fn percentile(sorted: &[i64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
@@ -70,18 +83,27 @@ impl Report {
         f.duration_s = (last - first).max(0) as f64 / 1e6;
         let mut ended = String::from("unknown (no end event)");
         let mut cycles: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+        let mut cycle_name: BTreeMap<&str, &str> = BTreeMap::new();
+        if let Some(h) = history.header() {
+            for name in &h.names {
+                f.grants_by_name.insert(name.clone(), 0);
+                f.acknowledged_by_name.insert(name.clone(), 0);
+            }
+        }
         // Per name: (grant time, when that holder stopped being usable).
         let mut held: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
         let mut lease_end: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
         let replicated = history.header().is_some_and(|h| h.replicas > 0);
         for e in &history.events {
             match &e.e {
-                Entry::Acquire { op, .. } => {
+                Entry::Acquire { op, name } => {
                     f.ops_attempted += 1;
                     cycles.insert(op, (false, false));
+                    cycle_name.insert(op, name);
                 }
                 Entry::Granted { op, name, .. } => {
                     f.grants += 1;
+                    *f.grants_by_name.entry(name.clone()).or_default() += 1;
                     lease_end.insert(op, (e.t, name));
                     held.entry(name).or_default().push((e.t, i64::MAX));
                 }
@@ -136,9 +158,14 @@ impl Report {
                 f.losses += 1;
             }
         }
-        for (acked, stale) in cycles.values() {
+        for (op, (acked, stale)) in &cycles {
             if *acked {
                 f.ops_acknowledged += 1;
+                if let Some(name) = cycle_name.get(op) {
+                    *f.acknowledged_by_name
+                        .entry((*name).to_string())
+                        .or_default() += 1;
+                }
             } else if *stale {
                 f.ops_rejected_stale += 1;
             } else {
@@ -197,6 +224,41 @@ impl Report {
             ));
         }
         out
+    }
+
+    /// Why the checkers saw too little to judge, if they did: a lock name
+    /// with fewer than [`MIN_GRANTS_PER_NAME`] grants or
+    /// [`MIN_ACKNOWLEDGED_PER_NAME`] acknowledged writes (a deployment on
+    /// which nothing works — a replica that refuses every write, a master
+    /// short of the replicas `min-replicas-to-write` asks for — checks
+    /// nothing and must not pass). `None`: enough was seen.
+    pub fn inconclusive(&self) -> Option<String> {
+        let f = &self.figures;
+        let short: Vec<String> = f
+            .grants_by_name
+            .iter()
+            .map(|(name, grants)| {
+                let acked = f.acknowledged_by_name.get(name).copied().unwrap_or(0);
+                (name, *grants, acked)
+            })
+            .filter(|(_, grants, acked)| {
+                *grants < MIN_GRANTS_PER_NAME || *acked < MIN_ACKNOWLEDGED_PER_NAME
+            })
+            .map(|(name, grants, acked)| {
+                format!("{name}: {grants} grant(s), {acked} acknowledged write(s)")
+            })
+            .collect();
+        if short.is_empty() && !f.grants_by_name.is_empty() {
+            return None;
+        }
+        let seen = if short.is_empty() {
+            "no lock name in the history".to_string()
+        } else {
+            short.join("; ")
+        };
+        Some(format!(
+            "the checkers saw too little to judge: every lock name needs at least {MIN_GRANTS_PER_NAME} grant and {MIN_ACKNOWLEDGED_PER_NAME} acknowledged write, and {seen}"
+        ))
     }
 
     /// Violations over all checkers.

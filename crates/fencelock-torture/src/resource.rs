@@ -8,11 +8,13 @@
 //! replaces both with `crate::controls`' scripts.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
+use fencelock::testing::RawConnection;
 use fencelock::{Fence, FencedHash, FencedTable, LockClient, SetClause, WriteOutcome, holder_id};
-use redis::aio::ConnectionManager;
 use serde::Deserialize;
 
+use crate::conn::Tls;
 use crate::error::{Error, Result};
 use crate::history::{Entry, Event, Outcome};
 
@@ -24,8 +26,25 @@ static SNAPSHOT: LazyLock<redis::Script> =
 /// Where a run's resource lives, as workers and the coordinator reach it.
 #[derive(Debug, Clone, serde::Serialize, Deserialize)]
 pub(crate) enum ResourceSpec {
-    /// Hashes `PREFIX res:NAME` and lists `PREFIX res:NAME:audit`.
-    Redis { url: String, prefix: String },
+    /// Hashes `PREFIX res:{NAME}` and lists `PREFIX res:{NAME}:audit` (one
+    /// hash tag: the audited write's two keys share a Cluster slot).
+    Redis {
+        url: String,
+        prefix: String,
+        /// Replicas that must acknowledge each accepted write or
+        /// registration (0: no wait): on a replicated deployment a write
+        /// not yet on every replica can be lost by a failover, and C3 would
+        /// then judge the resource's replication instead of the lock.
+        #[serde(default)]
+        replicas: u32,
+        /// How long a write waits for them, in ms.
+        #[serde(default)]
+        replica_timeout_ms: u64,
+        /// The TLS files of the lock store when the resource lives there
+        /// (none on a private resource server: it speaks plain TCP).
+        #[serde(default)]
+        tls: Tls,
+    },
     /// Table `TABLE` (name, value, lock_fence, lock_holder) and
     /// `TABLE_audit`.
     Postgres { url: String, table: String },
@@ -33,11 +52,11 @@ pub(crate) enum ResourceSpec {
 
 impl ResourceSpec {
     pub(crate) fn hash_key(prefix: &str, name: &str) -> String {
-        format!("{prefix}res:{name}")
+        format!("{prefix}res:{{{name}}}")
     }
 
     pub(crate) fn audit_key(prefix: &str, name: &str) -> String {
-        format!("{prefix}res:{name}:audit")
+        format!("{prefix}res:{{{name}}}:audit")
     }
 }
 
@@ -46,8 +65,11 @@ impl ResourceSpec {
 pub(crate) enum Resource {
     Redis {
         client: LockClient,
-        conn: ConnectionManager,
+        conn: RawConnection,
         prefix: String,
+        /// Replicas each accepted write waits for, and for how long.
+        replicas: u32,
+        replica_timeout: Duration,
     },
     Postgres {
         table: FencedTable,
@@ -78,17 +100,20 @@ fn outcome(o: &WriteOutcome) -> Outcome {
 impl Resource {
     pub(crate) async fn connect(spec: &ResourceSpec) -> Result<Self> {
         match spec {
-            ResourceSpec::Redis { url, prefix } => {
-                let client = LockClient::builder(url.clone())
-                    .response_timeout(std::time::Duration::from_secs(2))
-                    .connect()
-                    .await
-                    .map_err(|e| Error::new(crate::ErrorKind::Unreachable, e.to_string()))?;
-                let conn = redis_manager(url).await?;
+            ResourceSpec::Redis {
+                url,
+                prefix,
+                replicas,
+                replica_timeout_ms,
+                tls,
+            } => {
+                let (client, conn) = crate::conn::raw(url, tls).await?;
                 Ok(Resource::Redis {
                     client,
                     conn,
                     prefix: prefix.clone(),
+                    replicas: *replicas,
+                    replica_timeout: Duration::from_millis((*replica_timeout_ms).max(1)),
                 })
             }
             ResourceSpec::Postgres { url, table } => {
@@ -106,8 +131,18 @@ impl Resource {
 
     fn hash(&self, name: &str) -> Result<FencedHash> {
         match self {
-            Resource::Redis { client, prefix, .. } => client
+            Resource::Redis {
+                client,
+                prefix,
+                replicas,
+                replica_timeout,
+                ..
+            } => client
                 .fenced_hash(&ResourceSpec::hash_key(prefix, name))
+                .map(|hash| match replicas {
+                    0 => hash,
+                    n => hash.wait_for_replicas(*n, *replica_timeout),
+                })
                 .map_err(|e| Error::failed(e.to_string())),
             Resource::Postgres { .. } => Err(Error::failed("not a Redis resource")),
         }
@@ -153,19 +188,30 @@ impl Resource {
     /// The fenced write of `w.value`, audited atomically with it.
     pub(crate) async fn write(&self, w: Write<'_>) -> Outcome {
         match self {
-            Resource::Redis { conn, prefix, .. } => {
-                let reply: redis::RedisResult<(i64, redis::Value)> = AUDITED_WRITE
-                    .key(ResourceSpec::hash_key(prefix, w.name))
-                    .key(ResourceSpec::audit_key(prefix, w.name))
-                    .arg(w.fence.get().to_string())
-                    .arg(w.token)
-                    .arg(w.op)
-                    .arg(w.worker)
-                    .arg(w.read)
-                    .arg(w.value)
-                    .invoke_async(&mut conn.clone())
-                    .await;
-                match reply {
+            Resource::Redis {
+                conn,
+                prefix,
+                replicas,
+                replica_timeout,
+                ..
+            } => {
+                let keys = [
+                    ResourceSpec::hash_key(prefix, w.name),
+                    ResourceSpec::audit_key(prefix, w.name),
+                ];
+                let args = [
+                    w.fence.get().to_string(),
+                    w.token.to_string(),
+                    w.op.to_string(),
+                    w.worker.to_string(),
+                    w.read.to_string(),
+                    w.value.to_string(),
+                    KEY_TTL.as_millis().to_string(),
+                ];
+                match audited_write(conn, &keys, &args, *replicas, *replica_timeout).await {
+                    // Applied, but not yet on the replicas a failover may
+                    // promote: not acknowledged.
+                    Ok((1, acked)) if acked < *replicas => Outcome::Unknown,
                     Ok((1, _)) => Outcome::Accepted,
                     Ok(_) => Outcome::Stale,
                     Err(_) => Outcome::Unknown,
@@ -178,7 +224,7 @@ impl Resource {
     }
 
     /// The Redis connection of the resource (for the controls' scripts).
-    pub(crate) fn redis(&self) -> Option<(&ConnectionManager, &str)> {
+    pub(crate) fn redis(&self) -> Option<(&RawConnection, &str)> {
         match self {
             Resource::Redis { conn, prefix, .. } => Some((conn, prefix)),
             Resource::Postgres { .. } => None,
@@ -249,17 +295,46 @@ pub(crate) async fn insert_audit(
     Ok(())
 }
 
-pub(crate) async fn redis_manager(url: &str) -> Result<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(|e| Error::redis(url, &e))?;
-    let config = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
-        .set_response_timeout(Some(std::time::Duration::from_secs(2)))
-        .set_number_of_retries(2)
-        .set_min_delay(std::time::Duration::from_millis(20))
-        .set_max_delay(std::time::Duration::from_millis(200));
-    ConnectionManager::new_with_config(client, config)
-        .await
-        .map_err(|e| Error::redis(url, &e))
+/// The audited write: one script (`audited_write.lua`), sent once, and
+/// with `replicas` > 0 followed by `WAIT replicas timeout` in the same
+/// pipeline on the same connection, so the `WAIT` covers exactly its
+/// writes. Returns the script's first reply field (1 accepted, 0 stale) and
+/// how many replicas acknowledged.
+async fn audited_write(
+    conn: &RawConnection,
+    keys: &[String; 2],
+    args: &[String],
+    replicas: u32,
+    timeout: Duration,
+) -> redis::RedisResult<(i64, u32)> {
+    if replicas == 0 {
+        let mut call = AUDITED_WRITE.prepare_invoke();
+        call.key(&keys[0]).key(&keys[1]).arg(args);
+        let (ok, _): (i64, redis::Value) = call.invoke_async(&mut conn.clone()).await?;
+        return Ok((ok, 0));
+    }
+    let mut pipe = redis::pipe();
+    pipe.cmd("EVALSHA")
+        .arg(AUDITED_WRITE.get_hash())
+        .arg(2)
+        .arg(keys)
+        .arg(args);
+    // WAIT 0 would wait forever: at least 1 ms.
+    pipe.cmd("WAIT")
+        .arg(replicas)
+        .arg(timeout.as_millis().max(1) as u64);
+    type Reply = ((i64, redis::Value), i64);
+    let reply: Reply = match pipe.query_async(&mut conn.clone()).await {
+        // The server does not have the script (a restart, a failover, a
+        // flush): nothing ran; load it and send the pipeline again.
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            AUDITED_WRITE.load_async(&mut conn.clone()).await?;
+            pipe.query_async(&mut conn.clone()).await?
+        }
+        reply => reply?,
+    };
+    let ((ok, _), acked) = reply;
+    Ok((ok, u32::try_from(acked).unwrap_or(0)))
 }
 
 pub(crate) async fn pg_pool(url: &str) -> Result<fencelock::sqlx::PgPool> {
@@ -286,9 +361,19 @@ pub(crate) async fn pg_pool(url: &str) -> Result<fencelock::sqlx::PgPool> {
 pub(crate) struct Store {
     spec: ResourceSpec,
     names: Vec<String>,
-    redis: Option<ConnectionManager>,
+    /// The client (kept: its connection is `RawConnection`'s) and its
+    /// connection.
+    redis: Option<(LockClient, RawConnection)>,
     pg: Option<fencelock::sqlx::PgPool>,
 }
+
+/// How long the Redis resource's keys live without a refresh: a run
+/// refreshes them every [`KEY_TTL_REFRESH`] while it lives, so a run killed
+/// with SIGKILL leaves nothing in the user's Redis for longer than this.
+pub(crate) const KEY_TTL: Duration = Duration::from_secs(60);
+
+/// How often a live run refreshes the TTL of its resource keys.
+pub(crate) const KEY_TTL_REFRESH: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Deserialize)]
 struct AuditJson {
@@ -314,16 +399,42 @@ impl Store {
             pg: None,
         };
         match &store.spec {
-            ResourceSpec::Redis { url, prefix } => {
-                let mut conn = redis_manager(url).await?;
+            ResourceSpec::Redis {
+                url, prefix, tls, ..
+            } => {
+                let (client, conn) = crate::conn::raw(url, tls).await?;
                 for name in &store.names {
-                    let _: redis::RedisResult<()> = redis::cmd("DEL")
-                        .arg(ResourceSpec::hash_key(prefix, name))
-                        .arg(ResourceSpec::audit_key(prefix, name))
-                        .query_async(&mut conn)
-                        .await;
+                    let hash = ResourceSpec::hash_key(prefix, name);
+                    let audit = ResourceSpec::audit_key(prefix, name);
+                    // Created with its TTL, so that no moment exists in
+                    // which a killed run leaves it without one (the audit
+                    // list gets its TTL from the write that creates it).
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("DEL")
+                        .arg(&hash)
+                        .arg(&audit)
+                        .ignore()
+                        .cmd("HSET")
+                        .arg(&hash)
+                        .arg("value")
+                        .arg(0)
+                        .ignore()
+                        .cmd("PEXPIRE")
+                        .arg(&hash)
+                        .arg(KEY_TTL.as_millis() as u64)
+                        .ignore();
+                    // A deployment that refuses writes (a replica, a
+                    // master short of replicas) refuses the workers' too:
+                    // the run goes on and ends inconclusive.
+                    let created: redis::RedisResult<()> = pipe.query_async(&mut conn.clone()).await;
+                    if let Err(e) = created {
+                        tracing::warn!(
+                            "cannot create the resource {hash}: {}",
+                            fencelock::redact_url_in(&e.to_string(), url)
+                        );
+                    }
                 }
-                store.redis = Some(conn);
+                store.redis = Some((client, conn));
             }
             ResourceSpec::Postgres { url, table } => {
                 let pool = pg_pool(url).await?;
@@ -362,12 +473,8 @@ impl Store {
         let mut out = Vec::new();
         for name in &self.names {
             match (&self.spec, &self.redis, &self.pg) {
-                (ResourceSpec::Redis { url, prefix }, Some(conn), _) => {
-                    type Snap = (Option<String>, Option<String>, Option<String>, Vec<String>);
-                    let (value, fence, holder, audit): Snap = SNAPSHOT
-                        .key(ResourceSpec::hash_key(prefix, name))
-                        .key(ResourceSpec::audit_key(prefix, name))
-                        .invoke_async(&mut conn.clone())
+                (ResourceSpec::Redis { url, prefix, .. }, Some((_, conn)), _) => {
+                    let (value, fence, holder, audit) = snapshot_of(conn, prefix, name)
                         .await
                         .map_err(|e| Error::redis(url, &e))?;
                     for (i, entry) in audit.iter().enumerate() {
@@ -443,10 +550,45 @@ impl Store {
         Ok(out)
     }
 
+    /// A task that refreshes the TTL of the Redis resource's keys every
+    /// [`KEY_TTL_REFRESH`] for as long as it runs (`None` for Postgres).
+    pub(crate) fn ttl_keeper(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let (ResourceSpec::Redis { prefix, .. }, Some((_, conn))) = (&self.spec, &self.redis)
+        else {
+            return None;
+        };
+        let keys: Vec<[String; 2]> = self
+            .names
+            .iter()
+            .map(|n| {
+                [
+                    ResourceSpec::hash_key(prefix, n),
+                    ResourceSpec::audit_key(prefix, n),
+                ]
+            })
+            .collect();
+        let conn = conn.clone();
+        Some(async move {
+            loop {
+                tokio::time::sleep(KEY_TTL_REFRESH).await;
+                for pair in &keys {
+                    let mut pipe = redis::pipe();
+                    for key in pair {
+                        pipe.cmd("PEXPIRE")
+                            .arg(key)
+                            .arg(KEY_TTL.as_millis() as u64)
+                            .ignore();
+                    }
+                    let _: redis::RedisResult<()> = pipe.query_async(&mut conn.clone()).await;
+                }
+            }
+        })
+    }
+
     /// Removes what the run created.
     pub(crate) async fn remove(&self) {
         match (&self.spec, &self.redis, &self.pg) {
-            (ResourceSpec::Redis { prefix, .. }, Some(conn), _) => {
+            (ResourceSpec::Redis { prefix, .. }, Some((_, conn)), _) => {
                 for name in &self.names {
                     let _: redis::RedisResult<()> = redis::cmd("DEL")
                         .arg(ResourceSpec::hash_key(prefix, name))
@@ -466,6 +608,27 @@ impl Store {
             _ => {}
         }
     }
+}
+
+/// A name's hash fields and its whole audit, read in one script; a read
+/// is safe to send again, so a failed one is, twice.
+async fn snapshot_of(
+    conn: &RawConnection,
+    prefix: &str,
+    name: &str,
+) -> redis::RedisResult<(Option<String>, Option<String>, Option<String>, Vec<String>)> {
+    let mut call = SNAPSHOT.prepare_invoke();
+    call.key(ResourceSpec::hash_key(prefix, name))
+        .key(ResourceSpec::audit_key(prefix, name));
+    let mut reply = call.invoke_async(&mut conn.clone()).await;
+    for _ in 0..2 {
+        if reply.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        reply = call.invoke_async(&mut conn.clone()).await;
+    }
+    reply
 }
 
 fn audit_event(t: i64, name: &str, seq: u64, a: AuditJson) -> Event {
@@ -498,7 +661,7 @@ mod tests {
     #[tokio::test]
     async fn the_audited_write_applies_fencelocks_rule() -> Result<()> {
         let server = RedisServer::start();
-        let mut conn = redis_manager(&server.url()).await?;
+        let (_client, mut conn) = crate::conn::raw(&server.url(), &Tls::new()).await?;
         let (hash, audit) = ("r", "r:audit");
         let mut stored: Option<(Fence, String)> = None;
         let mut accepted = 0;
@@ -519,6 +682,7 @@ mod tests {
                 .arg("w0")
                 .arg(0)
                 .arg(1)
+                .arg(60_000)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(|e| Error::failed(e.to_string()))?;

@@ -280,10 +280,21 @@ pub async fn run<T: Topology>(
         replicas: topology.replicas(),
         wait_replicas,
     };
+    // A resource on the lock deployment itself (a given Redis) waits for
+    // the replicas a grant waits for: C3 then judges the lock, not a write
+    // a failover lost. A separate resource server has no replicas.
+    let same_deployment = topology.resource_url() == topology.lock_url();
     let resource = match &config.resource {
         ResourceKind::Redis => ResourceSpec::Redis {
             url: topology.resource_url().to_string(),
             prefix: prefix.clone(),
+            replicas: if same_deployment { wait_replicas } else { 0 },
+            replica_timeout_ms: config.replica_timeout().as_millis() as u64,
+            tls: if same_deployment {
+                config.tls.clone()
+            } else {
+                crate::conn::Tls::new()
+            },
         },
         ResourceKind::Postgres { url } => ResourceSpec::Postgres {
             url: url.clone(),
@@ -293,12 +304,16 @@ pub async fn run<T: Topology>(
     // The lock store must answer before a worker starts: workers that
     // cannot reach it run no operation, and a run without operations would
     // end "no violation" having proved nothing.
-    fencelock::LockClient::builder(topology.lock_url())
+    config
+        .tls
+        .builder(topology.lock_url())
         .connect_timeout(Duration::from_secs(5))
         .connect()
         .await
         .map_err(|e| Error::new(ErrorKind::Unreachable, e.to_string()))?;
     let store = Store::open(resource.clone(), names.clone()).await?;
+    // The resource's keys live only as long as the run refreshes them.
+    let ttl_keeper = store.ttl_keeper().map(tokio::spawn);
     let live = RefCell::new(Live {
         events: Vec::new(),
         file: config
@@ -324,6 +339,7 @@ pub async fn run<T: Topology>(
     };
     let observer = Observer::start(
         topology.lock_url(),
+        &config.tls,
         &prefix,
         layout,
         &names,
@@ -357,6 +373,7 @@ pub async fn run<T: Topology>(
             seed: config.seed,
             replicas: wait_replicas,
             replica_timeout_ms: config.replica_timeout().as_millis() as u64,
+            tls: config.tls.clone(),
         };
         workers.push(spawn_worker(launcher, &spec, tx.clone()).await?);
     }
@@ -423,8 +440,11 @@ pub async fn run<T: Topology>(
     if let Some(f) = &mut live.file {
         f.flush();
     }
+    if let Some(keeper) = ttl_keeper {
+        keeper.abort();
+    }
     store.remove().await;
-    remove_lock_keys(topology.lock_url(), &prefix).await;
+    remove_lock_keys(topology.lock_url(), &config.tls, &prefix).await;
     Ok(Report::from_history(&History::new(live.events)))
 }
 
@@ -499,47 +519,32 @@ async fn heal<T: Topology>(topology: &mut T, proxy: Option<&Proxy>, pids: &[Pid]
     }
 }
 
-/// Deletes every key under the run's prefix (SCAN, never KEYS; on etcd one
-/// range delete of the prefix).
-async fn remove_lock_keys(url: &str, prefix: &str) {
+/// Deletes every key under the run's prefix (SCAN on every master, never
+/// KEYS; on etcd one range delete of the prefix), through fencelock's own
+/// connection: every URL form and the run's TLS files.
+async fn remove_lock_keys(url: &str, tls: &crate::conn::Tls, prefix: &str) {
     if crate::topology::is_etcd_url(url) {
-        return remove_etcd_keys(url, prefix).await;
+        return remove_etcd_keys(url, tls, prefix).await;
     }
-    let Ok(client) = redis::Client::open(url) else {
-        return;
-    };
-    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
-        return;
-    };
-    let pattern = format!("{prefix}*");
-    let mut cursor: u64 = 0;
-    for _ in 0..100_000 {
-        let reply: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await;
-        let Ok((next, keys)) = reply else { return };
-        if !keys.is_empty() {
-            let _: redis::RedisResult<()> =
-                redis::cmd("DEL").arg(&keys).query_async(&mut conn).await;
-        }
-        if next == 0 {
+    let conn = match crate::conn::raw(url, tls).await {
+        Ok((_client, conn)) => conn,
+        Err(e) => {
+            tracing::warn!("cannot reach Redis to delete the run's keys under {prefix}: {e}");
             return;
         }
-        cursor = next;
+    };
+    if let Err(e) = conn.delete_prefix(prefix).await {
+        tracing::warn!("cannot delete the run's keys under {prefix}: {e}");
     }
 }
 
 /// Deletes every etcd key under the run's prefix: holder and waiter keys of
 /// workers that were killed at the end (their leases would expire, but not
 /// before the run returns).
-async fn remove_etcd_keys(url: &str, prefix: &str) {
+async fn remove_etcd_keys(url: &str, tls: &crate::conn::Tls, prefix: &str) {
     // Bounded: a cluster that lost its quorum must not hold the report up.
-    let connect = fencelock::LockClient::builder(url)
+    let connect = tls
+        .builder(url)
         .prefix(prefix)
         .connect_timeout(Duration::from_secs(2))
         .response_timeout(Duration::from_secs(5))

@@ -204,11 +204,40 @@ pub fn refusal(kind: NemesisKind, shape: &Shape<'_>) -> Option<String> {
     }
     if kind.needs_proxy() && !shape.proxyable {
         return Some(format!(
-            "{}: the fault proxy cannot stand between the workers and a {name} topology (its clients are handed the nodes' own addresses, which bypass the proxy)",
+            "{}: the fault proxy cannot stand between the workers and a {name} topology (a Sentinel or a Cluster hands its clients the nodes' own addresses, which bypass the proxy; TLS and Unix sockets cannot be proxied)",
+            kind.name()
+        ));
+    }
+    // Without the proxy, a worker's connections are found by the one
+    // server's address; a given Sentinel or Cluster has several, a TLS or
+    // Unix-socket URL none the tool can reach at that level.
+    if kind == NemesisKind::ClientKill && !shape.controls_server && !shape.proxyable {
+        return Some(format!(
+            "{}: finds a worker's connections at the fault proxy, or at the one server of a plain redis:// URL; a deployment given with --redis as a Sentinel, Cluster, TLS or Unix-socket URL offers neither",
             kind.name()
         ));
     }
     None
+}
+
+/// Whether `url` is one the fault proxy can stand in for: a plain
+/// `redis://` or `etcd://` URL (not TLS, not a Unix socket, not Sentinel or
+/// Cluster, whose clients are handed the nodes' own addresses).
+pub(crate) fn proxyable_url(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(s, _)| s);
+    scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("etcd")
+}
+
+/// Whether `url` names a replicated Redis deployment by its form:
+/// `redis+sentinel://`, `redis+cluster://` (and their TLS forms).
+fn replicated_url(url: &str) -> bool {
+    let scheme = url
+        .split_once("://")
+        .map_or(String::new(), |(s, _)| s.to_ascii_lowercase());
+    matches!(
+        scheme.as_str(),
+        "redis+sentinel" | "rediss+sentinel" | "redis+cluster" | "rediss+cluster"
+    )
 }
 
 /// Why a nemesis has no meaning on etcd, if it has none.
@@ -263,10 +292,50 @@ impl Remote {
 
     /// Says that each shard of the deployment has `replicas` replicas: the
     /// workers then wait for them on every grant (unless
-    /// [`crate::Config::replicas`] says fewer).
+    /// [`crate::Config::replicas`] says fewer), and so do the audited
+    /// resource's writes when it lives on this deployment.
     pub fn with_replicas(mut self, replicas: u32) -> Self {
         self.replicas = replicas;
         self
+    }
+
+    /// For a `redis+sentinel://` or `redis+cluster://` URL: asks the
+    /// deployment how many replicas the shards of the lock `names` have
+    /// (`INFO replication` on each one's master, the fewest), as
+    /// [`Remote::with_replicas`] would be told. Other URLs are left as
+    /// they are.
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Unreachable`] when the deployment cannot be
+    /// reached or answers with an error.
+    pub async fn with_replicas_found(
+        mut self,
+        tls: &crate::conn::Tls,
+        names: &[String],
+    ) -> Result<Self> {
+        if !replicated_url(&self.url) {
+            return Ok(self);
+        }
+        let (_client, conn) = crate::conn::raw(&self.url, tls).await?;
+        let mut fewest: Option<u32> = None;
+        for name in names {
+            // The lock keys of `name` carry the hash tag {name}.
+            let info: String = conn
+                .query(
+                    &format!("{{{name}}}"),
+                    redis::cmd("INFO").arg("replication"),
+                )
+                .await
+                .map_err(|e| Error::new(crate::ErrorKind::Unreachable, e.to_string()))?;
+            let n = info
+                .lines()
+                .find_map(|l| l.strip_prefix("connected_slaves:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            fewest = Some(fewest.map_or(n, |f| f.min(n)));
+        }
+        self.replicas = fewest.unwrap_or(0);
+        Ok(self)
     }
 }
 
@@ -289,6 +358,10 @@ impl Topology for Remote {
 
     fn replicas(&self) -> u32 {
         self.replicas
+    }
+
+    fn proxyable(&self) -> bool {
+        proxyable_url(&self.url)
     }
 
     async fn pause(&mut self) -> Result<()> {

@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::RunClock;
 use crate::config::Variant;
+use crate::conn::Tls;
 use crate::controls::{self, ControlLease, ControlLock};
 use crate::error::{Error, Result};
 use crate::history::{Entry, Event, Outcome, Released};
@@ -59,6 +60,9 @@ pub struct WorkerSpec {
     /// How long a grant waits for them, in ms.
     #[serde(default)]
     pub(crate) replica_timeout_ms: u64,
+    /// The TLS files of every connection.
+    #[serde(default)]
+    pub(crate) tls: Tls,
 }
 
 /// Writes history lines to stdout.
@@ -96,12 +100,12 @@ impl Emitter {
 #[derive(Debug)]
 enum Locker {
     Fencelock(LockClient, LockOptions),
-    Control(ControlLock),
+    Control(Box<ControlLock>),
 }
 
 enum Held {
     Fencelock(fencelock::Lease),
-    Control(ControlLease),
+    Control(Box<ControlLease>),
 }
 
 impl Held {
@@ -168,7 +172,7 @@ impl Held {
                 Ok(_) => Released::NotOurs,
                 Err(_) => Released::Unknown,
             },
-            Held::Control(l) => l.release().await,
+            Held::Control(l) => (*l).release().await,
         }
     }
 }
@@ -181,7 +185,7 @@ impl Locker {
                 .await
                 .map(Held::Fencelock)
                 .map_err(|e| short(&e)),
-            Locker::Control(lock) => lock.acquire(name).await.map(Held::Control),
+            Locker::Control(lock) => lock.acquire(name).await.map(|l| Held::Control(Box::new(l))),
         }
     }
 }
@@ -237,11 +241,22 @@ async fn run(spec: WorkerSpec, stop: CancellationToken) -> Result<()> {
     let wait = Duration::from_millis(spec.wait_ms);
     let fence_mode = FenceMode::parse(&spec.fence_mode).unwrap_or_default();
     let locker = match variant {
-        Some(v) if v.breaks_the_lock() => Locker::Control(
-            ControlLock::connect(&spec.lock_url, v, &spec.prefix, ttl, wait, fence_mode).await?,
-        ),
+        Some(v) if v.breaks_the_lock() => Locker::Control(Box::new(
+            ControlLock::connect(
+                &spec.lock_url,
+                v,
+                &spec.prefix,
+                ttl,
+                wait,
+                fence_mode,
+                &spec.tls,
+            )
+            .await?,
+        )),
         _ => {
-            let client = LockClient::builder(spec.lock_url.clone())
+            let client = spec
+                .tls
+                .builder(&spec.lock_url)
                 .prefix(spec.prefix.clone())
                 .response_timeout(Duration::from_secs(2))
                 .connect()

@@ -12,10 +12,15 @@
 //! cargo run -p fencelock --features postgres --example invoice
 //! ```
 //!
-//! It starts its own `redis-server` and PostgreSQL server (through
-//! `fencelock-testkit`, on free loopback ports, in temporary directories,
-//! stopped at the end), so it needs `redis-server` and the PostgreSQL server
-//! binaries installed (`scripts/setup.sh`).
+//! By default it starts its own `redis-server` and PostgreSQL server
+//! (through `fencelock-testkit`, on free loopback ports, in temporary
+//! directories, stopped at the end), so it needs `redis-server` and the
+//! PostgreSQL server binaries installed (`scripts/setup.sh`). Given
+//! `FENCELOCK_URL` (a Redis URL) it uses that Redis instead, and given
+//! `FENCELOCK_PG_URL` that database, in which it creates the table
+//! `invoices` (it stops if the table exists, and leaves it for you to
+//! look at). It exits non-zero unless the row ends up holding B's write,
+//! which the tests check on every change.
 #![allow(clippy::print_stdout)]
 
 use std::sync::mpsc;
@@ -67,13 +72,32 @@ fn describe(outcome: &WriteOutcome) -> String {
     }
 }
 
+/// The URL in environment variable `var`, if set and not empty.
+fn env_url(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
 fn main() -> anyhow::Result<()> {
-    println!("starting a private redis-server and PostgreSQL server ...");
-    let redis = RedisServer::start();
-    let pg = PgServer::start();
-    let db_url = pg.create_database("billing");
+    // Each server is started only when no URL names one; dropping it stops
+    // it, so both live until `main` returns.
+    let redis = env_url("FENCELOCK_URL").map_or_else(
+        || {
+            println!("starting a private redis-server ...");
+            let server = RedisServer::start();
+            (server.url(), Some(server))
+        },
+        |url| (url, None),
+    );
+    let pg = env_url("FENCELOCK_PG_URL").map_or_else(
+        || {
+            println!("starting a private PostgreSQL server ...");
+            let server = PgServer::start();
+            (server.create_database("billing"), Some(server))
+        },
+        |url| (url, None),
+    );
     let rt = tokio::runtime::Runtime::new()?;
-    let result = rt.block_on(run(&redis.url(), &db_url));
+    let result = rt.block_on(run(&redis.0, &pg.0));
     drop(rt);
     result
 }
@@ -190,13 +214,15 @@ async fn run(redis_url: &str, db_url: &str) -> anyhow::Result<()> {
             .fetch_one(&pool)
             .await?;
     println!();
+    // The row records the writer's public holder id (a hash of its token),
+    // never the token itself.
+    let b_holder = lease_b.holder_id();
     println!(
-        "invoices row 42: status {status:?}, lock_fence {}, lock_holder is B's token: {}",
+        "invoices row 42: status {status:?}, lock_fence {}, lock_holder is B's holder id: {}",
         fence.map_or("NULL".into(), |f| f.to_string()),
-        holder.as_deref() == Some(lease_b.token())
+        holder.as_deref() == Some(b_holder.as_str())
     );
     let b_fence = lease_b.fence();
-    let b_token = lease_b.token().to_owned();
     lease_b.release().await?;
 
     ensure!(b_write.is_accepted(), "B's update was refused: {b_write:?}");
@@ -211,7 +237,7 @@ async fn run(redis_url: &str, db_url: &str) -> anyhow::Result<()> {
     ensure!(
         status == "closed by B"
             && fence == i64::try_from(b_fence.get()).ok()
-            && holder.as_deref() == Some(b_token.as_str()),
+            && holder.as_deref() == Some(b_holder.as_str()),
         "the row does not hold B's write"
     );
     println!("ok: the stale holder's update was rejected; the row holds B's status and fence");

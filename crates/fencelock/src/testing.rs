@@ -147,3 +147,107 @@ pub async fn etcd_delete_prefix(client: &LockClient) -> crate::Result<i64> {
         .map(|r| r.deleted())
         .map_err(|e| conn.error(e, "deleting the keys under the prefix"))
 }
+
+/// A Redis client's own connection, as a raw `redis` connection: the same
+/// URL forms, TLS files, Sentinel failovers and Cluster routing as the
+/// client, for data a test or the torture harness keeps next to the locks
+/// (its audited resource, its clean-up).
+///
+/// Every command and pipeline is sent **once**: a call that fails is never
+/// sent again, so a script that is not safe to repeat is not repeated
+/// (behind Sentinel a failure the way a failover explains makes the next
+/// call ask the sentinels first). On a Cluster a command goes to the master
+/// of its first key's slot (a pipeline: of its first keyed command's).
+#[derive(Clone)]
+pub struct RawConnection {
+    conn: crate::store::redis::RedisConn,
+}
+
+impl std::fmt::Debug for RawConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawConnection")
+            .field("url", &self.conn.url())
+            .finish()
+    }
+}
+
+impl RawConnection {
+    /// The connection of the Redis `client`.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidOption`] for an etcd client.
+    pub fn of(client: &LockClient) -> crate::Result<Self> {
+        Ok(RawConnection {
+            conn: client.engine().redis()?.clone(),
+        })
+    }
+
+    /// Runs `cmd` on the master of `key`'s slot (any master without one),
+    /// with the client's error mapping; behind Sentinel it follows a
+    /// failover and runs `cmd` again, so only for commands safe to repeat.
+    ///
+    /// # Errors
+    /// The client's typed errors.
+    pub async fn query<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        cmd: &redis::Cmd,
+    ) -> crate::Result<T> {
+        self.conn.cmd(key, cmd).await
+    }
+
+    /// Deletes every key that starts with `prefix`, on every master (`SCAN`,
+    /// never `KEYS`); returns how many were deleted.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidOption`] for an empty prefix (that would be
+    /// every key); the client's typed errors.
+    pub async fn delete_prefix(&self, prefix: &str) -> crate::Result<u64> {
+        if prefix.is_empty() {
+            return Err(crate::Error::InvalidOption(
+                "refusing to delete every key: the prefix is empty".into(),
+            ));
+        }
+        let pattern = format!("{}*", glob_escape(prefix));
+        let mut deleted = 0;
+        for key in self.conn.scan_any(&pattern).await? {
+            let n: u64 = self.conn.cmd(&key, redis::cmd("DEL").arg(&key)).await?;
+            deleted += n;
+        }
+        Ok(deleted)
+    }
+}
+
+/// `s` with the characters `SCAN … MATCH` treats as a pattern escaped.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl redis::aio::ConnectionLike for RawConnection {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        Box::pin(self.conn.send_once(cmd))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        Box::pin(self.conn.send_pipeline_once(cmd, offset, count))
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}

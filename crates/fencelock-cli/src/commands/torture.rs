@@ -15,7 +15,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use fencelock_torture::{
     Config, ErrorKind, History, Launcher, NemesisKind, Progress, Remote, Report, ResourceKind,
-    Shape, Status, Variant,
+    Shape, Status, Tls, Variant,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -78,7 +78,21 @@ Nemeses (--nemesis, comma-separated; default: every one available):
 
 With --redis URL (or --url etcd://...) only client-side nemeses run, every
 key is under a random prefix (below --prefix) and deleted at the end; on
-etcd the Redis resource is a private redis-server the tool starts.
+etcd the Redis resource is a private redis-server the tool starts. Every
+URL form the other commands take works, with the same --tls-ca,
+--tls-cert and --tls-key (FENCELOCK_TLS_*). On a redis+sentinel:// or
+redis+cluster:// URL only pause-worker runs (client-kill and the proxy
+need one plain redis:// server), and grants and the resource's writes
+wait for every replica of their shard (--replicas N: for N), so that C3
+judges the lock, not a write a failover lost; the resource's hash and
+audit list share a hash tag. The resource's keys expire 60 s after the
+run stops refreshing them (also when it is killed).
+
+A run whose checkers saw too little is INCONCLUSIVE (exit 2), never
+\"no violation\": every lock name needs at least 1 grant and 1
+acknowledged write (a deployment that refuses every write, such as a
+replica or a master short of the replicas min-replicas-to-write asks
+for, acknowledges none).
 
 Negative controls (--unsafe VARIANT[,VARIANT...] or all) run deliberately
 BROKEN variants instead of fencelock, each with the nemeses that expose it
@@ -106,11 +120,13 @@ Examples:
   fencelock --url etcd://10.0.0.5:2379 torture --nemesis pause-worker,proxy-reset
 
 Exit codes: 0 no violation, 1 a violation (also for a caught --unsafe
-control), 64 usage, 69 Redis or etcd unreachable, 78 bad configuration.";
+control), 2 inconclusive (no violation, but fewer than 1 grant or 1
+acknowledged write for a lock name), 64 usage, 69 Redis or etcd
+unreachable, 78 bad configuration.";
 
 /// Safety harness on Redis or etcd: worker processes, faults (pauses,
 /// kills, restarts, leader changes, a faulty network) and history
-/// checkers C1-C7; exit 1 on a violation.
+/// checkers C1-C7; exit 1 on a violation, 2 when too little was checked.
 #[derive(Debug, Args)]
 #[command(after_help = HELP)]
 pub(crate) struct TortureArgs {
@@ -164,9 +180,11 @@ pub(crate) struct TortureArgs {
     /// `--redis URL`, which uses that deployment instead).
     #[arg(long, value_enum, value_name = "TOPOLOGY")]
     pub(crate) topology: Option<TopologyArg>,
-    /// How many replicas must acknowledge each grant before a worker uses
-    /// it [default: every replica of the shard on sentinel and cluster];
-    /// with `--redis`, the replicas each shard of that deployment has.
+    /// How many replicas must acknowledge each grant (and, with `--redis`,
+    /// each write of the resource) before a worker uses it [default: every
+    /// replica of the shard on sentinel and cluster, and on a given
+    /// redis+sentinel:// or redis+cluster:// deployment as many as it
+    /// reports; 0 on other URLs].
     #[arg(long, value_name = "N")]
     pub(crate) replicas: Option<u32>,
     /// Write the history (JSON lines) to FILE as it is recorded.
@@ -462,6 +480,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
             k.name()
         )));
     }
+    let tls = tls_files(global)?;
     let seed = args.seed.unwrap_or_else(|| {
         let b = uuid::Uuid::new_v4().into_bytes();
         u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) % 1_000_000
@@ -501,6 +520,13 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
         config.stop_on_violation = variant.is_some();
         config.prefix = format!("{}torture:", global.prefix);
         config.replicas = args.replicas;
+        // The TLS options are for the deployment given; the private
+        // servers the tool starts speak plain TCP.
+        config.tls = if given.is_some() {
+            tls.clone()
+        } else {
+            Tls::new()
+        };
         config.history = args.history.as_ref().map(|p| match (variant, runs.len()) {
             (Some(v), n) if n > 1 => {
                 let mut name = p.clone().into_os_string();
@@ -543,9 +569,27 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
                 report
             }
             (Some(url), _) => {
-                let mut remote = Remote::new(url.clone()).with_replicas(args.replicas.unwrap_or(0));
-                fencelock_torture::run(&config, &mut remote, &SelfLauncher, progress, interrupt)
-                    .await
+                let remote = Remote::new(url.clone());
+                // A Sentinel or Cluster URL: grants and the audited
+                // resource's writes wait for the replicas each shard has
+                // (unless --replicas says how many).
+                let remote = match args.replicas {
+                    Some(n) => Ok(remote.with_replicas(n)),
+                    None => remote.with_replicas_found(&tls, &config.lock_names()).await,
+                };
+                match remote {
+                    Ok(mut remote) => {
+                        fencelock_torture::run(
+                            &config,
+                            &mut remote,
+                            &SelfLauncher,
+                            progress,
+                            interrupt,
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e),
+                }
             }
             (None, TopologyArg::Etcd) => {
                 let mut etcd = Etcd::start().await?;
@@ -603,8 +647,23 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
     Ok(show(&reports, &skipped, args.json))
 }
 
+/// The TLS files of the global options (`--tls-ca`, `--tls-cert`,
+/// `--tls-key` and their `FENCELOCK_TLS_*` variables), for every
+/// connection of the run, as every other command uses them.
+fn tls_files(global: &GlobalOptions) -> anyhow::Result<Tls> {
+    let mut tls = Tls::new();
+    if let Some(ca) = &global.tls_ca {
+        tls = tls.ca(ca);
+    }
+    if let Some((cert, key)) = crate::connect::client_cert(global)? {
+        tls = tls.client_cert(cert, key);
+    }
+    Ok(tls)
+}
+
 /// Prints the reports (and the controls left out, with why); the exit code:
-/// 1 if any found a violation.
+/// 1 if any found a violation, else 2 if any saw too little to judge
+/// (inconclusive), else 0.
 fn show(reports: &[Report], skipped: &[(&str, &str)], json: bool) -> u8 {
     let controls = reports.len() > 1 || !skipped.is_empty();
     if json {
@@ -649,6 +708,8 @@ fn show(reports: &[Report], skipped: &[(&str, &str)], json: bool) -> u8 {
     }
     if reports.iter().any(|r| r.violations() > 0) {
         exit::FAILED
+    } else if reports.iter().any(|r| r.inconclusive().is_some()) {
+        exit::INCONCLUSIVE
     } else {
         exit::OK
     }

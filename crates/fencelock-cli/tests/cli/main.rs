@@ -14,6 +14,7 @@ mod demo;
 mod diagnostics;
 mod doctor;
 mod etcd;
+mod readme;
 mod run;
 mod secrets;
 mod support;

@@ -26,9 +26,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Variant;
-use crate::conn::AnyConn;
+use crate::conn::Tls;
 use crate::history::{Outcome, Released};
 use crate::resource::{Resource, ResourceSpec, Write};
+use fencelock::testing::RawConnection;
 
 static RELEASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("release.lua")));
@@ -49,7 +50,9 @@ fn drift(ttl: Duration) -> Duration {
 /// A guide-style lock with one part broken.
 #[derive(Debug)]
 pub(crate) struct ControlLock {
-    conn: AnyConn,
+    /// Keeps the client whose connection `conn` is.
+    _client: fencelock::LockClient,
+    conn: RawConnection,
     variant: Variant,
     prefix: String,
     opts: LockOptions,
@@ -58,7 +61,7 @@ pub(crate) struct ControlLock {
 /// A lease of the controls' lock.
 #[derive(Debug)]
 pub(crate) struct ControlLease {
-    conn: AnyConn,
+    conn: RawConnection,
     variant: Variant,
     keys: LockKeys,
     value: String,
@@ -106,9 +109,11 @@ impl ControlLock {
         ttl: Duration,
         wait: Duration,
         fence_mode: FenceMode,
+        tls: &Tls,
     ) -> crate::Result<Self> {
-        let conn = AnyConn::open(url).await?;
+        let (client, conn) = crate::conn::raw(url, tls).await?;
         Ok(ControlLock {
+            _client: client,
             conn,
             variant,
             prefix: prefix.to_string(),
@@ -253,7 +258,7 @@ impl ControlLock {
 
 /// The renewal task: every third of the ttl, and the deadline watchdog.
 async fn renew(
-    conn: AnyConn,
+    conn: RawConnection,
     variant: Variant,
     key: String,
     value: String,

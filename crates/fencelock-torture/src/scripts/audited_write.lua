@@ -9,6 +9,9 @@
 -- ARGV[2] the writer's token (the holder id is derived here, as fencelock does)
 -- ARGV[3] operation id   ARGV[4] worker   ARGV[5] the value the writer read
 -- ARGV[6] the value to write
+-- ARGV[7] the TTL in ms the two keys get when they have none (the run
+--         refreshes it while it lives, so a killed run leaves nothing for
+--         longer)
 --
 -- Returns {1, seq} when accepted, {0, stored_fence} when refused as stale.
 local fence = ARGV[1]
@@ -34,4 +37,7 @@ redis.call('HSET', KEYS[1], 'fence', fence, 'holder', holder, 'value', ARGV[6])
 local seq = redis.call('RPUSH', KEYS[2], cjson.encode({
   op = ARGV[3], worker = ARGV[4], fence = fence, holder = holder,
   read = ARGV[5], before = before, after = ARGV[6]}))
+for _, key in ipairs(KEYS) do
+  if redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, ARGV[7]) end
+end
 return {1, seq}

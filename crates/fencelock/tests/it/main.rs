@@ -14,6 +14,8 @@ mod bad_input;
 mod coalesce;
 #[cfg(feature = "etcd")]
 mod consensus;
+#[cfg(feature = "postgres")]
+mod examples;
 mod exclusion;
 mod fences;
 mod guide_scenario;

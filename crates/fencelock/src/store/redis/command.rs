@@ -160,6 +160,78 @@ impl RedisConn {
         Ok(found)
     }
 
+    /// Sends `cmd` once (never again after a failure, so a call that is
+    /// not safe to repeat is not repeated): on a Cluster routed as redis-rs
+    /// routes it (by its first key), behind Sentinel to the current master
+    /// (feature `testing`: raw calls).
+    #[cfg(feature = "testing")]
+    pub(crate) async fn send_once(&self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        use redis::aio::ConnectionLike;
+        match &self.link {
+            Link::Standalone { conn, .. } => conn.clone().req_packed_command(cmd).await,
+            Link::Cluster { conn, .. } => conn.clone().req_packed_command(cmd).await,
+            Link::Sentinel(link) => {
+                link.once_on_master(
+                    move |mut conn| async move { conn.req_packed_command(cmd).await },
+                )
+                .await
+            }
+        }
+    }
+
+    /// Sends `count` replies' worth of `pipe` (from `offset`) once, as
+    /// [`RedisConn::send_once`] sends a command (on a Cluster, to the
+    /// master of the slot of the pipeline's first key).
+    #[cfg(feature = "testing")]
+    pub(crate) async fn send_pipeline_once(
+        &self,
+        pipe: &redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        use redis::aio::ConnectionLike;
+        match &self.link {
+            Link::Standalone { conn, .. } => {
+                conn.clone().req_packed_commands(pipe, offset, count).await
+            }
+            Link::Cluster { conn, .. } => {
+                conn.clone().req_packed_commands(pipe, offset, count).await
+            }
+            Link::Sentinel(link) => {
+                link.once_on_master(move |mut conn| async move {
+                    conn.req_packed_commands(pipe, offset, count).await
+                })
+                .await
+            }
+        }
+    }
+
+    /// Every key matching `pattern`, of any type, on every master.
+    #[cfg(feature = "testing")]
+    pub(crate) async fn scan_any(&self, pattern: &str) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        for node in self.masters().await? {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, keys): (u64, Vec<String>) = self.on_node(&node, &scan).await?;
+                found.extend(keys);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        found.sort();
+        found.dedup();
+        Ok(found)
+    }
+
     /// Runs a plain command: on a Cluster, on the master of `key`'s slot
     /// (or any master without a key).
     pub(super) async fn plain<T: FromRedisValue>(

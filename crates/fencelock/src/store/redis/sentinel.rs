@@ -158,6 +158,26 @@ impl SentinelLink {
         }
     }
 
+    /// Runs `op` once on the current master; when it fails the way a
+    /// failover explains, asks the sentinels again for the next call but
+    /// returns the failure: for raw calls that are not safe to repeat
+    /// (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub(crate) async fn once_on_master<T, F, Fut>(&self, op: F) -> RedisResult<T>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = RedisResult<T>>,
+    {
+        let master = self.current();
+        let reply = op(master.conn).await;
+        if let Err(e) = &reply
+            && failover_suspect(e)
+        {
+            let _ = self.follow(master.generation).await;
+        }
+        reply
+    }
+
     /// Asks the sentinels again, unless another task already did since
     /// generation `seen` failed, and switches to the master they name.
     pub(crate) async fn follow(&self, seen: u64) -> RedisResult<()> {

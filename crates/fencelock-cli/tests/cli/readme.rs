@@ -1,0 +1,104 @@
+//! The README's shell snippets, run as written: each ```sh block of the
+//! README either runs here against a private redis-server (the
+//! `fencelock` under test first on `PATH`, `FENCELOCK_URL` naming the
+//! server) or is listed, with why, under "Examples the tests run" in the
+//! README. A snippet that stops working, or a new one that is neither run
+//! nor listed, fails the suite.
+
+use std::path::Path;
+use std::process::Command;
+
+use fencelock_testkit::RedisServer;
+
+use crate::support::BIN;
+
+/// The README, as the repository holds it.
+fn readme() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The ```sh blocks of `text`, each as its lines.
+fn sh_blocks(text: &str) -> Vec<Vec<&str>> {
+    let mut blocks = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    for line in text.lines() {
+        match current.as_mut() {
+            None if line.trim_start() == "```sh" => current = Some(Vec::new()),
+            None => {}
+            Some(_) if line.trim_start() == "```" => blocks.extend(current.take()),
+            Some(block) => block.push(line),
+        }
+    }
+    blocks
+}
+
+/// A block's first command: its first line without a trailing comment.
+fn first_command(block: &[&str]) -> String {
+    let line = block.iter().find(|l| !l.trim().is_empty()).copied();
+    let line = line.unwrap_or_default();
+    line.split(" #").next().unwrap_or(line).trim().to_string()
+}
+
+/// The blocks this file runs, by first command.
+const RUN_HERE: [&str; 1] =
+    ["fencelock run invoice-42 -- sh -c 'fencelock write invoice:42 closed'"];
+
+/// The read-modify-write snippet of "Command line": the fenced write, the
+/// update through a command, and the update by hand (`read --register`,
+/// `jq`, `write`) each do what the README says.
+#[test]
+fn the_readme_read_modify_write_snippet_runs_as_written() {
+    let text = readme();
+    let block = sh_blocks(&text)
+        .into_iter()
+        .find(|b| first_command(b) == RUN_HERE[0])
+        .expect("the README's read-modify-write snippet");
+    let server = RedisServer::start();
+    let bin_dir = Path::new(BIN).parent().expect("the binary's directory");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("sh")
+        .arg("-ec")
+        .arg(block.join("\n"))
+        .env("PATH", path)
+        .env("FENCELOCK_URL", server.url())
+        .env_remove("FENCELOCK_REDIS_URL")
+        .output()
+        .expect("runs sh");
+    assert!(
+        out.status.success(),
+        "the snippet failed ({:?}):\n{}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `write invoice:42 closed`, then two increments of `counter`.
+    let value = |key: &str| server.query::<Option<String>>(&["HGET", key, "value"]);
+    assert_eq!(value("invoice:42").as_deref(), Some("closed"));
+    assert_eq!(value("counter").as_deref(), Some("2"));
+}
+
+/// Every ```sh block of the README is run here or listed, with why it is
+/// not, under "Examples the tests run".
+#[test]
+fn every_readme_snippet_is_run_or_listed_as_excluded() {
+    let text = readme();
+    let section = text
+        .split("\n### Examples the tests run\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n#").next())
+        .expect("the README section \"Examples the tests run\"");
+    let blocks = sh_blocks(&text);
+    assert!(blocks.len() >= 4, "found only {} sh blocks", blocks.len());
+    for block in blocks {
+        let first = first_command(&block);
+        assert!(
+            RUN_HERE.contains(&first.as_str()) || section.contains(&format!("`{first}`")),
+            "the README's snippet starting with `{first}` is neither run by the tests nor listed, with why, under \"Examples the tests run\""
+        );
+    }
+}
