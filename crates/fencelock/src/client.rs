@@ -122,8 +122,10 @@ impl LockClientBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for a malformed URL or invalid defaults,
-    /// [`Error::Unreachable`] naming the URL, [`Error::Auth`] when the
-    /// credentials are refused.
+    /// and on etcd for a namespace (`?prefix=`) without a closing `/` or a
+    /// lock prefix with a `/` (the two could join into another pair's
+    /// keys), [`Error::Unreachable`] naming the URL, [`Error::Auth`] when
+    /// the credentials are refused.
     pub async fn connect(self) -> Result<LockClient> {
         self.defaults.validate()?;
         let shown: String = self.prefix.chars().take(64).collect();
@@ -138,6 +140,7 @@ impl LockClientBuilder {
             )));
         }
         let engine = Engine::connect(&self.url, &self.settings).await?;
+        engine.check_prefix(&self.prefix)?;
         Ok(LockClient {
             inner: Arc::new(ClientInner {
                 leases: Leases::new(engine),
@@ -168,9 +171,11 @@ impl LockClient {
     ///   nodes; `sentinel_password=` if the sentinels have their own);
     /// - `redis+cluster://[user:password@]host:port[,host:port…]` — Redis
     ///   Cluster (`rediss+cluster://` for TLS);
-    /// - `etcd://[user:password@]host[:port][,host[:port]…][?prefix=NAMESPACE]`
+    /// - `etcd://[user:password@]host[:port][,host[:port]…][?prefix=NAMESPACE/]`
     ///   — an etcd cluster (feature `etcd`; `etcds://` for TLS; port 2379 by
-    ///   default; `prefix` is put in front of every key the client touches).
+    ///   default; `prefix` is put in front of every key the client touches,
+    ///   and must end with `/`; the lock prefix must then have no `/`, so
+    ///   the two never join into another pair's keys).
     ///   The same API, with etcd's guarantees: see the crate docs, "etcd".
     ///
     /// TLS trusts the system's roots unless [`LockClientBuilder::tls_ca`]
@@ -242,10 +247,14 @@ impl LockClient {
 
     /// A fenced key in this client's etcd (feature `etcd`): `key` is used as
     /// given, after the URL's namespace (`?prefix=`), without the lock
-    /// prefix.
+    /// prefix. Locks and fenced keys share the namespace, so a key that
+    /// starts with the lock prefix and has a `/` after it (`lock:job/1`,
+    /// shaped like a holder's key) is refused: etcd's lock recipe would
+    /// take it for a holder that never expires.
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for an empty, oversized or malformed key;
+    /// [`Error::InvalidName`] for an empty, oversized or malformed key, or
+    /// one in the locks' key space;
     /// [`Error::InvalidOption`] on a Redis client (use
     /// [`LockClient::fenced_hash`] there).
     #[cfg(feature = "etcd")]
@@ -256,7 +265,12 @@ impl LockClient {
                     .into(),
             ));
         };
-        crate::FencedKey::new(conn.clone(), key, Some(self.inner.leases.stats().clone()))
+        crate::FencedKey::new(
+            conn.clone(),
+            key,
+            &self.inner.prefix,
+            Some(self.inner.leases.stats().clone()),
+        )
     }
 
     /// The kind of store behind this client: `"redis"` or `"etcd"`.

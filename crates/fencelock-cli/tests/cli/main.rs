@@ -14,6 +14,7 @@ mod demo;
 mod diagnostics;
 mod doctor;
 mod etcd;
+mod etcd_key_space;
 mod etcd_paused;
 mod run;
 mod secrets;

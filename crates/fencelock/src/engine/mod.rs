@@ -94,6 +94,17 @@ impl Engine {
         }
     }
 
+    /// Checks that the lock prefix can be used on this store: on etcd, it
+    /// and the URL's namespace must join without ambiguity (see
+    /// `store::etcd::check_key_space`).
+    pub(crate) fn check_prefix(&self, prefix: &str) -> Result<()> {
+        match self {
+            Engine::Redis(_) => Ok(()),
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(e) => crate::store::etcd::check_key_space(e.conn.namespace(), prefix),
+        }
+    }
+
     /// The URL, without its password.
     pub(crate) fn url(&self) -> &str {
         match self {

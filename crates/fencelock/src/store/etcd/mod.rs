@@ -28,5 +28,5 @@ pub(crate) use fenced::{KeyWrite, Stored, read_key, write_key};
 pub(crate) use grant::grant_txn_for_tests;
 pub(crate) use grant::{Found, lease_seconds, queue_txn, try_txn};
 pub(crate) use held::{HeldKey, Status};
-pub(crate) use keys::{holder_key, lock_prefix, validate_name};
+pub(crate) use keys::{check_key_space, holder_key, in_lock_space, lock_prefix, validate_name};
 pub(crate) use queue::{Look, look, watch_deletion};
