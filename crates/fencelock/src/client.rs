@@ -323,11 +323,44 @@ impl LockClient {
     /// [`LockClient::try_acquire`].
     ///
     /// # Cancel safety
-    /// As [`LockClient::try_acquire`].
+    /// As [`LockClient::try_acquire`]. On etcd, a dropped acquisition also
+    /// revokes its leases (and so removes its waiter's key) in the
+    /// background; [`LockClient::flush`] waits for that. When the wait runs
+    /// out, the key is removed before `Timeout` is returned.
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
         let keys = self.lock_keys(name, opts.layout)?;
         self.inner.leases.acquire(name, keys, opts).await
+    }
+
+    /// Waits until the clean-ups this client sends in the background have
+    /// finished: the release of a [`Lease`] dropped without
+    /// [`Lease::release`], and on etcd the revocation of an acquisition's
+    /// lease (and so of its waiter's key) when its future was dropped.
+    /// Dropping cannot wait, so these run as tasks of their own, and a
+    /// runtime that ends first cancels them (the store then removes what
+    /// they would have by its ttl; on etcd a waiter's key by the short
+    /// waiter lease, see the README). Call it before a process ends right
+    /// after dropping an acquisition or a lease, e.g. in a Ctrl-C handler;
+    /// bound it with a timeout if the store may be unreachable.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// use fencelock::LockClient;
+    ///
+    /// let client = LockClient::connect("etcd://127.0.0.1:2379").await?;
+    /// let opts = client.options().wait(Duration::from_secs(60));
+    /// tokio::select! {
+    ///     lease = client.acquire("nightly", &opts) => { lease?.release().await?; }
+    ///     _ = tokio::signal::ctrl_c() => {}
+    /// }
+    /// // The waiter's key is gone before the process ends.
+    /// let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn flush(&self) {
+        self.engine().cleanups().finished().await;
     }
 
     /// [`LockClient::try_acquire`] as a future that owns what it needs

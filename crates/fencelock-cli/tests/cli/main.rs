@@ -16,6 +16,7 @@ mod doctor;
 mod etcd;
 mod etcd_key_space;
 mod etcd_paused;
+mod etcd_waiters;
 mod run;
 mod secrets;
 mod support;
