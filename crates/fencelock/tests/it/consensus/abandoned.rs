@@ -95,22 +95,24 @@ fn etcd_a_dropped_acquire_removes_its_key_and_flush_waits_for_it() -> Result<()>
         let client = LockClient::connect(&cluster.url()).await?;
         anyhow::Ok(client.acquire("busy", &client.options().ttl(TTL)).await?)
     })?;
+    // Queues an acquisition, then drops it (at the end of the block).
     let queued = |c: LockClient| async move {
-        let opts = c.options().ttl(TTL).wait(Duration::from_secs(60));
-        let acquire = c.acquire("busy", &opts);
-        tokio::pin!(acquire);
-        let give_up = Instant::now() + Duration::from_secs(10);
-        // Dropped once it is queued.
-        loop {
-            tokio::select! {
-                r = &mut acquire => bail!("the acquisition ended: {r:?}"),
-                () = tokio::time::sleep(Duration::from_millis(20)) => {}
-            }
-            if c.waiters("busy", KeyLayout::default()).await? == 1 {
-                break;
-            }
-            if Instant::now() > give_up {
-                bail!("never queued");
+        {
+            let opts = c.options().ttl(TTL).wait(Duration::from_secs(60));
+            let acquire = c.acquire("busy", &opts);
+            tokio::pin!(acquire);
+            let give_up = Instant::now() + Duration::from_secs(10);
+            loop {
+                tokio::select! {
+                    r = &mut acquire => bail!("the acquisition ended: {r:?}"),
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+                if c.waiters("busy", KeyLayout::default()).await? == 1 {
+                    break;
+                }
+                if Instant::now() > give_up {
+                    bail!("never queued");
+                }
             }
         }
         anyhow::Ok(c)
