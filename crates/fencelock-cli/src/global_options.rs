@@ -16,8 +16,9 @@ pub(crate) struct GlobalOptions {
     /// `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER[?db=N]`,
     /// `redis+cluster://[user:password@]host:port[,host:port…]`
     /// (`rediss+sentinel://`, `rediss+cluster://` for TLS). etcd:
-    /// `etcd://[user:password@]host:port[,host:port…][?prefix=NAMESPACE]`,
-    /// `etcds://` for TLS. Default: `redis://127.0.0.1:6379` (`demo` and
+    /// `etcd://[user:password@]host:port[,host:port…][?prefix=NAMESPACE/]`,
+    /// `etcds://` for TLS (a NAMESPACE must end with `/`: it is joined to
+    /// --prefix without a separator). Default: `redis://127.0.0.1:6379` (`demo` and
     /// `bench` start a private redis-server instead); also read from
     /// FENCELOCK_REDIS_URL when FENCELOCK_URL is unset. Passwords are never
     /// printed.
@@ -63,7 +64,7 @@ pub(crate) struct GlobalOptions {
     )]
     pub(crate) tls_key: Option<std::path::PathBuf>,
 
-    /// Key prefix of the locks.
+    /// Key prefix of the locks (on etcd without `/`: see --url).
     #[arg(long, global = true, default_value = fencelock::DEFAULT_PREFIX, value_name = "PREFIX")]
     pub(crate) prefix: String,
 

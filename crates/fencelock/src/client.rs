@@ -122,8 +122,10 @@ impl LockClientBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for a malformed URL or invalid defaults,
-    /// [`Error::Unreachable`] naming the URL, [`Error::Auth`] when the
-    /// credentials are refused.
+    /// and on etcd for a namespace (`?prefix=`) without a closing `/` or a
+    /// lock prefix with a `/` (the two could join into another pair's
+    /// keys), [`Error::Unreachable`] naming the URL, [`Error::Auth`] when
+    /// the credentials are refused.
     pub async fn connect(self) -> Result<LockClient> {
         self.defaults.validate()?;
         let shown: String = self.prefix.chars().take(64).collect();
@@ -138,6 +140,7 @@ impl LockClientBuilder {
             )));
         }
         let engine = Engine::connect(&self.url, &self.settings).await?;
+        engine.check_prefix(&self.prefix)?;
         Ok(LockClient {
             inner: Arc::new(ClientInner {
                 leases: Leases::new(engine),
@@ -168,9 +171,11 @@ impl LockClient {
     ///   nodes; `sentinel_password=` if the sentinels have their own);
     /// - `redis+cluster://[user:password@]host:port[,host:port…]` — Redis
     ///   Cluster (`rediss+cluster://` for TLS);
-    /// - `etcd://[user:password@]host[:port][,host[:port]…][?prefix=NAMESPACE]`
+    /// - `etcd://[user:password@]host[:port][,host[:port]…][?prefix=NAMESPACE/]`
     ///   — an etcd cluster (feature `etcd`; `etcds://` for TLS; port 2379 by
-    ///   default; `prefix` is put in front of every key the client touches).
+    ///   default; `prefix` is put in front of every key the client touches,
+    ///   and must end with `/`; the lock prefix must then have no `/`, so
+    ///   the two never join into another pair's keys).
     ///   The same API, with etcd's guarantees: see the crate docs, "etcd".
     ///
     /// TLS trusts the system's roots unless [`LockClientBuilder::tls_ca`]
@@ -242,10 +247,14 @@ impl LockClient {
 
     /// A fenced key in this client's etcd (feature `etcd`): `key` is used as
     /// given, after the URL's namespace (`?prefix=`), without the lock
-    /// prefix.
+    /// prefix. Locks and fenced keys share the namespace, so a key that
+    /// starts with the lock prefix and has a `/` after it (`lock:job/1`,
+    /// shaped like a holder's key) is refused: etcd's lock recipe would
+    /// take it for a holder that never expires.
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for an empty, oversized or malformed key;
+    /// [`Error::InvalidName`] for an empty, oversized or malformed key, or
+    /// one in the locks' key space;
     /// [`Error::InvalidOption`] on a Redis client (use
     /// [`LockClient::fenced_hash`] there).
     #[cfg(feature = "etcd")]
@@ -256,7 +265,12 @@ impl LockClient {
                     .into(),
             ));
         };
-        crate::FencedKey::new(conn.clone(), key, Some(self.inner.leases.stats().clone()))
+        crate::FencedKey::new(
+            conn.clone(),
+            key,
+            &self.inner.prefix,
+            Some(self.inner.leases.stats().clone()),
+        )
     }
 
     /// The kind of store behind this client: `"redis"` or `"etcd"`.
@@ -309,11 +323,44 @@ impl LockClient {
     /// [`LockClient::try_acquire`].
     ///
     /// # Cancel safety
-    /// As [`LockClient::try_acquire`].
+    /// As [`LockClient::try_acquire`]. On etcd, a dropped acquisition also
+    /// revokes its leases (and so removes its waiter's key) in the
+    /// background; [`LockClient::flush`] waits for that. When the wait runs
+    /// out, the key is removed before `Timeout` is returned.
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
         let keys = self.lock_keys(name, opts.layout)?;
         self.inner.leases.acquire(name, keys, opts).await
+    }
+
+    /// Waits until the clean-ups this client sends in the background have
+    /// finished: the release of a [`Lease`] dropped without
+    /// [`Lease::release`], and on etcd the revocation of an acquisition's
+    /// lease (and so of its waiter's key) when its future was dropped.
+    /// Dropping cannot wait, so these run as tasks of their own, and a
+    /// runtime that ends first cancels them (the store then removes what
+    /// they would have by its ttl; on etcd a waiter's key by the short
+    /// waiter lease, see the README). Call it before a process ends right
+    /// after dropping an acquisition or a lease, e.g. in a Ctrl-C handler;
+    /// bound it with a timeout if the store may be unreachable.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// use fencelock::LockClient;
+    ///
+    /// let client = LockClient::connect("etcd://127.0.0.1:2379").await?;
+    /// let opts = client.options().wait(Duration::from_secs(60));
+    /// tokio::select! {
+    ///     lease = client.acquire("nightly", &opts) => { lease?.release().await?; }
+    ///     _ = tokio::signal::ctrl_c() => {}
+    /// }
+    /// // The waiter's key is gone before the process ends.
+    /// let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn flush(&self) {
+        self.engine().cleanups().finished().await;
     }
 
     /// [`LockClient::try_acquire`] as a future that owns what it needs

@@ -131,7 +131,10 @@ process group of its own.
 
 SIGINT, SIGTERM and SIGHUP are forwarded to the command (its process group;
 SIGINT only when stdin is not a terminal: a terminal's Ctrl-C already
-reaches it). If the lock is lost, the whole tree gets SIGTERM, then SIGKILL
+reaches it). One that arrives while `run` still waits for the lock ends it
+with 128+N, after it has left the queue: on etcd its waiter's key is
+removed before it exits (as when --wait runs out), and if it is killed
+(SIGKILL) the key expires with its 2 s waiter lease, not the ttl. If the lock is lost, the whole tree gets SIGTERM, then SIGKILL
 after --kill-grace. If fencelock itself dies, even of SIGKILL, a watchdog
 process (fencelock-watch) kills the whole tree at once.
 
@@ -209,19 +212,28 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
     let mut signals = Signals::new()?;
     let lease = tokio::select! {
         lease = acquire_with_progress(&client, &args.name, &opts, args.quiet) => lease,
-        sig = signals.next() => return Ok(128 + sig as u8),
+        sig = signals.next() => {
+            // The dropped acquisition removes its place in the queue (on
+            // etcd, its waiter's key) in the background: let it finish.
+            flush(&client).await;
+            return Ok(128 + sig as u8);
+        }
     };
     let lease = match lease {
         Ok(lease) => lease,
         // Too few replicas acknowledged the grant: not acquired either (the
         // grant was released again); the message says how many did.
         Err(e) if e.is_contended() || matches!(e, fencelock::Error::NotReplicated { .. }) => {
+            flush(&client).await;
             if !args.quiet {
                 eprintln!("fencelock: {}", redact::scrub(&e.to_string()));
             }
             return Ok(args.conflict_exit_code);
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            flush(&client).await;
+            return Err(e.into());
+        }
     };
 
     // Without a terminal, the command gets a process group of its own, so a
@@ -278,6 +290,16 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
         crate::diagnostics::report_lag(&client, args.ttl);
     }
     code
+}
+
+/// How long `run` waits, before it exits without the lock, for the
+/// clean-ups its dropped acquisition left running (see [`flush`]).
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits (at most [`FLUSH_WAIT`]) for the client's background clean-ups,
+/// so a process that exits without the lock leaves no waiter's key behind.
+async fn flush(client: &LockClient) {
+    let _ = tokio::time::timeout(FLUSH_WAIT, client.flush()).await;
 }
 
 /// The program and its arguments, from `-c STRING` or `-- CMD ARGS…`.

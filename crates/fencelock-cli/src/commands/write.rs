@@ -34,7 +34,13 @@ Examples:
   # inside `fencelock run`, --fence and --holder default to the lock's own:
   fencelock run invoice-42 -- sh -c 'fencelock write invoice:42 closed'
 
-Exit codes: 0 accepted, 3 rejected as stale (a newer holder wrote).";
+On etcd the resource is a fenced etcd key next to the locks: a key that
+starts with the lock prefix and has a '/' after it (lock:job/1) lies in a
+lock's key range, where it would be taken for a holder that never expires,
+and is refused (64).
+
+Exit codes: 0 accepted, 3 rejected as stale (a newer holder wrote); 64 a
+key that cannot be used.";
 
 /// `fencelock write`: exit 0 if accepted, [`REJECTED`] if stale.
 pub(crate) async fn exec(global: &GlobalOptions, args: &WriteArgs) -> anyhow::Result<u8> {

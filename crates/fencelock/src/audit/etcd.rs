@@ -15,11 +15,15 @@ use crate::store::etcd::{EtcdConn, Status, is_transient};
 /// etcd's default database quota (`--quota-backend-bytes` 0 means 2 GiB).
 const DEFAULT_QUOTA: i64 = 2 * 1024 * 1024 * 1024;
 
-/// How long one member has to answer `Status`.
-const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long the audit waits for an election in progress to end (a few
-/// election timeouts of etcd's default 1 s).
-const ELECTION_WAIT: Duration = Duration::from_secs(5);
+/// How long one probe may take: one member's `Status`, the member list,
+/// the alarms, the lease probe. Probes of different members run at once,
+/// so with a member paused the audit ends within [`AUDIT_TIME`].
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// What the whole audit may take: two probe timeouts (one for the member
+/// list, one for the members' and the cluster's probes, which run at
+/// once). The linearizable reads are retried within it while an election
+/// (a member just died, a leader moved) refuses them.
+const AUDIT_TIME: Duration = Duration::from_secs(4);
 
 /// A member as `MemberList` names it, and what its `Status` said.
 pub(super) struct MemberReport {
@@ -28,31 +32,122 @@ pub(super) struct MemberReport {
     pub(super) status: std::result::Result<Status, String>,
 }
 
-/// Runs the audit of the etcd cluster behind `conn`.
+/// What the probes through the connection found: a row's input, or why it
+/// could not be read.
+struct ClusterProbes {
+    rtt: std::result::Result<Vec<Duration>, String>,
+    alarms: std::result::Result<Vec<String>, String>,
+    shortest: std::result::Result<Duration, String>,
+}
+
+/// Runs the audit of the etcd cluster behind `conn`. Every probe is
+/// bounded: a member that does not answer is a row (health), not a failed
+/// audit; only a cluster of which no member answers fails it.
 pub(crate) async fn run(conn: &EtcdConn, opts: &LockOptions) -> Result<Audit> {
-    let rtt = round_trips(conn).await?;
-    let members = members(conn).await?;
-    let alarms = conn
-        .alarms()
-        .await
-        .map(|a| {
-            a.alarms()
-                .iter()
-                .map(|m| format!("{:?} on {:x}", m.alarm(), m.member_id()))
-                .collect::<Vec<_>>()
-        })
-        .map_err(|e| conn.error(e, "reading the alarms"))?;
-    let shortest = shortest_lease(conn).await?;
+    let started = Instant::now();
+    let list = member_list(conn).await?;
+    let deadline = started + AUDIT_TIME;
+    let (members, cluster) = tokio::join!(members(conn, &list), cluster_probes(conn, deadline));
     let mut rows = vec![
         members_row(&members),
         health(&members),
         leader(&members),
         version(&members),
-        db_size(&members, &alarms),
-        lease(shortest, opts.ttl_value()),
+        match &cluster.alarms {
+            Ok(alarms) => db_size(&members, alarms),
+            Err(e) => db_size_unread(&members, e),
+        },
+        match cluster.shortest {
+            Ok(shortest) => lease(shortest, opts.ttl_value()),
+            Err(e) => Check::warn(
+                "lease",
+                format!("not measured: {e}"),
+                "audit again once the cluster has a quorum",
+            ),
+        },
     ];
-    rows.push(super::checks::rtt(&rtt, opts.ttl_value()).renamed_reads());
+    rows.push(match &cluster.rtt {
+        Ok(rtt) => super::checks::rtt(rtt, opts.ttl_value()).renamed_reads(),
+        Err(e) => Check::fail(
+            "rtt",
+            format!("no linearizable read answered: {e}"),
+            "restore the quorum (bring a majority of the members back): without it nothing is granted, renewed or released",
+        ),
+    });
     Ok(Audit::new(conn.url(), rows))
+}
+
+/// The member list, from whichever listed member answers first (each
+/// asked at once, within [`PROBE_TIMEOUT`]; a member without a quorum
+/// still answers it).
+///
+/// # Errors
+/// The last member's error when none answers.
+async fn member_list(conn: &EtcdConn) -> Result<etcd_client::MemberListResponse> {
+    let asks = conn.endpoints().map(|endpoint| {
+        Box::pin(async move {
+            let ask = async {
+                let mut client = conn.member(endpoint).await?;
+                client
+                    .member_list()
+                    .await
+                    .map_err(|e| conn.error(e, "listing the members"))
+            };
+            match tokio::time::timeout(PROBE_TIMEOUT, ask).await {
+                Ok(list) => list,
+                Err(_) => Err(conn.error(
+                    etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded(format!(
+                        "no answer from {endpoint} within {PROBE_TIMEOUT:?}"
+                    ))),
+                    "listing the members",
+                )),
+            }
+        })
+    });
+    futures_util::future::select_ok(asks)
+        .await
+        .map(|(list, _)| list)
+}
+
+/// `call`, given at most `limit`.
+async fn bounded<T>(
+    limit: Duration,
+    call: impl std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+) -> std::result::Result<T, etcd_client::Error> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(reply) => reply,
+        Err(_) => Err(etcd_client::Error::GRpcStatus(
+            tonic::Status::deadline_exceeded(format!("no answer within {limit:?}")),
+        )),
+    }
+}
+
+/// The probes sent through the connection (to any member that answers),
+/// all at once, each by `deadline`.
+async fn cluster_probes(conn: &EtcdConn, deadline: Instant) -> ClusterProbes {
+    let limit = || deadline.saturating_duration_since(Instant::now());
+    let alarms = async {
+        bounded(limit(), conn.alarms())
+            .await
+            .map(|a| {
+                a.alarms()
+                    .iter()
+                    .map(|m| format!("{:?} on {:x}", m.alarm(), m.member_id()))
+                    .collect::<Vec<_>>()
+            })
+            .map_err(|e| conn.error(e, "reading the alarms").to_string())
+    };
+    let shortest = async {
+        shortest_lease(conn, limit().min(PROBE_TIMEOUT))
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let (rtt, alarms, shortest) = tokio::join!(round_trips(conn, deadline), alarms, shortest);
+    ClusterProbes {
+        rtt: rtt.map_err(|e| e.to_string()),
+        alarms,
+        shortest,
+    }
 }
 
 impl Check {
@@ -66,36 +161,30 @@ impl Check {
     }
 }
 
-/// Every member of `MemberList`, each asked for its `Status` on its first
-/// client URL.
-async fn members(conn: &EtcdConn) -> Result<Vec<MemberReport>> {
-    let list = conn
-        .member_list()
-        .await
-        .map_err(|e| conn.error(e, "listing the members"))?;
-    let mut out = Vec::new();
-    for member in list.members() {
+/// Every member of `list`, each asked for its `Status` on its first client
+/// URL, all at once, each within [`PROBE_TIMEOUT`].
+async fn members(conn: &EtcdConn, list: &etcd_client::MemberListResponse) -> Vec<MemberReport> {
+    let asks = list.members().iter().map(|member| async move {
         let name = if member.name().is_empty() {
             format!("{:x} (not started)", member.id())
         } else {
             member.name().to_owned()
         };
         let Some(endpoint) = member.client_urls().first().cloned() else {
-            out.push(MemberReport {
+            return MemberReport {
                 name,
                 endpoint: String::new(),
                 status: Err("no client URL (not started yet)".to_owned()),
-            });
-            continue;
+            };
         };
         let status = member_status(conn, &endpoint).await;
-        out.push(MemberReport {
+        MemberReport {
             name,
             endpoint,
             status,
-        });
-    }
-    Ok(out)
+        }
+    });
+    futures_util::future::join_all(asks).await
 }
 
 async fn member_status(conn: &EtcdConn, endpoint: &str) -> std::result::Result<Status, String> {
@@ -103,9 +192,9 @@ async fn member_status(conn: &EtcdConn, endpoint: &str) -> std::result::Result<S
         let mut client = conn.member(endpoint).await.map_err(|e| e.to_string())?;
         client.status().await.map_err(|e| e.to_string())
     };
-    let reply = tokio::time::timeout(STATUS_TIMEOUT, ask)
+    let reply = tokio::time::timeout(PROBE_TIMEOUT, ask)
         .await
-        .map_err(|_| format!("no answer within {STATUS_TIMEOUT:?}"))??;
+        .map_err(|_| format!("no answer within {PROBE_TIMEOUT:?}"))??;
     let header = reply.header();
     Ok(Status {
         endpoint: endpoint.to_owned(),
@@ -120,26 +209,27 @@ async fn member_status(conn: &EtcdConn, endpoint: &str) -> std::result::Result<S
 }
 
 /// The round trips of a few linearizable reads (a quorum round each),
-/// sorted. The first one fails the audit if etcd cannot be reached.
+/// sorted, read by `deadline`.
 ///
 /// An election in progress (a member just died, a leader moved) refuses
-/// reads for a moment: they are retried for up to [`ELECTION_WAIT`], so the
-/// audit reports the cluster after the election instead of failing.
-async fn round_trips(conn: &EtcdConn) -> Result<Vec<Duration>> {
+/// reads for a moment: they are retried until the deadline, so the audit
+/// reports the cluster after the election instead of failing.
+async fn round_trips(conn: &EtcdConn, deadline: Instant) -> Result<Vec<Duration>> {
     let mut samples = Vec::with_capacity(super::checks::PINGS);
-    let started = Instant::now();
+    let key = format!("{}fencelock-doctor-rtt", conn.namespace());
     for _ in 0..super::checks::PINGS {
         loop {
             let sent = Instant::now();
-            match conn
-                .get(&format!("{}fencelock-doctor-rtt", conn.namespace()), None)
-                .await
-            {
+            let left = deadline.saturating_duration_since(sent);
+            match bounded(left, conn.get(&key, None)).await {
                 Ok(_) => {
                     samples.push(sent.elapsed());
                     break;
                 }
-                Err(e) if is_transient(&e) && started.elapsed() < ELECTION_WAIT => {
+                Err(e)
+                    if is_transient(&e)
+                        && Instant::now() + Duration::from_millis(100) < deadline =>
+                {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(e) => return Err(conn.error(e, "reading")),
@@ -151,13 +241,12 @@ async fn round_trips(conn: &EtcdConn) -> Result<Vec<Duration>> {
 }
 
 /// etcd's shortest lease: the ttl it grants for a 1 s request (a lease of
-/// its own, revoked at once).
-async fn shortest_lease(conn: &EtcdConn) -> Result<Duration> {
-    let lease = conn
-        .lease_grant(1)
+/// its own, revoked at once), within `limit`.
+async fn shortest_lease(conn: &EtcdConn, limit: Duration) -> Result<Duration> {
+    let lease = bounded(limit, conn.lease_grant(1))
         .await
         .map_err(|e| conn.error(e, "granting a probe lease"))?;
-    let _ = conn.lease_revoke(lease.id()).await;
+    let _ = bounded(PROBE_TIMEOUT, conn.lease_revoke(lease.id())).await;
     Ok(Duration::from_secs(lease.ttl().unsigned_abs()))
 }
 
@@ -306,6 +395,16 @@ pub(super) fn db_size(members: &[MemberReport], alarms: &[String]) -> Check {
     } else {
         Check::ok(NAME, found)
     }
+}
+
+/// The `db size` row when the alarms could not be read.
+fn db_size_unread(members: &[MemberReport], why: &str) -> Check {
+    let row = db_size(members, &[]);
+    Check::warn(
+        "db size",
+        format!("{}; the alarms could not be read: {why}", row.found()),
+        "audit again once the cluster has a quorum",
+    )
 }
 
 pub(super) fn lease(shortest: Duration, ttl: Duration) -> Check {

@@ -45,7 +45,13 @@
 //! | `version` | `Status` | etcd 3.4 or newer on every member | older, or mixed versions | |
 //! | `db size` | `Status`, `Alarm` | under 80 % of the quota (2 GiB unless set) | above | a `NOSPACE` or `CORRUPT` alarm: writes refused |
 //! | `lease` | a 1 s lease granted and revoked | etcd's shortest lease is at most the ttl | longer: a crashed holder's lock lasts that long, not the ttl | |
-//! | `rtt` | median of 5 linearizable reads | under 1/20 of the ttl | more (advisory) | |
+//! | `rtt` | median of 5 linearizable reads | under 1/20 of the ttl | more (advisory) | none answered: no quorum |
+//!
+//! Every etcd probe is bounded (2 s): the members' `Status` calls run at
+//! once, and the cluster's probes (alarms, lease, reads) go to any member
+//! that answers, so with a member paused the audit ends within two probe
+//! timeouts, and an unanswered probe is a row, not a failed audit. Only a
+//! cluster of which no member answers the member list fails it.
 //!
 //! | module | concern |
 //! |---|---|

@@ -27,11 +27,13 @@
 //! | `grant` | what a grant gave ([`Granted`], [`Hold`](grant::Hold)) and what an acquisition hands out ([`Acquired`]) |
 //! | `timing` | the decisions about time, as pure functions: drift margin, retry delay, hand-over deadline and trust, too-late grants |
 //! | `backoff` | backoff with jitter (poll mode) |
+//! | `cleanup` | [`Cleanups`](cleanup::Cleanups): the clean-ups of dropped acquisitions and leases, run in the background, and the wait for them |
 //! | `inspect` | [`LockState`], what `inspect` tells |
 //! | `redis` | the recipe on Redis: `redis/acquire.rs` (attempts, the wait loop, hand-overs), `redis/wakeups.rs` (the waiters' wake-ups), `redis/mod.rs` (renew, release, inspect) |
 //! | `etcd` | the recipe on etcd (feature `etcd`): `etcd/acquire.rs` (the lease, the grant, the wait for the predecessor), `etcd/mod.rs` (renew, release, inspect) |
 
 pub(crate) mod backoff;
+pub(crate) mod cleanup;
 #[cfg(feature = "etcd")]
 mod etcd;
 pub(crate) mod grant;
@@ -91,6 +93,27 @@ impl Engine {
             Engine::Redis(_) => "redis",
             #[cfg(feature = "etcd")]
             Engine::Etcd(_) => "etcd",
+        }
+    }
+
+    /// The clean-ups this client runs in the background (dropped leases,
+    /// dropped etcd acquisitions).
+    pub(crate) fn cleanups(&self) -> &cleanup::Cleanups {
+        match self {
+            Engine::Redis(r) => &r.cleanups,
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(e) => &e.cleanups,
+        }
+    }
+
+    /// Checks that the lock prefix can be used on this store: on etcd, it
+    /// and the URL's namespace must join without ambiguity (see
+    /// `store::etcd::check_key_space`).
+    pub(crate) fn check_prefix(&self, prefix: &str) -> Result<()> {
+        match self {
+            Engine::Redis(_) => Ok(()),
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(e) => crate::store::etcd::check_key_space(e.conn.namespace(), prefix),
         }
     }
 

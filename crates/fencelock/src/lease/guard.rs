@@ -246,14 +246,13 @@ impl Drop for Lease {
         }
         self.keeper.stop(self.id);
         self.handle.state.metrics.hold_ended();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (state, keeper, id) = (self.handle.state.clone(), self.keeper.clone(), self.id);
-            runtime.spawn(async move {
-                keeper.close(id).await;
-                if let Err(e) = state.release_once().await {
-                    tracing::debug!(lock = %state.grant.name, error = %e, "best-effort release on drop failed; the lock expires by ttl");
-                }
-            });
-        }
+        let (state, keeper, id) = (self.handle.state.clone(), self.keeper.clone(), self.id);
+        // Tracked, so `LockClient::flush` can wait for it.
+        self.handle.state.engine.cleanups().spawn(async move {
+            keeper.close(id).await;
+            if let Err(e) = state.release_once().await {
+                tracing::debug!(lock = %state.grant.name, error = %e, "best-effort release on drop failed; the lock expires by ttl");
+            }
+        });
     }
 }

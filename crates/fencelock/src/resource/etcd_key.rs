@@ -9,7 +9,7 @@ use crate::keys::validate_resource_key;
 use crate::lease::LeaseHandle;
 use crate::metrics::StatsHandle;
 use crate::resource::{Fenced, WriteOutcome, check_holder};
-use crate::store::etcd::{EtcdConn, KeyWrite, Stored, read_key, write_key};
+use crate::store::etcd::{EtcdConn, KeyWrite, Stored, in_lock_space, read_key, write_key};
 
 /// How often a read-modify-write retries when the key changed between its
 /// read and its write.
@@ -82,8 +82,20 @@ impl From<Stored> for KeyState {
 }
 
 impl FencedKey {
-    pub(crate) fn new(conn: EtcdConn, key: &str, stats: Option<StatsHandle>) -> Result<Self> {
+    pub(crate) fn new(
+        conn: EtcdConn,
+        key: &str,
+        lock_prefix: &str,
+        stats: Option<StatsHandle>,
+    ) -> Result<Self> {
         validate_resource_key(key)?;
+        if in_lock_space(lock_prefix, key) {
+            // Never moved: old clients would no longer see them. Refused.
+            return Err(Error::InvalidName {
+                name: key.chars().take(64).collect(),
+                reason: "a fenced etcd key must not start with the lock prefix and contain '/' after it: there it lies in a lock's key range (PREFIX NAME/), where etcd's lock recipe would take it for a holder that never expires; choose a key outside the lock prefix",
+            });
+        }
         Ok(FencedKey {
             full_key: format!("{}{key}", conn.namespace()),
             conn,

@@ -36,9 +36,18 @@
 //!   (a watch from now, then a read that the key is still there, so no
 //!   deletion is missed and the watch is one etcd serves at once), then
 //!   looks again. First come, first served by construction.
-//!   Every wait mode waits this way (`poll`, `notify` and `fair` alike). The
-//!   waiter keeps its lease alive while it waits; if it gives up, times out
-//!   or is dropped, its lease is revoked, which removes its key.
+//!   Every wait mode waits this way (`poll`, `notify` and `fair` alike).
+//! - **A waiter's key is on a short lease.** With a ttl longer than
+//!   `WAITER_LEASE` (2 s), a free lock is tried first with the holder's
+//!   lease; if someone holds or waits, the waiter's key is created on a
+//!   waiter lease of its own, and moved to the holder's lease (a put that
+//!   keeps its create revision, so its place and fence) once it is first.
+//!   The waiter keeps both alive while it waits. A waiter that dies leaves
+//!   its key for the waiter lease, not the ttl.
+//! - **Giving up removes the key**, by revoking the acquisition's leases: a
+//!   wait that runs out before it returns `Timeout`, a refusal or failure
+//!   and a dropped future in the background (tracked by the client's
+//!   `Cleanups`, which `LockClient::flush` waits for).
 //! - **Loss**: a keep-alive that finds the lease gone, a holder key that is
 //!   gone, or the local monotonic deadline passing first.
 //! - **Release** deletes the key if it still has the holder's create
@@ -51,6 +60,7 @@
 
 mod acquire;
 
+use super::cleanup::Cleanups;
 use super::grant::{Acquired, EtcdHold, Granted};
 use super::inspect::LockState;
 use crate::error::{Error, Result};
@@ -64,11 +74,17 @@ use crate::store::etcd::{EtcdConn, HeldKey, lock_prefix, validate_name};
 #[derive(Debug)]
 pub(crate) struct EtcdEngine {
     pub(crate) conn: EtcdConn,
+    /// The revocations of dropped acquisitions and the releases of dropped
+    /// leases still running.
+    pub(crate) cleanups: Cleanups,
 }
 
 impl EtcdEngine {
     pub(crate) fn new(conn: EtcdConn) -> Self {
-        EtcdEngine { conn }
+        EtcdEngine {
+            conn,
+            cleanups: Cleanups::default(),
+        }
     }
 
     /// Takes lock `name` (its keys' prefix is `keys.lock`): once if `wait`
@@ -83,7 +99,15 @@ impl EtcdEngine {
     ) -> Result<Acquired> {
         // Boxed: etcd's request futures are large, and this one would
         // otherwise sit on the caller's stack.
-        Box::pin(acquire::acquire(&self.conn, name, keys, opts, wait)).await
+        Box::pin(acquire::acquire(
+            &self.conn,
+            &self.cleanups,
+            name,
+            keys,
+            opts,
+            wait,
+        ))
+        .await
     }
 
     /// One renewal: a keep-alive of the holder's own lease and a read of

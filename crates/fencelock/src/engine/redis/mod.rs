@@ -35,6 +35,8 @@ pub(crate) struct RedisEngine {
     client_id: String,
     /// The pub/sub connection, opened when a waiter first needs it.
     wakeups: OnceCell<Wakeups>,
+    /// The releases of dropped leases still running.
+    pub(crate) cleanups: super::cleanup::Cleanups,
 }
 
 impl RedisEngine {
@@ -44,6 +46,7 @@ impl RedisEngine {
             batches: Coalescer::new(),
             client_id: uuid::Uuid::new_v4().simple().to_string(),
             wakeups: OnceCell::new(),
+            cleanups: super::cleanup::Cleanups::default(),
         }
     }
 

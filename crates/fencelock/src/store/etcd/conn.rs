@@ -1,22 +1,36 @@
 //! [`EtcdConn`]: one etcd cluster behind one URL (parsed in `target.rs`;
 //! its errors as fencelock's in `errors.rs`).
 //!
-//! `etcd://[user:password@]host[:port][,host[:port]…][?prefix=NAMESPACE]`
+//! `etcd://[user:password@]host[:port][,host[:port]…][?prefix=NAMESPACE/]`
 //! (`etcds://` for TLS, with the same CA and client certificate settings as
 //! `rediss://`). The port defaults to 2379. `prefix` is a namespace put in
 //! front of every key the client touches (locks and fenced keys), like
-//! `etcdctl`'s namespaces. The client balances over every listed member and
-//! needs a leader for every request (a member cut off from the quorum fails
-//! fast instead of hanging).
+//! `etcdctl`'s namespaces; it must end with `/` (`check_key_space`). Every request needs a leader (a member cut off
+//! from the quorum fails fast instead of hanging).
+//!
+//! **Members that do not answer are skipped.** The connection keeps a
+//! client per listed member and sends each request to one member. A member
+//! that fails it (refused, reset, no leader) or does not answer within
+//! [`MEMBER_TIMEOUT`] (paused, a dead host whose packets vanish) is set
+//! aside for [`SET_ASIDE`] and the request goes to the next member, so a
+//! paused member costs one member timeout per connection and period, not a
+//! response timeout per request. A request that may have been applied is
+//! sent again only when sending it twice is harmless (reads, keep-alives,
+//! the grant and release transactions, which find their own key); a fenced
+//! write is not.
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
     AlarmAction, AlarmResponse, AlarmType, Certificate, Client, ConnectOptions, DeleteOptions,
     DeleteResponse, GetOptions, GetResponse, Identity, LeaseGrantResponse, LeaseRevokeResponse,
-    LeaseTimeToLiveResponse, MemberListResponse, TlsOptions, Txn, TxnResponse, WatchOptions,
+    LeaseTimeToLiveResponse, StatusResponse, TlsOptions, Txn, TxnResponse, WatchOptions,
     WatchStream,
 };
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
 use super::errors::{connect_error, is_transient, map_error, never_sent};
 use super::target::EtcdTarget;
@@ -29,21 +43,76 @@ use crate::store::url::redact;
 /// dropped after this long without a reply, so requests move to the others.
 const KEEP_ALIVE: Duration = Duration::from_secs(2);
 
-/// A connection to one etcd cluster: a client balancing over its members.
-/// Cheap to clone (and small: the client itself is shared).
+/// How long one member has to answer a request while other members are
+/// left to try (the last one gets what is left of the response timeout).
+/// etcd answers in milliseconds when it has a quorum; a commit slowed by
+/// the disk is sent again only where that is harmless.
+pub(crate) const MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long a member that failed a request is tried only after the others.
+const SET_ASIDE: Duration = Duration::from_secs(5);
+
+/// Whether a request that may have reached a member can be sent again to
+/// another one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    /// Sending it twice is harmless.
+    Safe,
+    /// Only if it surely never left (the connection was refused).
+    IfNeverSent,
+}
+
+/// A connection to one etcd cluster: a client per listed member.
+/// Cheap to clone (and small: the clients themselves are shared).
 #[derive(Clone)]
 pub(crate) struct EtcdConn {
     inner: std::sync::Arc<Inner>,
 }
 
 struct Inner {
-    client: Client,
+    members: Vec<Member>,
+    /// The member tried first: the last one that answered.
+    preferred: AtomicUsize,
     /// The URL without its password, for messages.
     url: String,
     /// The URL as given, to scrub client errors of its password.
     raw_url: String,
     target: EtcdTarget,
     options: ConnectOptions,
+    /// The response timeout: what one request may take, all members
+    /// together.
+    response_timeout: Duration,
+}
+
+/// One listed member: its client, made at first use (with credentials,
+/// making it is a request), and until when it is set aside.
+struct Member {
+    endpoint: String,
+    client: OnceCell<Client>,
+    set_aside_until: Mutex<Option<Instant>>,
+}
+
+impl Member {
+    fn is_set_aside(&self, now: Instant) -> bool {
+        self.set_aside_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|until| until > now)
+    }
+
+    fn set_aside(&self) {
+        *self
+            .set_aside_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now() + SET_ASIDE);
+    }
+
+    fn restore(&self) {
+        *self
+            .set_aside_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
 }
 
 impl std::fmt::Debug for EtcdConn {
@@ -80,33 +149,32 @@ impl EtcdConn {
         }
         let shown = redact(url);
         let hint = target_hint(&target, settings);
-        let client = Client::connect(target.endpoints(), Some(options.clone()))
-            .await
-            .map_err(|e| connect_error(&shown, url, e, hint))?;
+        let members = target
+            .endpoints()
+            .into_iter()
+            .map(|endpoint| Member {
+                endpoint,
+                client: OnceCell::new(),
+                set_aside_until: Mutex::new(None),
+            })
+            .collect::<Vec<_>>();
+        // Spread the clients of a cluster over its members.
+        let preferred = rand::random_range(0..members.len().max(1));
         let conn = EtcdConn {
             inner: std::sync::Arc::new(Inner {
-                client,
+                members,
+                preferred: AtomicUsize::new(preferred),
                 url: shown,
                 raw_url: url.to_owned(),
                 target,
                 options,
+                response_timeout: settings.response_timeout,
             }),
         };
-        // The client balances over the members; a request may go to one
-        // that is down before the balancer knows. Any member answering is
-        // enough, so try each a couple of times.
-        let attempts = 2 * conn.inner.target.hosts.len();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match conn.inner.client.clone().status().await {
-                Ok(_) => break,
-                Err(e) if is_transient(&e) && attempt < attempts => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(e) => return Err(connect_error(&conn.inner.url, url, e, hint)),
-            }
-        }
+        // Any member answering is enough.
+        conn.status()
+            .await
+            .map_err(|e| connect_error(&conn.inner.url, url, e, hint))?;
         Ok(conn)
     }
 
@@ -120,24 +188,94 @@ impl EtcdConn {
         &self.inner.target.namespace
     }
 
-    /// Runs one request, again (on another member) if it was never sent: a
-    /// member that is down fails the requests the client's balancer still
-    /// routes to it with a connect error, until the balancer stops picking
-    /// it. A request that was sent is never repeated here.
-    async fn call<T, F, Fut>(&self, mut request: F) -> std::result::Result<T, etcd_client::Error>
+    /// Runs one request on one member, and on the next if that member
+    /// fails it or does not answer within [`MEMBER_TIMEOUT`] (see the
+    /// module's docs); `resend` says whether a request that may have been
+    /// applied can be sent again. All attempts together take at most the
+    /// response timeout.
+    async fn call<T, F, Fut>(
+        &self,
+        resend: Resend,
+        mut request: F,
+    ) -> std::result::Result<T, etcd_client::Error>
     where
         F: FnMut(Client) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        let attempts = 2 * self.inner.target.hosts.len() + 1;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match request(self.inner.client.clone()).await {
-                Err(e) if attempt < attempts && never_sent(&e) => {}
-                other => return other,
+        let members = &self.inner.members;
+        let give_up = Instant::now() + self.inner.response_timeout;
+        let order = self.order();
+        let mut last = None;
+        for (tried, &index) in order.iter().enumerate() {
+            let member = &members[index];
+            let left = give_up.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let others_left = tried + 1 < order.len();
+            let limit = if others_left {
+                left.min(MEMBER_TIMEOUT)
+            } else {
+                left
+            };
+            let attempt = async {
+                let client = self.client(member).await?;
+                request(client).await
+            };
+            let outcome = match tokio::time::timeout(limit, attempt).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(no_answer(&member.endpoint, limit)),
+            };
+            match outcome {
+                Ok(reply) => {
+                    member.restore();
+                    self.inner.preferred.store(index, Ordering::Relaxed);
+                    return Ok(reply);
+                }
+                Err(e) if is_transient(&e) => {
+                    tracing::debug!(member = %member.endpoint, error = %e, "etcd member failed a request; setting it aside");
+                    member.set_aside();
+                    let again = resend == Resend::Safe || never_sent(&e);
+                    if !again {
+                        return Err(e);
+                    }
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
             }
         }
+        Err(last.unwrap_or_else(|| no_answer(&self.inner.url, self.inner.response_timeout)))
+    }
+
+    /// The members in the order to try them: the preferred one first, then
+    /// the others in the URL's order; members set aside after all of them.
+    fn order(&self) -> Vec<usize> {
+        let members = &self.inner.members;
+        let n = members.len();
+        let first = self.inner.preferred.load(Ordering::Relaxed) % n.max(1);
+        let now = Instant::now();
+        let (mut ready, aside): (Vec<usize>, Vec<usize>) = (0..n)
+            .map(|i| (first + i) % n)
+            .partition(|&i| !members[i].is_set_aside(now));
+        ready.extend(aside);
+        ready
+    }
+
+    /// The client of `member`, made now if this is its first request.
+    async fn client(&self, member: &Member) -> std::result::Result<Client, etcd_client::Error> {
+        member
+            .client
+            .get_or_try_init(|| {
+                Client::connect([member.endpoint.as_str()], Some(self.inner.options.clone()))
+            })
+            .await
+            .cloned()
+    }
+
+    /// `Status` of a member (the first that answers).
+    pub(crate) async fn status(&self) -> std::result::Result<StatusResponse, etcd_client::Error> {
+        self.call(Resend::Safe, |mut c| async move { c.status().await })
+            .await
     }
 
     /// A range read (`Get`).
@@ -146,19 +284,35 @@ impl EtcdConn {
         key: &str,
         options: Option<GetOptions>,
     ) -> std::result::Result<GetResponse, etcd_client::Error> {
-        self.call(|mut c| {
+        self.call(Resend::Safe, |mut c| {
             let options = options.clone();
             async move { c.get(key, options).await }
         })
         .await
     }
 
-    /// A transaction.
+    /// A transaction that may be sent twice (another member gets it if the
+    /// first does not answer): the grant and release transactions, which
+    /// find their own key again.
     pub(crate) async fn txn(
         &self,
         txn: Txn,
     ) -> std::result::Result<TxnResponse, etcd_client::Error> {
-        self.call(|mut c| {
+        self.call(Resend::Safe, |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
+    }
+
+    /// A transaction sent to one member only, unless it surely never left:
+    /// a write whose second application could differ from the first (a
+    /// read-modify-write that compares a revision).
+    pub(crate) async fn txn_once(
+        &self,
+        txn: Txn,
+    ) -> std::result::Result<TxnResponse, etcd_client::Error> {
+        self.call(Resend::IfNeverSent, |mut c| {
             let txn = txn.clone();
             async move { c.txn(txn).await }
         })
@@ -171,7 +325,7 @@ impl EtcdConn {
         &self,
         prefix: &str,
     ) -> std::result::Result<DeleteResponse, etcd_client::Error> {
-        self.call(|mut c| async move {
+        self.call(Resend::Safe, |mut c| async move {
             c.delete(prefix, Some(DeleteOptions::new().with_prefix()))
                 .await
         })
@@ -183,8 +337,10 @@ impl EtcdConn {
         &self,
         ttl: i64,
     ) -> std::result::Result<LeaseGrantResponse, etcd_client::Error> {
-        self.call(|mut c| async move { c.lease_grant(ttl, None).await })
-            .await
+        self.call(Resend::Safe, |mut c| async move {
+            c.lease_grant(ttl, None).await
+        })
+        .await
     }
 
     /// Revokes a lease (and deletes its keys).
@@ -192,8 +348,11 @@ impl EtcdConn {
         &self,
         id: i64,
     ) -> std::result::Result<LeaseRevokeResponse, etcd_client::Error> {
-        self.call(|mut c| async move { c.lease_revoke(id).await })
-            .await
+        self.call(
+            Resend::Safe,
+            |mut c| async move { c.lease_revoke(id).await },
+        )
+        .await
     }
 
     /// One keep-alive of a lease (a stream opened and closed: one round
@@ -202,8 +361,10 @@ impl EtcdConn {
         &self,
         id: i64,
     ) -> std::result::Result<(), etcd_client::Error> {
-        self.call(|mut c| async move { c.lease_keep_alive(id).await.map(drop) })
-            .await
+        self.call(Resend::Safe, |mut c| async move {
+            c.lease_keep_alive(id).await.map(drop)
+        })
+        .await
     }
 
     /// A lease's time to live.
@@ -211,8 +372,10 @@ impl EtcdConn {
         &self,
         id: i64,
     ) -> std::result::Result<LeaseTimeToLiveResponse, etcd_client::Error> {
-        self.call(|mut c| async move { c.lease_time_to_live(id, None).await })
-            .await
+        self.call(Resend::Safe, |mut c| async move {
+            c.lease_time_to_live(id, None).await
+        })
+        .await
     }
 
     /// Opens a watch.
@@ -221,30 +384,32 @@ impl EtcdConn {
         key: &str,
         options: Option<WatchOptions>,
     ) -> std::result::Result<WatchStream, etcd_client::Error> {
-        self.call(|mut c| {
+        self.call(Resend::Safe, |mut c| {
             let options = options.clone();
             async move { c.watch(key, options).await }
         })
         .await
     }
 
-    /// The member list.
-    pub(crate) async fn member_list(
-        &self,
-    ) -> std::result::Result<MemberListResponse, etcd_client::Error> {
-        self.call(|mut c| async move { c.member_list().await })
-            .await
-    }
-
     /// The raised alarms.
     pub(crate) async fn alarms(&self) -> std::result::Result<AlarmResponse, etcd_client::Error> {
-        self.call(|mut c| async move { c.alarm(AlarmAction::Get, AlarmType::None, None).await })
-            .await
+        self.call(Resend::Safe, |mut c| async move {
+            c.alarm(AlarmAction::Get, AlarmType::None, None).await
+        })
+        .await
     }
 
-    /// A client of the member at `endpoint` alone (for the audit).
+    /// The client endpoints the URL lists.
+    pub(crate) fn endpoints(&self) -> impl Iterator<Item = &str> {
+        self.inner.members.iter().map(|m| m.endpoint.as_str())
+    }
+
+    /// A client of the member at `endpoint` alone, for the audit: one that
+    /// does not require a leader, so a member cut off from the quorum still
+    /// answers what it knows (no leader) instead of refusing.
     pub(crate) async fn member(&self, endpoint: &str) -> Result<Client> {
-        Client::connect([endpoint], Some(self.inner.options.clone()))
+        let options = self.inner.options.clone().with_require_leader(false);
+        Client::connect([endpoint], Some(options))
             .await
             .map_err(|e| self.error(e, &format!("connecting to the member at {endpoint}")))
     }
@@ -253,6 +418,13 @@ impl EtcdConn {
     pub(crate) fn error(&self, e: etcd_client::Error, doing: &str) -> Error {
         map_error(&self.inner.url, &self.inner.raw_url, e, doing)
     }
+}
+
+/// The error of a member (or of all) that did not answer within `limit`.
+fn no_answer(endpoint: &str, limit: Duration) -> etcd_client::Error {
+    etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded(format!(
+        "no answer from {endpoint} within {limit:?}"
+    )))
 }
 
 /// What to add to a failed connect's message on a TLS URL: a handshake

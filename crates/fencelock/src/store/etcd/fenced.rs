@@ -169,8 +169,11 @@ async fn write_now(
             .and_then([TxnOp::txn(txn)])
             .or_else([TxnOp::get(key, None)]);
     }
+    // Not sent twice: with a mod revision to compare, a write applied by a
+    // slow member and sent again would be refused as a change, and the
+    // read-modify-write would apply its change a second time.
     let reply = conn
-        .txn(txn)
+        .txn_once(txn)
         .await
         .map_err(|e| conn.error(e, "writing a fenced key"))?;
     let mut level = reply;

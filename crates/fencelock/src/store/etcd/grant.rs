@@ -4,7 +4,8 @@
 //! read who is first — once (`try_txn`: only if nobody holds or waits) or
 //! queueing (`queue_txn`: and the key just before ours). A retried
 //! transaction finds the key it created: one key per lease, however often
-//! it is sent.
+//! it is sent. `attach` moves a waiter's key from its short waiter lease to
+//! the holder's lease once it is first.
 
 use std::time::Duration;
 
@@ -141,6 +142,27 @@ pub(crate) async fn queue_txn(
             predecessor: None,
         }),
     }
+}
+
+/// Attaches `key` to `lease` (the holder's, once a waiter is first), if
+/// it still has create revision `revision`: a put keeps the key's create
+/// revision, so its place in the queue and its fence stay; watchers of its
+/// deletion ignore puts. `Ok(false)`: the key is gone.
+pub(crate) async fn attach(
+    conn: &EtcdConn,
+    key: &str,
+    revision: i64,
+    holder: &str,
+    lease: i64,
+) -> Result<bool> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, revision)])
+        .and_then([put_own(key, holder, lease)]);
+    let reply = conn
+        .txn(txn)
+        .await
+        .map_err(|e| conn.error(e, "moving the key to the holder's lease"))?;
+    Ok(reply.succeeded())
 }
 
 /// The first key-value of a range response.

@@ -14,7 +14,7 @@
 
 use std::borrow::Cow;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keys::validate_text;
 
 /// Checks a lock name for etcd: not empty, at most [`MAX_NAME_LEN`](crate::keys::MAX_NAME_LEN) bytes,
@@ -64,6 +64,42 @@ pub(crate) fn decode_name(encoded: &str) -> Option<String> {
 /// The prefix of every key of lock `name`: `NAMESPACE PREFIX ENCODED/`.
 pub(crate) fn lock_prefix(namespace: &str, prefix: &str, name: &str) -> String {
     format!("{namespace}{prefix}{}/", encode_name(name))
+}
+
+/// Checks that the URL's namespace (`?prefix=`) and the lock prefix join
+/// without ambiguity. They are joined as they are, and fencelock never
+/// moves existing keys, so a pair that gives the same keys as another pair
+/// (`?prefix=t` with `1lock:` and `?prefix=t1` with `lock:`) is refused: a
+/// namespace must be empty or end with `/`, and a lock prefix must not
+/// contain `/`. Then the last `/` before a lock's name ends the namespace,
+/// and every pair has keys of its own.
+///
+/// # Errors
+/// [`Error::InvalidOption`] naming which of the two is refused and why
+/// (the namespace's value, a URL parameter, is not repeated).
+pub(crate) fn check_key_space(namespace: &str, prefix: &str) -> Result<()> {
+    if !namespace.is_empty() && !namespace.ends_with('/') {
+        return Err(Error::InvalidOption(
+            "the etcd URL's namespace (?prefix=) must end with '/': it is joined to the lock prefix without a separator, so a namespace without one can give the same keys as another namespace and lock prefix (?prefix=t with --prefix 1lock: and ?prefix=t1 with --prefix lock:); fencelock does not move existing keys, so it refuses the ambiguous namespace instead (?prefix=NAME/ names other keys than ?prefix=NAME: move every client of these locks at once)".into(),
+        ));
+    }
+    if prefix.contains('/') {
+        let shown: String = prefix.chars().take(64).collect();
+        return Err(Error::InvalidOption(format!(
+            "lock prefix {shown:?} cannot be used on etcd: it contains '/', which ends the URL's namespace (?prefix=), so its keys could be another namespace's (a namespace a/ with prefix lock: and prefix a/lock: give the same keys); use a prefix without '/'"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a fenced resource key `key` (after the namespace) lies where
+/// the keys of locks under `prefix` live: it starts with the lock prefix
+/// and has a `/` after it, so some lock's range (`PREFIX NAME/`) holds it
+/// and etcd's lock recipe would take it for a holder or a waiter. A key
+/// there written without a lease would hold that lock for ever.
+pub(crate) fn in_lock_space(prefix: &str, key: &str) -> bool {
+    key.strip_prefix(prefix)
+        .is_some_and(|rest| rest.contains('/'))
 }
 
 /// The key of the holder or waiter with `lease` under `lock_prefix`.
@@ -223,6 +259,53 @@ mod tests {
         ] {
             assert_eq!(glob_match(pattern, text), want, "{pattern} ~ {text}");
         }
+    }
+
+    /// Every accepted pair of namespace and lock prefix has keys of its
+    /// own: two accepted pairs with the same joined prefix are the same
+    /// pair.
+    #[test]
+    fn namespaces_and_prefixes_that_can_collide_are_refused() {
+        // The pair of the report, and its twin.
+        assert!(check_key_space("t", "1lock:").is_err());
+        assert!(check_key_space("t1", "lock:").is_err());
+        assert!(check_key_space("", "a/lock:").is_err());
+        let e = check_key_space("secret-ns", "lock:")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("must end with '/'") && !e.contains("secret-ns"),
+            "{e}"
+        );
+        let accepted = [
+            ("", "lock:"),
+            ("", ""),
+            ("", "tlock:"),
+            ("t/", "lock:"),
+            ("t/", "1lock:"),
+            ("t/1/", "lock:"),
+            ("/app/", ""),
+        ];
+        for (ns, prefix) in accepted {
+            assert!(check_key_space(ns, prefix).is_ok(), "{ns:?} {prefix:?}");
+        }
+        for (i, a) in accepted.iter().enumerate() {
+            for b in &accepted[i + 1..] {
+                assert_ne!(format!("{}{}", a.0, a.1), format!("{}{}", b.0, b.1));
+            }
+        }
+    }
+
+    #[test]
+    fn resource_keys_in_the_locks_key_space_are_recognised() {
+        assert!(in_lock_space("lock:", "lock:victim/1"));
+        assert!(in_lock_space("lock:", "lock:victim/"));
+        assert!(in_lock_space("lock:", "lock:a/b"));
+        assert!(in_lock_space("", "invoices/42"));
+        assert!(!in_lock_space("lock:", "invoices/42"));
+        assert!(!in_lock_space("lock:", "lock:victim"));
+        assert!(!in_lock_space("lock:", "lock/x"));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! | `target` | the URL (`etcd://`, `etcds://`, credentials, `?prefix=`), parsed |
 //! | `errors` | etcd's errors as fencelock's: what failed, whether it may pass |
 //! | `keys` | lock names to etcd keys and back; `top`'s glob |
-//! | `grant` | the grant transactions (`try_txn`, `queue_txn`) and the lease seconds of a ttl |
+//! | `grant` | the grant transactions (`try_txn`, `queue_txn`), moving a waiter's key to the holder's lease (`attach`), and the lease seconds of a ttl |
 //! | `queue` | where a waiter stands in the queue, and the watch for its predecessor's deletion |
 //! | `held` | what a held lease does in etcd: keep-alive, release; who holds a lock; a member's status |
 //! | `fenced` | the transactions of `FencedKey` |
@@ -26,7 +26,7 @@ pub(crate) use errors::{is_lease_gone, is_transient};
 pub(crate) use fenced::{KeyWrite, Stored, read_key, write_key};
 #[cfg(feature = "testing")]
 pub(crate) use grant::grant_txn_for_tests;
-pub(crate) use grant::{Found, lease_seconds, queue_txn, try_txn};
+pub(crate) use grant::{Found, attach, lease_seconds, queue_txn, try_txn};
 pub(crate) use held::{HeldKey, Status};
-pub(crate) use keys::{holder_key, lock_prefix, validate_name};
+pub(crate) use keys::{check_key_space, holder_key, in_lock_space, lock_prefix, validate_name};
 pub(crate) use queue::{Look, look, watch_deletion};

@@ -4,6 +4,7 @@
 //! nextest runs them one at a time (`.config/nextest.toml`); the others use
 //! one member each and run in parallel.
 
+mod abandoned;
 pub(crate) mod basics;
 mod cluster;
 mod fenced_key;
