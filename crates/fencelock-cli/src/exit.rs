@@ -14,6 +14,9 @@ pub(crate) const USAGE: u8 = 64;
 pub(crate) const DATA: u8 = 65;
 /// Redis unreachable or refused us (EX_UNAVAILABLE).
 pub(crate) const UNAVAILABLE: u8 = 69;
+/// `run`: the command succeeded but its lock could not be released; it
+/// stays held until its ttl runs out (EX_IOERR).
+pub(crate) const RELEASE_FAILED: u8 = 74;
 /// Internal failure (EX_SOFTWARE).
 pub(crate) const SOFTWARE: u8 = 70;
 /// Bad configuration, e.g. a missing redis-server (EX_CONFIG).

@@ -2,11 +2,62 @@
 //! or on etcd a fenced etcd key), who writes it (`--fence`, `--holder`),
 //! and what the three say and return when a call is refused as stale.
 
+use std::time::Duration;
+
 use clap::Args;
 use fencelock::{Fence, LockClient, WriteOutcome};
 
+use crate::arg_values::parse_duration;
+
 /// Exit code of a write rejected as stale.
 pub(crate) const REJECTED: u8 = 3;
+
+/// Exit code of a write (or registration) that was applied on the master
+/// but acknowledged by fewer replicas than `--replicas` asked for, in time.
+pub(crate) const NOT_REPLICATED: u8 = 4;
+
+/// The environment variable through which `fencelock run --replicas N`
+/// passes N to the resource writes of its command.
+pub(crate) const REPLICAS_ENV: &str = "FENCELOCK_REPLICAS";
+/// The environment variable through which `run` passes
+/// `--replica-timeout`.
+pub(crate) const REPLICA_TIMEOUT_ENV: &str = "FENCELOCK_REPLICA_TIMEOUT";
+
+/// How many replicas must acknowledge a resource write (Redis `WAIT`)
+/// before it counts as done.
+#[derive(Debug, Args)]
+pub(crate) struct ReplicaWait {
+    /// After the write is applied, wait until N replicas acknowledged it
+    /// (Redis WAIT); with fewer within --replica-timeout, exit 4 (the write
+    /// WAS applied on the master, but a failover now could lose it). Inside
+    /// `fencelock run --replicas N`: N. On etcd every write is already on a
+    /// quorum of members, and this is ignored.
+    #[arg(long, env = REPLICAS_ENV, value_name = "N")]
+    pub(crate) replicas: Option<u32>,
+    /// How long to wait for --replicas (inside `fencelock run`: its own
+    /// --replica-timeout).
+    #[arg(long, env = REPLICA_TIMEOUT_ENV, default_value = "100ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) replica_timeout: Duration,
+}
+
+/// What `--replicas` means for a resource write, for `--help` (a macro,
+/// so the commands' help texts can `concat!` it).
+macro_rules! replicas_help {
+    () => {
+        "\
+Failovers (Redis): a write is acknowledged when the master applied it.
+Without --replicas, a failover right after (Sentinel promoting a replica
+the write had not reached yet) loses it, acknowledged or not. With
+--replicas N it is acknowledged only once N replicas have it, and survives a
+failover that promotes one of them (Sentinel promotes the replica with the
+most data unless replica-priority says otherwise). Redis 7.0 has no
+WAITAOF: the replicas hold the write in memory, not on disk, so it is lost
+if they restart as well before writing it out. Exit 4 (--replicas not met)
+means the write WAS applied on the master; writing it again with the same
+fence and holder is accepted."
+    };
+}
+pub(crate) use replicas_help;
 
 /// The fenced resource a shell command names: a Redis hash, or on etcd a
 /// fenced etcd key (`FencedKey`), with the same operations and rule. One
@@ -31,6 +82,18 @@ impl Resource {
         } else {
             Resource::Hash(client.fenced_hash(name)?)
         })
+    }
+
+    /// This resource, its writes and registrations waiting for `wait`'s
+    /// replicas (a Redis hash; an etcd key's writes are on a quorum
+    /// already).
+    pub(crate) fn replicated(self, wait: &ReplicaWait) -> Self {
+        match (self, wait.replicas) {
+            (Resource::Hash(h), Some(n)) => {
+                Resource::Hash(h.wait_for_replicas(n, wait.replica_timeout))
+            }
+            (resource, _) => resource,
+        }
     }
 
     pub(crate) async fn write(
@@ -106,4 +169,23 @@ pub(crate) fn stale(resource: &str, what: &str, fence: Fence, current: Option<Fe
         "{resource}: {what} REJECTED as stale: fence {fence} is older than the resource's {} (a newer holder took over; nothing was written)",
         current.map_or("?".into(), |f| f.to_string())
     )
+}
+
+/// The exit code and line for an error of a resource call: a write or
+/// registration that too few replicas acknowledged ([`NOT_REPLICATED`],
+/// saying it was applied), else the error itself.
+pub(crate) fn not_replicated(e: fencelock::Error, what: &str) -> anyhow::Result<u8> {
+    match e {
+        fencelock::Error::WriteNotReplicated {
+            resource,
+            acked,
+            wanted,
+        } => {
+            eprintln!(
+                "fencelock: {resource}: the {what} WAS applied on the master, but only {acked} of {wanted} replicas acknowledged it in time: a failover now could lose it (writing it again with the same fence and holder is accepted)"
+            );
+            Ok(NOT_REPLICATED)
+        }
+        other => Err(other.into()),
+    }
 }

@@ -330,7 +330,32 @@ impl LockClient {
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
         let keys = self.lock_keys(name, opts.layout)?;
-        self.inner.leases.acquire(name, keys, opts).await
+        self.inner.leases.acquire(name, keys, opts, None).await
+    }
+
+    /// [`LockClient::acquire`], telling `waiting` why the wait goes on: it
+    /// is called with the error each failed attempt ended with, while the
+    /// wait deadline has not passed — the lock held ([`Error::Contended`]),
+    /// a master that takes no writes for now (`NOREPLICAS`, `READONLY`, …:
+    /// [`Error::Unreachable`] with its code), Redis unreachable, too few
+    /// replicas ([`Error::NotReplicated`]). For a progress line that says
+    /// why a caller waits. On etcd a waiter watches the holder before it
+    /// and `waiting` hears nothing.
+    ///
+    /// # Errors
+    /// As [`LockClient::acquire`].
+    pub async fn acquire_reporting(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        waiting: &(dyn Fn(&Error) + Send + Sync),
+    ) -> Result<Lease> {
+        opts.validate()?;
+        let keys = self.lock_keys(name, opts.layout)?;
+        self.inner
+            .leases
+            .acquire(name, keys, opts, Some(waiting))
+            .await
     }
 
     /// Waits until the clean-ups this client sends in the background have

@@ -156,8 +156,14 @@ pub enum Error {
         detail: String,
     },
 
-    /// Redis could not be reached (connection refused, timed out, dropped).
-    #[error("cannot reach Redis at {url}: {source}")]
+    /// Redis could not be reached (connection refused, timed out, dropped),
+    /// or it answered that it takes no writes for now: a replica
+    /// (`READONLY`, an old master demoted by a failover), a replica cut off
+    /// from its master (`MASTERDOWN`), a server loading its data
+    /// (`LOADING`), a master with too few good replicas under
+    /// `min-replicas-to-write` (`NOREPLICAS`). Then [`DriverError::code`] is
+    /// that code. Either may pass: a waiting `acquire` keeps waiting.
+    #[error("{}", unreachable(url, source))]
     Unreachable {
         /// The URL, with any password removed.
         url: String,
@@ -249,6 +255,13 @@ pub enum LossReason {
     /// The local monotonic deadline passed before a renewal succeeded
     /// (the store slow or unreachable, or this process was paused).
     DeadlinePassed,
+}
+
+fn unreachable(url: &str, source: &DriverError) -> String {
+    match source.code() {
+        Some(_) => format!("Redis at {url} refuses writes for now: {source}"),
+        None => format!("cannot reach Redis at {url}: {source}"),
+    }
 }
 
 fn lease_left(remaining: &Option<Duration>) -> String {

@@ -5,7 +5,7 @@ use clap::Args;
 use fencelock::WriteOutcome;
 use serde_json::json;
 
-use crate::fenced_resource::{REJECTED, Resource, stale};
+use crate::fenced_resource::{REJECTED, ReplicaWait, Resource, not_replicated, stale};
 use crate::global_options::GlobalOptions;
 use crate::{connect, exit};
 
@@ -39,6 +39,10 @@ pub(crate) struct ReadArgs {
         value_name = "TOKEN"
     )]
     pub(crate) holder: Option<String>,
+    /// With --register: how many replicas must acknowledge the
+    /// registration.
+    #[command(flatten)]
+    pub(crate) replicas: ReplicaWait,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
@@ -60,13 +64,19 @@ Examples:
   j=$(fencelock read --register counter --json) &&
     v=$(echo \"$j\" | jq -r '.value // 0') && fencelock write counter $((v + 1))
 
-Exit codes: 0 read; 3 --register rejected (a newer fence took over).";
+With --register --replicas N (inside `fencelock run --replicas N`: N), the
+registration waits until N replicas acknowledged it, so a failover cannot
+undo it; exit 4 if fewer did in time (it WAS applied on the master; the
+value is not read then).
+
+Exit codes: 0 read; 3 --register rejected (a newer fence took over); 4
+--register applied but acknowledged by fewer than --replicas replicas.";
 
 /// `fencelock read`: exit 0, or [`REJECTED`] if `--register` found a newer
 /// fence.
 pub(crate) async fn exec(global: &GlobalOptions, args: &ReadArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
-    let hash = Resource::of(&client, &args.resource)?;
+    let hash = Resource::of(&client, &args.resource)?.replicated(&args.replicas);
     if args.register {
         let fence = args.fence.ok_or_else(|| {
             exit::fail(
@@ -80,7 +90,11 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &ReadArgs) -> anyhow::Res
                 "read --register needs the caller's holder token: --holder TOKEN (inside `fencelock run`, FENCELOCK_TOKEN is set)",
             )
         })?;
-        if let WriteOutcome::Rejected { current_fence, .. } = hash.register(fence, holder).await? {
+        let registered = match hash.register(fence, holder).await {
+            Ok(outcome) => outcome,
+            Err(e) => return not_replicated(e, "registration"),
+        };
+        if let WriteOutcome::Rejected { current_fence, .. } = registered {
             if args.json {
                 println!(
                     "{}",

@@ -20,6 +20,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::arg_values::{WaitModeArg, parse_duration};
+use crate::fenced_resource::{REPLICA_TIMEOUT_ENV, REPLICAS_ENV};
 use crate::global_options::GlobalOptions;
 use crate::{connect, exit, redact, watchdog};
 
@@ -53,8 +54,11 @@ pub(crate) struct RunArgs {
     pub(crate) wait_mode: WaitModeArg,
 
     /// After the grant, wait until N replicas acknowledged it (Redis WAIT);
-    /// with fewer within --replica-timeout the lock is released again and
-    /// `run` exits 75 like any lock not acquired, saying how many did.
+    /// with fewer within --replica-timeout the lock is given back and tried
+    /// again until --wait has passed, then `run` exits 75 like any lock not
+    /// acquired, saying how many did. The command's `fencelock write`,
+    /// `update` and `read --register` wait for N replicas too (passed as
+    /// FENCELOCK_REPLICAS and FENCELOCK_REPLICA_TIMEOUT).
     #[arg(long, value_name = "N")]
     pub(crate) replicas: Option<u32>,
 
@@ -111,7 +115,8 @@ pub(crate) struct RunArgs {
 const HELP: &str = "\
 The command gets these environment variables:
   FENCELOCK_NAME, FENCELOCK_KEY, FENCELOCK_TOKEN, FENCELOCK_FENCE,
-  FENCELOCK_TTL_MS, FENCELOCK_URL (and its old name FENCELOCK_REDIS_URL)
+  FENCELOCK_TTL_MS, FENCELOCK_URL (and its old name FENCELOCK_REDIS_URL),
+  with --replicas also FENCELOCK_REPLICAS and FENCELOCK_REPLICA_TIMEOUT
 Pass FENCELOCK_FENCE with every write the lock protects (`fencelock write`
 and `fencelock update` use it and FENCELOCK_TOKEN by default; on etcd they
 write a fenced etcd key). FENCELOCK_TOKEN is the holder's secret (whoever
@@ -139,8 +144,19 @@ after --kill-grace. If fencelock itself dies, even of SIGKILL, a watchdog
 process (fencelock-watch) kills the whole tree at once.
 
 Exit codes: the command's own; 128+N if it died of signal N; 126 not
-executable (no permission, or its #! interpreter is missing); 127 not found; 75 lock not acquired (--conflict-exit-code);
-76 lock lost while the command ran; 69 Redis unreachable; 64 usage.
+executable (no permission, or its #! interpreter is missing); 127 not found;
+75 lock not acquired (--conflict-exit-code): held by another, too few
+replicas acknowledged the grant (--replicas), or the master refused writes
+(NOREPLICAS under min-replicas-to-write, READONLY, LOADING or MASTERDOWN
+during a failover) until the wait ended, the reason on stderr; 76 lock lost
+while the command ran; 74 the command exited 0 but its lock could not be
+released (it stays held until its ttl runs out; a command's own non-zero
+code wins); 69 Redis unreachable; 64 usage.
+
+While it waits, `run` keeps trying through a held lock, a master that
+refuses writes (NOREPLICAS, READONLY, LOADING, MASTERDOWN), an unreachable
+Redis and a Sentinel failover, until --wait has passed; its progress line
+says why it waits.
 
 Examples:
   fencelock run nightly-report -- ./report.sh --date today
@@ -186,18 +202,20 @@ pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// `fencelock run`: the command's own exit code, or one of [`HELP`]'s.
 pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Result<u8> {
     let (program, program_args) = command_line(args)?;
-    let client = connect::client(global).await?;
+    let started = Instant::now();
+    let wait = if args.no_wait {
+        Duration::ZERO
+    } else {
+        args.wait.min(FOREVER)
+    };
+    let client = connect_waiting(global, &args.name, wait, args.quiet).await?;
     if let Some(addr) = args.metrics_addr {
         crate::diagnostics::serve_metrics(addr)?;
     }
     let opts = connect::options(global, &client)
         .ttl(args.ttl)
         .wait_mode(args.wait_mode.into())
-        .wait(if args.no_wait {
-            Duration::ZERO
-        } else {
-            args.wait.min(FOREVER)
-        });
+        .wait(wait.saturating_sub(started.elapsed()));
     let opts = match args.replicas {
         Some(replicas) => opts.wait_for_replicas(replicas, args.replica_timeout),
         None => opts,
@@ -221,9 +239,14 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
     };
     let lease = match lease {
         Ok(lease) => lease,
-        // Too few replicas acknowledged the grant: not acquired either (the
-        // grant was released again); the message says how many did.
-        Err(e) if e.is_contended() || matches!(e, fencelock::Error::NotReplicated { .. }) => {
+        // Too few replicas acknowledged the grant (the grant was released
+        // again), or the master took no writes (NOREPLICAS, READONLY, …)
+        // until the wait ended: not acquired either; the message says why.
+        Err(e)
+            if e.is_contended()
+                || matches!(e, fencelock::Error::NotReplicated { .. })
+                || refused_for_now(&e).is_some() =>
+        {
             flush(&client).await;
             if !args.quiet {
                 eprintln!("fencelock: {}", redact::scrub(&e.to_string()));
@@ -268,6 +291,14 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
         // for commands written against it.
         cmd.env("FENCELOCK_URL", connect::url(global))
             .env(connect::LEGACY_URL_ENV, connect::url(global));
+    }
+    // Resource writes inside (`fencelock write`, `update`, `read
+    // --register`) wait for the same replicas as the grant did.
+    if let Some(replicas) = args.replicas {
+        cmd.env(REPLICAS_ENV, replicas.to_string()).env(
+            REPLICA_TIMEOUT_ENV,
+            format!("{}ms", args.replica_timeout.as_millis()),
+        );
     }
     // SAFETY: between fork and exec, one async-signal-safe sigprocmask call.
     unsafe {
@@ -378,6 +409,7 @@ async fn supervise(
     }
     let name = lease.name().to_string();
     let fence = lease.fence();
+    let ttl = lease.ttl();
     match lease.release().await {
         Ok(ReleaseOutcome::Released) => {}
         Ok(ReleaseOutcome::NotOurs(reason)) => {
@@ -389,11 +421,17 @@ async fn supervise(
         }
         Ok(other) => tracing::warn!(?other, "unexpected release outcome"),
         Err(e) => {
-            // The lock expires by itself after its ttl.
+            // The lock expires by itself after its ttl; until then it keeps
+            // every other worker out, which the exit code must not hide.
             eprintln!(
-                "fencelock: warning: could not release lock {name:?}: {}",
-                redact::scrub(&e.to_string())
+                "fencelock: could not release lock {name:?} (fence {fence}): {}; it stays held until its ttl ({} ms) runs out",
+                redact::scrub(&e.to_string()),
+                ttl.as_millis()
             );
+            return Ok(match exit_code(status) {
+                0 => exit::RELEASE_FAILED,
+                code => code,
+            });
         }
     }
     Ok(exit_code(status))
@@ -408,15 +446,83 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
+/// The code of a server that takes no writes for now (`NOREPLICAS` under
+/// `min-replicas-to-write`, `READONLY`, `LOADING`, `MASTERDOWN`: during a
+/// failover), if that is what `e` is.
+fn refused_for_now(e: &fencelock::Error) -> Option<&str> {
+    match e {
+        fencelock::Error::Unreachable { source, .. } => source.code(),
+        _ => None,
+    }
+}
+
+/// Why a waiting `run` waits, when not for a holder: the master refuses
+/// writes, Redis is unreachable, too few replicas acknowledged the grant.
+fn wait_reason(e: &fencelock::Error) -> String {
+    match (e, refused_for_now(e)) {
+        (_, Some(code)) => format!("the master refuses writes: {code}"),
+        (fencelock::Error::NotReplicated { acked, wanted, .. }, _) => format!(
+            "only {acked} of {wanted} replicas acknowledged the grant in time (it was given back)"
+        ),
+        _ => redact::scrub(&e.to_string()),
+    }
+}
+
+/// Connects; a waiting `run` (a non-zero `wait`) whose store cannot be
+/// reached for now (Sentinel naming a master that is gone, a failover)
+/// tries again until `wait` has passed, saying why it waits.
+async fn connect_waiting(
+    global: &GlobalOptions,
+    name: &str,
+    wait: Duration,
+    quiet: bool,
+) -> anyhow::Result<LockClient> {
+    let give_up = Instant::now().checked_add(wait);
+    let mut said = false;
+    loop {
+        let error = match connect::client(global).await {
+            Ok(client) => return Ok(client),
+            Err(e) => e,
+        };
+        let retryable = error
+            .downcast_ref::<fencelock::Error>()
+            .is_some_and(|e| e.is_retryable() && !e.is_config());
+        if !retryable || give_up.is_none_or(|t| Instant::now() >= t) {
+            return Err(error);
+        }
+        if !quiet && !said {
+            let reason = error
+                .downcast_ref::<fencelock::Error>()
+                .map(wait_reason)
+                .unwrap_or_default();
+            eprintln!("fencelock: waiting for {name}: {reason}");
+            said = true;
+        }
+        let pause = Duration::from_millis(200);
+        match give_up {
+            Some(t) => tokio::time::sleep_until(t.min(Instant::now() + pause)).await,
+            None => tokio::time::sleep(pause).await,
+        }
+    }
+}
+
 /// Acquires, printing "waiting for NAME, held by TOKEN…, N s" on stderr
-/// while the wait lasts longer than a second.
+/// while the wait lasts longer than a second, or, while the attempts fail
+/// for another reason than a holder, "waiting for NAME: REASON, N s" (the
+/// master refuses writes: NOREPLICAS, say).
 async fn acquire_with_progress(
     client: &LockClient,
     name: &str,
     opts: &fencelock::LockOptions,
     quiet: bool,
 ) -> fencelock::Result<Lease> {
-    let acquire = client.acquire(name, opts);
+    // Why the last attempt failed, unless a holder refused it.
+    let why = std::sync::Mutex::new(None::<String>);
+    let heard = |e: &fencelock::Error| {
+        let reason = (!e.is_contended()).then(|| wait_reason(e));
+        *why.lock().unwrap_or_else(|p| p.into_inner()) = reason;
+    };
+    let acquire = client.acquire_reporting(name, opts, &heard);
     tokio::pin!(acquire);
     let started = Instant::now();
     let tty = std::io::stderr().is_terminal();
@@ -426,15 +532,21 @@ async fn acquire_with_progress(
         tokio::select! {
             result = &mut acquire => break result,
             () = tokio::time::sleep_until(next_report), if !quiet => {
-                let holder = match client.inspect(name, opts.layout_value()).await {
-                    Ok(LockState::Held { holder, .. }) => holder,
-                    Ok(_) => "nobody (being taken)".to_string(),
-                    Err(_) => "unknown".to_string(),
+                let reason = why.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let waited = started.elapsed().as_secs();
+                let line = match reason {
+                    // Not a holder: the lock may even be this waiter's own
+                    // grant, given back for too few replicas.
+                    Some(reason) => format!("fencelock: waiting for {name}: {reason}, {waited} s"),
+                    None => {
+                        let holder = match client.inspect(name, opts.layout_value()).await {
+                            Ok(LockState::Held { holder, .. }) => holder,
+                            Ok(_) => "nobody (being taken)".to_string(),
+                            Err(_) => "unknown".to_string(),
+                        };
+                        format!("fencelock: waiting for {name}, held by {holder}, {waited} s")
+                    }
                 };
-                let line = format!(
-                    "fencelock: waiting for {name}, held by {holder}, {} s",
-                    started.elapsed().as_secs()
-                );
                 if tty {
                     eprint!("\r\x1b[2K{line}");
                 } else {

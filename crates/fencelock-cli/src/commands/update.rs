@@ -9,7 +9,9 @@ use fencelock::{Fence, WriteOutcome};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::fenced_resource::{REJECTED, Resource, Writer, stale};
+use crate::fenced_resource::{
+    REJECTED, ReplicaWait, Resource, Writer, not_replicated, replicas_help, stale,
+};
 use crate::global_options::GlobalOptions;
 use crate::{child, connect, exit};
 
@@ -23,6 +25,9 @@ pub(crate) struct UpdateArgs {
     /// The writer's fence and holder token.
     #[command(flatten)]
     pub(crate) writer: Writer,
+    /// How many replicas must acknowledge the new value.
+    #[command(flatten)]
+    pub(crate) replicas: ReplicaWait,
     /// Print one JSON object on stdout instead of a line of text.
     #[arg(long)]
     pub(crate) json: bool,
@@ -33,7 +38,8 @@ pub(crate) struct UpdateArgs {
 }
 
 /// The rest of `fencelock update --help`, after the options.
-const HELP: &str = "\
+const HELP: &str = concat!(
+    "\
 CMD runs directly (no shell: use sh -c for a pipeline). It gets the current
 value on stdin followed by one newline (nothing when there is no value), and
 in FENCELOCK_VALUE (unset when there is no value, or when the value is over
@@ -42,17 +48,26 @@ the new value: `cat` leaves it unchanged. CMD's stderr passes through.
 
 The fence is registered at the resource before the value is read, so no
 stale holder's write can land between this read and this write: concurrent
-updates under `fencelock run` never lose one (a plain `fencelock read`
-followed by `fencelock write` can).
+updates under `fencelock run` never overwrite one another (a plain
+`fencelock read` followed by `fencelock write` can). An acknowledged update
+survives a failover only with --replicas (below): the new value waits for
+the replicas, the registration before it need not.
+
+",
+    replicas_help!(),
+    "
 
 Exit codes: 0 written; 3 rejected, nothing written: a newer fence took over
-(at register or at write); CMD's own code (128+N if it died of signal N) if
-it failed, nothing written; 126/127 CMD not executable / not found; 65 CMD's
-output is not UTF-8 text, nothing written.
+(at register or at write); 4 written and applied on the master, but
+acknowledged by fewer than --replicas replicas in time; CMD's own code
+(128+N if it died of signal N) if it failed, nothing written; 126/127 CMD
+not executable / not found; 65 CMD's output is not UTF-8 text, nothing
+written.
 
 Examples:
   fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'
-  fencelock run invoice-42 -- fencelock update invoice:42 -- jq -c '.status = \"closed\"'";
+  fencelock run invoice-42 -- fencelock update invoice:42 -- jq -c '.status = \"closed\"'"
+);
 
 /// The largest value also passed in `FENCELOCK_VALUE` (Linux refuses a
 /// single environment string over 128 KiB; stdin has no limit).
@@ -82,10 +97,17 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &UpdateArgs) -> anyhow::R
         Ok(new) => new,
         Err(code) => return Ok(code),
     };
-    match hash
+    // Only the new value waits for the replicas: a registration lost in a
+    // failover loses no acknowledged value (the value carries the fence).
+    let written = hash
+        .replicated(&args.replicas)
         .write(args.writer.fence, &args.writer.holder, &new)
-        .await?
-    {
+        .await;
+    let written = match written {
+        Ok(outcome) => outcome,
+        Err(e) => return not_replicated(e, "update"),
+    };
+    match written {
         WriteOutcome::Accepted => {
             if args.json {
                 println!(

@@ -6,7 +6,9 @@ use clap::Args;
 use fencelock::WriteOutcome;
 use serde_json::json;
 
-use crate::fenced_resource::{REJECTED, Resource, Writer};
+use crate::fenced_resource::{
+    REJECTED, ReplicaWait, Resource, Writer, not_replicated, replicas_help,
+};
 use crate::global_options::GlobalOptions;
 use crate::{connect, exit};
 
@@ -22,13 +24,19 @@ pub(crate) struct WriteArgs {
     /// The writer's fence and holder token.
     #[command(flatten)]
     pub(crate) writer: Writer,
+    /// How many replicas must acknowledge the write.
+    #[command(flatten)]
+    pub(crate) replicas: ReplicaWait,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
 }
 
 /// The rest of `fencelock write --help`, after the options.
-const HELP: &str = "\
+const HELP: &str = concat!(
+    replicas_help!(),
+    "
+
 Examples:
   fencelock write invoice:42 closed --fence 1796030814974827 --holder 3f2a…
   # inside `fencelock run`, --fence and --holder default to the lock's own:
@@ -39,15 +47,22 @@ starts with the lock prefix and has a '/' after it (lock:job/1) lies in a
 lock's key range, where it would be taken for a holder that never expires,
 and is refused (64).
 
-Exit codes: 0 accepted, 3 rejected as stale (a newer holder wrote); 64 a
-key that cannot be used.";
+Exit codes: 0 accepted, 3 rejected as stale (a newer holder wrote), 4
+accepted and applied on the master but acknowledged by fewer than
+--replicas replicas in time; 64 a key that cannot be used."
+);
 
 /// `fencelock write`: exit 0 if accepted, [`REJECTED`] if stale.
 pub(crate) async fn exec(global: &GlobalOptions, args: &WriteArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
-    let outcome = Resource::of(&client, &args.resource)?
+    let outcome = match Resource::of(&client, &args.resource)?
+        .replicated(&args.replicas)
         .write(args.writer.fence, &args.writer.holder, &args.value)
-        .await?;
+        .await
+    {
+        Ok(outcome) => outcome,
+        Err(e) => return not_replicated(e, "write"),
+    };
     let (accepted, current_fence, current_holder) = match &outcome {
         WriteOutcome::Accepted => (
             true,

@@ -119,3 +119,32 @@ fn a_user_missing_a_part_exits_78_naming_it() {
         assert!(!stderr.contains(ACL_PASSWORD), "{stderr}");
     }
 }
+
+/// A release that fails (here: a user without `+del`) leaves the lock held
+/// until its ttl: `run` says so and exits 74 when the command succeeded;
+/// a command's own non-zero code wins.
+#[test]
+fn run_whose_release_fails_exits_74() {
+    let server = RedisServer::start();
+    let rule: Vec<String> = readme_acl_rule()
+        .into_iter()
+        .filter(|p| p != "+del")
+        .collect();
+    let url = server.acl_user("app", &rule);
+    let (code, _, stderr) = output(&mut at(&url, &["run", "--ttl", "2s", "job", "--", "true"]));
+    assert_eq!(code, Some(74), "{stderr}");
+    assert!(
+        stderr.contains("could not release lock \"job\"") && stderr.contains("+del"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("stays held until its ttl"), "{stderr}");
+    assert!(
+        exists(&server, "lock:{job}"),
+        "the lock is held until its ttl"
+    );
+    assert!(!stderr.contains(ACL_PASSWORD), "{stderr}");
+
+    server.cmd(&["DEL", "lock:{job}"]);
+    let (code, _, stderr) = output(&mut at(&url, &["run", "job", "-c", "exit 5"]));
+    assert_eq!(code, Some(5), "the command's own code wins: {stderr}");
+}

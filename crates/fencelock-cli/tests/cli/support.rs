@@ -13,7 +13,9 @@ pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
 
 /// Environment variables that stand in for options: a test sets the ones it
 /// means, none is inherited.
-const OPTION_VARS: [&str; 6] = [
+const OPTION_VARS: [&str; 8] = [
+    "FENCELOCK_REPLICAS",
+    "FENCELOCK_REPLICA_TIMEOUT",
     "FENCELOCK_REDIS_URL",
     "FENCELOCK_URL",
     "FENCELOCK_FENCE",

@@ -53,6 +53,10 @@ use crate::store::redis::{BatchGroup, RedisConn};
 use crate::store::{Checked, ConnSettings};
 
 pub(crate) use grant::{Acquired, Granted};
+
+/// Who hears why a waiting acquisition's attempts failed while its wait
+/// goes on (see `LockClient::acquire_reporting`).
+pub(crate) type Waiting<'a> = Option<&'a (dyn Fn(&Error) + Send + Sync)>;
 pub use inspect::LockState;
 
 /// The engine of one client: one variant per kind of store.
@@ -199,15 +203,18 @@ impl Engine {
         }
     }
 
-    /// Attempts until the options' wait deadline (`acquire`).
+    /// Attempts until the options' wait deadline (`acquire`); `waiting`
+    /// hears why an attempt the wait goes on from failed (on Redis; an etcd
+    /// waiter watches its predecessor and has no failed attempts to tell).
     pub(crate) async fn acquire(
         &self,
         name: &str,
         keys: &LockKeys,
         opts: &LockOptions,
+        waiting: Waiting<'_>,
     ) -> Result<Acquired> {
         match self {
-            Engine::Redis(r) => r.acquire(name, keys, opts).await,
+            Engine::Redis(r) => r.acquire(name, keys, opts, waiting).await,
             #[cfg(feature = "etcd")]
             Engine::Etcd(e) => e.acquire(name, keys, opts, true).await,
         }

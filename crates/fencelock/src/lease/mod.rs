@@ -21,7 +21,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::engine::{Acquired, Engine};
+use crate::engine::{Acquired, Engine, Waiting};
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::metrics::{LeaseMetrics, StatsHandle};
@@ -93,11 +93,12 @@ impl Leases {
         name: &str,
         keys: LockKeys,
         opts: &LockOptions,
+        waiting: Waiting<'_>,
     ) -> Result<Lease> {
         let (span, started) = (acquire_span(name), Instant::now());
         let acquired = self
             .engine
-            .acquire(name, &keys, opts)
+            .acquire(name, &keys, opts, waiting)
             .instrument(span.clone())
             .await;
         self.recorded(&span, name, opts, acquired, started)

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::RedisEngine;
 use super::wakeups::{Waiter, Wakeups};
+use crate::engine::Waiting;
 use crate::engine::backoff::Backoff;
 use crate::engine::grant::{Acquired, Granted};
 use crate::engine::timing::{
@@ -65,25 +66,57 @@ impl RedisEngine {
         opts: &LockOptions,
     ) -> Result<Acquired> {
         let token = new_token();
-        self.grant(name, keys, &token, opts, Default::default())
-            .await
+        let mut unreleased = None;
+        self.grant(
+            name,
+            keys,
+            &token,
+            opts,
+            Default::default(),
+            &mut unreleased,
+        )
+        .await
     }
 
-    /// Attempts until the wait deadline.
+    /// Attempts until the wait deadline; `waiting` hears why each attempt
+    /// that the wait goes on from failed.
+    ///
+    /// A grant that an attempt had to give back (too few replicas, too
+    /// late) but could not release (the master refused the write, say) is
+    /// released once more when the call ends without the lock, so it does
+    /// not hold the lock for the rest of its ttl when the refusal passed.
     pub(crate) async fn acquire(
         &self,
         name: &str,
         keys: &LockKeys,
         opts: &LockOptions,
+        waiting: Waiting<'_>,
     ) -> Result<Acquired> {
-        self.wait_for(name, keys, opts).await
+        let mut unreleased = None;
+        let acquired = self
+            .wait_for(name, keys, opts, waiting, &mut unreleased)
+            .await;
+        if acquired.is_err()
+            && let Some(granted) = unreleased
+            && let Err(e) = Box::pin(self.release(&granted)).await
+        {
+            tracing::warn!(lock = %name, error = %e, "a grant given back could not be released; it expires after its ttl");
+        }
+        acquired
     }
 
     /// The steps that only a waiting or replicated acquisition takes
     /// (queueing up, hand-overs, `WAIT`) run boxed: inline, their futures
     /// would widen the future of every acquisition, which is moved whole
     /// when it is created (a free lock needs none of them).
-    async fn wait_for(&self, name: &str, keys: &LockKeys, opts: &LockOptions) -> Result<Acquired> {
+    async fn wait_for(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        opts: &LockOptions,
+        waiting: Waiting<'_>,
+        unreleased: &mut Option<Granted>,
+    ) -> Result<Acquired> {
         let started = Instant::now();
         // None: a wait too long to add to the clock is a wait forever.
         let give_up = started.checked_add(opts.wait);
@@ -117,9 +150,14 @@ impl RedisEngine {
                 queued: tried,
                 refused: last_refusal.is_some(),
             };
-            let error = match self.attempt(name, keys, &token, opts, standing).await {
+            let error = match self
+                .attempt(name, keys, &token, opts, standing, unreleased)
+                .await
+            {
                 Ok(Ok(lease)) => {
                     queued.disarm();
+                    // Same token: a grant given back unreleased is this one.
+                    *unreleased = None;
                     return Ok(lease);
                 }
                 Ok(Err(refused)) => {
@@ -157,6 +195,9 @@ impl RedisEngine {
                     other => other,
                 });
             }
+            if let Some(waiting) = waiting {
+                waiting(&error);
+            }
             let delay = retry_delay(&error, waiter.is_some(), opts.waiter_lease, &mut backoff);
             let sleep = tokio::time::sleep(match give_up {
                 Some(give_up) => delay.min(give_up - now),
@@ -181,9 +222,10 @@ impl RedisEngine {
                     queued: true,
                     refused: true,
                 };
-                match Box::pin(self.grant(name, keys, &token, opts, handed)).await {
+                match Box::pin(self.grant(name, keys, &token, opts, handed, unreleased)).await {
                     Ok(lease) => {
                         queued.disarm();
+                        *unreleased = None;
                         return Ok(lease);
                     }
                     Err(e) if !e.is_retryable() => return Err(e),
@@ -246,13 +288,15 @@ impl RedisEngine {
         token: &str,
         opts: &LockOptions,
         standing: Standing<'_>,
+        unreleased: &mut Option<Granted>,
     ) -> Result<Acquired> {
-        self.attempt(name, keys, token, opts, standing)
+        self.attempt(name, keys, token, opts, standing, unreleased)
             .await?
             .map_err(|refused| self.contended(name, refused.remaining))
     }
 
-    /// One grant attempt: the lease, or the refusal.
+    /// One grant attempt: the lease, or the refusal. A grant it gives back
+    /// but cannot release goes to `unreleased`.
     async fn attempt(
         &self,
         name: &str,
@@ -260,6 +304,7 @@ impl RedisEngine {
         token: &str,
         opts: &LockOptions,
         standing: Standing<'_>,
+        unreleased: &mut Option<Granted>,
     ) -> Result<std::result::Result<Acquired, Refused>> {
         let ttl = opts.ttl;
         let sent = Instant::now();
@@ -303,7 +348,7 @@ impl RedisEngine {
         if let (Some(replication), Some(acked)) = (opts.replication, acked)
             && acked < replication.replicas
         {
-            let _ = self.release(&granted).await;
+            self.give_back(granted, unreleased).await;
             return Err(Error::NotReplicated {
                 name: name.to_string(),
                 acked,
@@ -311,7 +356,7 @@ impl RedisEngine {
             });
         }
         if arrived_too_late(deadline, ttl, Instant::now()) {
-            let _ = self.release(&granted).await;
+            self.give_back(granted, unreleased).await;
             return Err(Error::GrantTooLate {
                 name: name.to_string(),
                 elapsed: sent.elapsed(),
@@ -324,6 +369,15 @@ impl RedisEngine {
             deadline,
             renew_now: false,
         }))
+    }
+
+    /// Releases a grant the attempt cannot use; one whose release failed
+    /// goes to `unreleased`, for the caller to release once more.
+    async fn give_back(&self, granted: Granted, unreleased: &mut Option<Granted>) {
+        match self.release(&granted).await {
+            Ok(_) => *unreleased = None,
+            Err(_) => *unreleased = Some(granted),
+        }
     }
 
     fn contended(&self, name: &str, remaining: Option<Duration>) -> Error {

@@ -6,6 +6,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{FromRedisValue, RedisError};
 
 use super::conn::{Link, Node, RedisConn};
+use super::errors::first_failure;
 use crate::error::Result;
 
 impl RedisConn {
@@ -24,7 +25,10 @@ impl RedisConn {
         key: Option<&str>,
     ) -> std::result::Result<T, RedisError> {
         match &self.link {
-            Link::Standalone { conn, .. } => pipe.query_async(&mut conn.clone()).await,
+            Link::Standalone { conn, .. } => pipe
+                .query_async(&mut conn.clone())
+                .await
+                .map_err(first_failure),
             Link::Cluster { conn, .. } => {
                 let route = match key {
                     Some(key) => {
@@ -39,12 +43,16 @@ impl RedisConn {
                 // A command's error comes back as a value here, where a
                 // plain pipeline fails with it: fail the same way, so that
                 // callers see the error (a NOSCRIPT loads the script).
-                let values = redis::Value::Array(values).extract_error()?;
+                let values = redis::Value::Array(values)
+                    .extract_error()
+                    .map_err(first_failure)?;
                 T::from_redis_value(values).map_err(RedisError::from)
             }
             Link::Sentinel(link) => {
-                link.on_master(move |mut conn| async move { pipe.query_async(&mut conn).await })
-                    .await
+                link.on_master(move |mut conn| async move {
+                    pipe.query_async(&mut conn).await.map_err(first_failure)
+                })
+                .await
             }
         }
     }

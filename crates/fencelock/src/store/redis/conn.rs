@@ -131,13 +131,19 @@ impl RedisConn {
     /// would report it.
     pub(super) fn item_error(&self, text: &str, key: &str) -> Error {
         let (code, detail) = text.split_once(' ').unwrap_or((text, ""));
-        errors::classify(code, detail, &[key]).unwrap_or_else(|| {
-            Error::Redis(driver_error(RedisError::from((
+        if let Some(error) = errors::classify(code, detail, &[key]) {
+            return error;
+        }
+        // Typed by its code, as the item's own call would be: `NOREPLICAS`
+        // or `READONLY` stay refusals for now.
+        match errors::from_wire(errors::without_script_internals(text)) {
+            Some(e) => self.map_error(e, &[key]),
+            None => Error::Redis(driver_error(RedisError::from((
                 redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
                 "a script call failed",
                 errors::without_script_internals(text).to_owned(),
-            ))))
-        })
+            )))),
+        }
     }
 
     /// The typed error of a failed call on `keys`.

@@ -16,9 +16,16 @@ use crate::error::{DriverError, Error};
 /// text without script internals, its code, and whether a reconnect may
 /// cure it ([`is_transient`]).
 pub(crate) fn driver_error(e: RedisError) -> DriverError {
-    let message = without_script_internals(&e.to_string()).to_owned();
     let code = e.code().map(str::to_owned);
     let transient = is_transient(&e);
+    // A server's refusal for now reads as Redis words it (`NOREPLICAS Not
+    // enough good replicas to write.`), not as the client library's kind.
+    let message = match (&code, e.detail()) {
+        (Some(code), Some(detail)) if transient => {
+            format!("{code} {}", without_script_internals(detail))
+        }
+        _ => without_script_internals(&e.to_string()).to_owned(),
+    };
     let error = DriverError::new(e, message, code);
     if transient {
         error.transient(true)
@@ -28,9 +35,12 @@ pub(crate) fn driver_error(e: RedisError) -> DriverError {
 }
 
 /// Connection-level failures that a reconnect may cure (including a
-/// server that is loading, failing over or read-only for now).
+/// server that is loading, failing over or read-only for now, or a master
+/// that refuses writes until enough replicas are in sync again:
+/// `NOREPLICAS`, under `min-replicas-to-write`).
 pub(crate) fn is_transient(e: &RedisError) -> bool {
-    e.is_io_error()
+    is_refused_for_now(e.code())
+        || e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
@@ -44,6 +54,39 @@ pub(crate) fn is_transient(e: &RedisError) -> bool {
                     | redis::ServerErrorKind::ReadOnly
             )
         )
+}
+
+/// Whether a server's error code says it refuses writes for now: a
+/// replica (`READONLY`, a master demoted by a failover), a replica cut off
+/// from its master (`MASTERDOWN`), a server loading its data (`LOADING`),
+/// or a master with too few good replicas (`NOREPLICAS`).
+pub(crate) fn is_refused_for_now(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some("READONLY" | "MASTERDOWN" | "LOADING" | "NOREPLICAS")
+    )
+}
+
+/// The error of one command of a failed pipeline (the first that failed),
+/// as that command alone would have failed: a pipeline's error keeps the
+/// code only of the errors the client library knows (`READONLY`), not of
+/// the others (`NOREPLICAS`).
+pub(crate) fn first_failure(e: RedisError) -> RedisError {
+    match e.clone().into_server_errors() {
+        Some(failures) => failures
+            .first()
+            .map_or(e, |(_, failure)| RedisError::from(failure.clone())),
+        None => e,
+    }
+}
+
+/// A server error from its wire text `CODE detail` (as a batch script
+/// reports an item's failure), typed as the client library types it.
+pub(crate) fn from_wire(text: &str) -> Option<RedisError> {
+    let reply =
+        redis::parse_redis_value(format!("-{}\r\n", text.replace(['\r', '\n'], " ")).as_bytes())
+            .ok()?;
+    reply.extract_error().err()
 }
 
 /// The message of a server error without what Redis appends to errors

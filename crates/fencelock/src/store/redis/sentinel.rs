@@ -295,8 +295,5 @@ fn failover_suspect(e: &RedisError) -> bool {
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
-        || matches!(
-            e.code(),
-            Some("READONLY" | "MASTERDOWN" | "NOREPLICAS" | "LOADING")
-        )
+        || super::errors::is_refused_for_now(e.code())
 }

@@ -3,13 +3,14 @@
 //! by enough replicas succeeds; with fewer, the grant is released again and
 //! the error says how many acknowledged.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
 use fencelock::{Error, LockClient};
 use fencelock_testkit::RedisServer;
 
-use crate::support::Keys;
+use crate::support::{Keys, poll_until};
 
 #[tokio::test]
 async fn grants_and_writes_wait_for_their_replicas() -> Result<()> {
@@ -69,5 +70,78 @@ async fn grants_and_writes_wait_for_their_replicas() -> Result<()> {
         client.try_acquire("x", &zero).await,
         Err(Error::InvalidOption(_))
     ));
+    Ok(())
+}
+
+/// A master under `min-replicas-to-write 1` whose replica is gone refuses
+/// every write (`NOREPLICAS`): a waiting acquire keeps waiting through it,
+/// hearing why, until the replica is back and the grant goes through. With
+/// a wait of zero the refusal comes back at once, as one that may pass.
+#[tokio::test(flavor = "multi_thread")]
+async fn heavy_a_waiter_waits_through_noreplicas_until_a_replica_is_back() -> Result<()> {
+    let primary = RedisServer::start();
+    let mut replica = primary.start_replica();
+    primary.cmd(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    replica.kill();
+    poll_until(
+        "the master to refuse writes",
+        Duration::from_secs(10),
+        || {
+            primary
+                .try_cmd(&["SET", "probe", "1"])
+                .is_err_and(|e| e.code() == Some("NOREPLICAS"))
+        },
+    )
+    .await?;
+    let client = LockClient::connect(&primary.url()).await?;
+
+    let once = client.try_acquire("job", &client.options()).await;
+    match &once {
+        Err(e @ Error::Unreachable { source, .. }) => ensure!(
+            source.code() == Some("NOREPLICAS") && e.is_retryable(),
+            "{e}"
+        ),
+        other => bail!(
+            "expected a NOREPLICAS refusal, got {:?}",
+            other.as_ref().map(|l| l.fence())
+        ),
+    }
+
+    let heard: Arc<Mutex<Vec<String>>> = Arc::default();
+    let acquiring = tokio::spawn({
+        let (client, heard) = (client.clone(), Arc::clone(&heard));
+        async move {
+            let opts = client.options().wait(Duration::from_secs(20));
+            let hear = |e: &Error| {
+                let code = match e {
+                    Error::Unreachable { source, .. } => source.code().unwrap_or("none"),
+                    _ => "other",
+                };
+                heard.lock().unwrap().push(code.to_owned());
+            };
+            client.acquire_reporting("job", &opts, &hear).await
+        }
+    });
+    poll_until(
+        "the waiter to hear NOREPLICAS",
+        Duration::from_secs(5),
+        || heard.lock().unwrap().len() >= 3,
+    )
+    .await?;
+    ensure!(!acquiring.is_finished(), "the waiter gave up on NOREPLICAS");
+    ensure!(
+        heard
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|code| code == "NOREPLICAS"),
+        "{:?}",
+        heard.lock().unwrap()
+    );
+
+    replica.restart();
+    let lease = tokio::time::timeout(Duration::from_secs(15), acquiring).await???;
+    ensure!(primary.exists("lock:{job}"));
+    ensure!(lease.release().await?.is_released());
     Ok(())
 }
