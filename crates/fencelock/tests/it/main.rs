@@ -17,6 +17,7 @@ mod consensus;
 #[cfg(feature = "postgres")]
 mod examples;
 mod exclusion;
+mod fence_rule;
 mod fences;
 mod guide_scenario;
 mod hostile;
