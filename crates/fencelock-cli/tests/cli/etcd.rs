@@ -237,13 +237,12 @@ fn etcd_bench_measures_every_scenario() {
 #[test]
 fn etcd_bench_with_credentials_measures_and_hides_the_password() {
     let cluster = EtcdCluster::single();
-    for args in [
-        &["user", "add", "root:s3cret-pw"][..],
-        &["auth", "enable"],
-    ] {
+    for args in [&["user", "add", "root:s3cret-pw"][..], &["auth", "enable"]] {
         cluster.etcdctl(args).expect("etcd auth set up");
     }
-    let url = cluster.url().replacen("etcd://", "etcd://root:s3cret-pw@", 1);
+    let url = cluster
+        .url()
+        .replacen("etcd://", "etcd://root:s3cret-pw@", 1);
     let (code, out, err) = output(&mut fencelock(&[
         "--url",
         &url,
@@ -256,6 +255,9 @@ fn etcd_bench_with_credentials_measures_and_hides_the_password() {
     ]));
     assert_eq!(code, Some(0), "{out}{err}");
     let line = json(&out);
-    assert!(line["etcd_floor_cycles_per_s"].as_f64() > Some(0.0), "{line}");
+    assert!(
+        line["etcd_floor_cycles_per_s"].as_f64() > Some(0.0),
+        "{line}"
+    );
     assert!(!format!("{out}{err}").contains("s3cret-pw"), "{out}{err}");
 }
