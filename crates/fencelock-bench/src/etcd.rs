@@ -210,7 +210,7 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
     config.check()?;
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let client = connect(config).await?;
-    let endpoints = endpoints(config.url.raw())?;
+    let reference = reference(config.url.raw())?;
     let mut report = EtcdReport {
         url: config.url.shown().to_owned(),
         duration: config.duration,
@@ -224,9 +224,9 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                 observer.measuring("uncontended", config.duration * 2);
                 let name = format!("bench:{run_id}:uncontended");
                 let half = config.duration / 2;
-                let get_per_s = etcd_rate(&endpoints, 1, half, Op::Get).await?;
-                let put_per_s = etcd_rate(&endpoints, 1, half, Op::Put).await?;
-                let floor = etcd_rate(&endpoints, 1, half, Op::Floor).await?;
+                let get_per_s = etcd_rate(&reference, 1, half, Op::Get).await?;
+                let put_per_s = etcd_rate(&reference, 1, half, Op::Put).await?;
+                let floor = etcd_rate(&reference, 1, half, Op::Floor).await?;
                 let cycles_per_s = cycles(&client, config, &[name], config.duration).await?;
                 observer.measured();
                 report.uncontended = Some(EtcdUncontended {
@@ -245,8 +245,8 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
             Scenario::Many => {
                 observer.measuring("many", config.duration * 2);
                 let half = config.duration / 2;
-                let put_per_s = etcd_rate(&endpoints, config.tasks, half, Op::Put).await?;
-                let floor = etcd_rate(&endpoints, config.tasks, half, Op::Floor).await?;
+                let put_per_s = etcd_rate(&reference, config.tasks, half, Op::Put).await?;
+                let floor = etcd_rate(&reference, config.tasks, half, Op::Floor).await?;
                 let names: Vec<String> = (0..config.tasks)
                     .map(|i| format!("bench:{run_id}:many:{i}"))
                     .collect();
@@ -278,21 +278,76 @@ async fn connect(config: &Config) -> Result<LockClient> {
         .await?)
 }
 
-/// The client endpoints of a plain `etcd://host:port,…` URL, for the
-/// reference measurements (which use etcd directly).
-fn endpoints(url: &str) -> Result<Vec<String>> {
+/// How the reference measurements reach etcd directly: the client
+/// endpoints and the URL's credentials.
+struct Reference {
+    endpoints: Vec<String>,
+    /// `USER:PASSWORD@` of the URL, percent-decoded.
+    user: Option<(String, String)>,
+}
+
+impl Reference {
+    /// A plain client of etcd itself, authenticated as the URL's user.
+    async fn client(&self) -> Result<etcd_client::Client> {
+        let options = self.user.as_ref().map(|(user, password)| {
+            etcd_client::ConnectOptions::new().with_user(user.clone(), password.clone())
+        });
+        etcd_client::Client::connect(&self.endpoints, options)
+            .await
+            .map_err(|e| Error::new(ErrorKind::Unreachable, format!("etcd: {e}")))
+    }
+}
+
+/// The reference client of an `etcd://[USER:PASSWORD@]HOST:PORT[,…]` URL
+/// (the library has connected with the same URL already, so only what the
+/// references need is read here).
+fn reference(url: &str) -> Result<Reference> {
     let bad = || {
         Error::new(
             ErrorKind::InvalidInput,
-            "the etcd references need a plain etcd://HOST:PORT[,…] URL (no TLS, no credentials)",
+            "the etcd references need an etcd://[USER:PASSWORD@]HOST:PORT[,…] URL (no TLS)",
         )
     };
     let rest = url.strip_prefix("etcd://").ok_or_else(bad)?;
-    if rest.contains('@') {
-        return Err(bad());
-    }
+    let (user, rest) = match rest.rsplit_once('@') {
+        Some((userinfo, location)) => {
+            let (user, password) = userinfo.split_once(':').ok_or_else(bad)?;
+            (
+                Some((percent_decoded(user), percent_decoded(password))),
+                location,
+            )
+        }
+        None => (None, rest),
+    };
     let hosts = rest.split(['?', '/']).next().unwrap_or_default();
-    Ok(hosts.split(',').map(|h| format!("http://{h}")).collect())
+    Ok(Reference {
+        endpoints: hosts.split(',').map(|h| format!("http://{h}")).collect(),
+        user,
+    })
+}
+
+/// `text` with `%XX` escapes decoded (an invalid escape is kept as it is).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Cycles per second of `acquire` + `release` by one task per name, all on
@@ -356,10 +411,8 @@ enum Op {
 }
 
 /// Operations per second of `op` from `tasks` tasks on one plain client.
-async fn etcd_rate(endpoints: &[String], tasks: usize, duration: Duration, op: Op) -> Result<f64> {
-    let client = etcd_client::Client::connect(endpoints, None)
-        .await
-        .map_err(|e| Error::new(ErrorKind::Unreachable, format!("etcd: {e}")))?;
+async fn etcd_rate(reference: &Reference, tasks: usize, duration: Duration, op: Op) -> Result<f64> {
+    let client = reference.client().await?;
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let handles: Vec<_> = (0..tasks)
@@ -498,13 +551,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reference_endpoints_come_from_plain_urls() -> Result<()> {
+    fn reference_endpoints_and_credentials_come_from_the_url() -> Result<()> {
+        let plain = reference("etcd://127.0.0.1:2379,10.0.0.2:2379/?prefix=x")?;
         assert_eq!(
-            endpoints("etcd://127.0.0.1:2379,10.0.0.2:2379/?prefix=x")?,
+            plain.endpoints,
             ["http://127.0.0.1:2379", "http://10.0.0.2:2379"]
         );
-        assert!(endpoints("etcds://h:1").is_err());
-        assert!(endpoints("etcd://u:p@h:1").is_err());
+        assert!(plain.user.is_none());
+        assert!(reference("etcds://h:1").is_err());
+        let user = reference("etcd://u:p%40ss@h:1")?;
+        assert_eq!(user.endpoints, ["http://h:1"]);
+        assert_eq!(user.user, Some(("u".to_owned(), "p@ss".to_owned())));
+        assert!(reference("etcd://no-password@h:1").is_err());
         Ok(())
     }
 }

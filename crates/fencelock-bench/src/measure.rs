@@ -52,7 +52,7 @@ impl ServerCounters {
     pub(crate) fn delta(self, later: ServerCounters) -> (u64, f64) {
         (
             later.commands.saturating_sub(self.commands + later.nodes),
-            later.cpu_s - self.cpu_s,
+            (later.cpu_s - self.cpu_s).max(0.0),
         )
     }
 

@@ -779,7 +779,14 @@ async fn held_on(setup: &Setup, leases: usize, ttl: Duration) -> Result<Held> {
     tokio::time::sleep(window).await;
     let elapsed = watch.elapsed().as_secs_f64();
     let cpu = process_cpu().saturating_sub(cpu_before).as_secs_f64();
-    let (commands, redis_cpu) = before.delta(ServerCounters::read(&mut probe).await?);
+    let after = match ServerCounters::read(&mut probe).await {
+        Ok(after) => after,
+        // Redis restarted while the leases were held: the probe's
+        // connection broke, a new one reads the restarted server (whose
+        // counters start again from 0, so the deltas are 0, not negative).
+        Err(_) => ServerCounters::read(&mut opener.open().await?).await?,
+    };
+    let (commands, redis_cpu) = before.delta(after);
     let lost = held.iter().filter(|l| l.is_lost()).count() as u64;
     let lag = client
         .stats()
@@ -795,7 +802,14 @@ async fn held_on(setup: &Setup, leases: usize, ttl: Duration) -> Result<Held> {
         .map(|chunk| {
             tokio::spawn(async move {
                 for l in chunk {
-                    l.release().await?;
+                    // A lost lease has nothing left to release, and may
+                    // fail trying (the server it was held on restarted):
+                    // it is counted in `leases_lost` already.
+                    let lost = l.is_lost();
+                    match l.release().await {
+                        Err(e) if !lost => return Err(e.into()),
+                        _ => {}
+                    }
                 }
                 Ok::<_, Error>(())
             })

@@ -19,7 +19,7 @@
 //! | [`RELEASES_NOT_OURS`] `fencelock_releases_not_ours_total` | counter | `lock` |
 //! | [`FENCED_WRITES`] `fencelock_fenced_writes_total` | counter | `resource`, `outcome` = `accepted` \| `rejected_stale` |
 //! | [`RENEWAL_LAG`] `fencelock_renewal_lag_seconds` | histogram | `lock` |
-//! | [`DEPLOYMENT_WARNINGS`] `fencelock_deployment_warnings_total` | counter (once per connect and finding) | `warning` = `evicting_maxmemory_policy` |
+//! | [`DEPLOYMENT_WARNINGS`] `fencelock_deployment_warnings_total` | counter (`evicting_maxmemory_policy`: once per connect; `server_clock_fast`: each time a server's clock moved further than this host's monotonic clock between two readings after renewals) | `warning` = `evicting_maxmemory_policy` \| `server_clock_fast` |
 //!
 //! One `acquire` or `try_acquire` call is one attempt, counted once with its
 //! final outcome (the retries inside a waiting `acquire` are not attempts).

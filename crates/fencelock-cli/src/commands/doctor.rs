@@ -14,7 +14,8 @@ use crate::global_options::GlobalOptions;
 use crate::{connect, exit, redact};
 
 /// Audit the deployment: on Redis version, role, replication, eviction,
-/// persistence, clocks, the user's permissions and the round trip; on
+/// persistence, clocks, the user's permissions and the round trip, and
+/// every replica a failover could promote; on
 /// etcd members, health, leader, version, database size, the shortest
 /// lease and the round trip. One line per check (OK, WARN or FAIL, what
 /// was found, what to change).
@@ -51,7 +52,17 @@ Checks (advisory ones only ever warn):
                deleted afterwards (FAIL: a lock operation refused; WARN: wake-
                ups, fenced hashes, top or INFO refused)
   rtt          median of 5 PINGs under 1/20 of --ttl (advisory)
---fence-mode, --prefix and --layout say what to check for.
+--fence-mode, --prefix and --layout say what to check for. The clock row
+also states the jumps of the server clock the ttl tolerates: forward under
+2/3 of --ttl (a larger jump can expire held leases early), back under the
+time since a lock's last grant (clock fences).
+
+Behind Sentinel and in a Cluster every replica a failover could promote
+gets rows named CHECK@HOST:PORT: replica (WARN: unreachable, not audited;
+OK with replica-priority 0: never promoted, not audited), version,
+replication (min-replicas-to-write set on the replica, advisory), eviction,
+persistence, clock, and fences (FAIL: its clock is behind a stored clock
+fence).
 
 On etcd (--url etcd://…) the checks are:
   members      an odd number, at least 3 (WARN: one member, or an even number)

@@ -584,3 +584,43 @@ fn bench_and_torture_refuse_durations_they_cannot_use() {
         );
     }
 }
+
+/// `held` against a Redis that restarts while the leases are held (and
+/// keeps nothing): the run ends with the report, every lease counted as
+/// lost, and exits 1, not with the broken connection.
+#[test]
+fn heavy_bench_held_reports_the_leases_a_restart_lost() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let out_path = dir.path().join("out.jsonl");
+    let out = std::fs::File::create(&out_path).expect("an output file");
+    let mut cmd = fencelock(&[
+        "--url",
+        &server.url(),
+        "bench",
+        "--scenario",
+        "held",
+        "--leases",
+        "200",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    cmd.stdout(out).stderr(std::process::Stdio::null());
+    let mut bench = fencelock_testkit::spawn_guarded(cmd);
+    // Every lease held: its lock key and its fence key.
+    crate::support::wait_for(
+        "200 leases held",
+        std::time::Duration::from_secs(30),
+        || server.query::<i64>(&["DBSIZE"]) >= 400,
+    );
+    server.restart();
+    let status = bench
+        .wait_timeout(std::time::Duration::from_secs(60))
+        .expect("bench ends");
+    let stdout = std::fs::read_to_string(&out_path).expect("the output");
+    assert_eq!(status.code(), Some(1), "{stdout}");
+    let held = json_lines(&stdout);
+    assert_eq!(held.len(), 1, "{stdout}");
+    assert_eq!(count(&held[0], "leases_lost"), 200, "{stdout}");
+}

@@ -219,3 +219,29 @@ fn a_user_missing_a_permission_is_told_which() {
     }
     assert_eq!(server.query::<i64>(&["DBSIZE"]), 0, "probe keys left");
 }
+
+/// A user who may not `GET` (which the scripts and the audit's fence scan
+/// need) is told so in the permissions row, and every other row is
+/// printed.
+#[test]
+fn a_user_who_may_not_get_is_told_in_the_permissions_row() {
+    let server = RedisServer::start();
+    let fence = server_time_us(&server).to_string();
+    for i in 0..50 {
+        server.cmd(&["SET", &format!("lock:job{i}:fence"), &fence]);
+    }
+    let rule: Vec<String> = readme_acl_rule()
+        .into_iter()
+        .filter(|p| p != "+get")
+        .collect();
+    let url = server.acl_user("app", &rule);
+    let (code, stdout, stderr) = output(&mut at(&url, &["doctor"]));
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert_check(&stdout, "permissions", "FAIL", &["+get"]);
+    assert_check(&stdout, "fences", "WARN", &["+get"]);
+    for row in ["version", "eviction", "clock", "rtt"] {
+        assert_check(&stdout, row, "OK", &[]);
+    }
+    assert!(stderr.is_empty(), "{stderr}");
+    assert!(stdout.lines().all(|l| l.len() < 2000), "{stdout}");
+}

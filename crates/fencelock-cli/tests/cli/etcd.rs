@@ -230,3 +230,34 @@ fn etcd_bench_measures_every_scenario() {
     let (code, _, err) = output(&mut at(&cluster, &["bench", "--plot", "x.svg"]));
     assert_eq!(code, Some(64), "{err}");
 }
+
+/// `bench` on an etcd that requires credentials measures with the URL's
+/// (the library's client and the reference client alike), and shows no
+/// password.
+#[test]
+fn etcd_bench_with_credentials_measures_and_hides_the_password() {
+    let cluster = EtcdCluster::single();
+    for args in [&["user", "add", "root:s3cret-pw"][..], &["auth", "enable"]] {
+        cluster.etcdctl(args).expect("etcd auth set up");
+    }
+    let url = cluster
+        .url()
+        .replacen("etcd://", "etcd://root:s3cret-pw@", 1);
+    let (code, out, err) = output(&mut fencelock(&[
+        "--url",
+        &url,
+        "bench",
+        "--scenario",
+        "uncontended",
+        "--duration",
+        "1s",
+        "--json",
+    ]));
+    assert_eq!(code, Some(0), "{out}{err}");
+    let line = json(&out);
+    assert!(
+        line["etcd_floor_cycles_per_s"].as_f64() > Some(0.0),
+        "{line}"
+    );
+    assert!(!format!("{out}{err}").contains("s3cret-pw"), "{out}{err}");
+}

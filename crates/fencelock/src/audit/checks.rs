@@ -185,6 +185,30 @@ pub(super) fn replication(info: &str) -> Option<Check> {
     })
 }
 
+/// On a replica a failover could promote: whether it would stop granting
+/// once cut off from its own replicas (`min-replicas-to-write`, which
+/// Redis shows in `INFO` only while it is set).
+pub(super) fn promoted_replication(info: &str) -> Check {
+    const NAME: &str = "replication";
+    if info_field(info, "min_slaves_good_slaves").is_some() {
+        Check::ok(
+            NAME,
+            "min-replicas-to-write set: once promoted, it stops granting when cut off from its replicas",
+        )
+    } else {
+        Check::warn(
+            NAME,
+            "min-replicas-to-write 0: once promoted, it keeps granting when cut off from its replicas, as a master without it does",
+            "CONFIG SET min-replicas-to-write 1 and min-replicas-max-lag 1 on every replica too (and in redis.conf): a replica keeps its own setting when promoted",
+        )
+    }
+}
+
+/// Whether a replica is never promoted (`replica-priority 0`).
+pub(super) fn never_promoted(info: &str) -> bool {
+    info_field(info, "slave_priority") == Some("0")
+}
+
 /// Whether an evicting memory policy can delete held locks.
 pub(super) fn eviction(info: &str) -> Check {
     const NAME: &str = "eviction";
@@ -291,8 +315,13 @@ pub(super) struct ClockReading {
 }
 
 /// The server clock against this host's, within the uncertainty of the
-/// round trip.
-pub(super) fn clock(reading: &ClockReading) -> Check {
+/// round trip, and the jumps of the server clock locks taken with `ttl`
+/// tolerate: a lease is renewed every third of its ttl and the server
+/// expires it by its own clock, so a jump forward of two thirds of the ttl
+/// or more can expire a held lease before its holder renews it (the next
+/// holder gets in while the first still runs); a step back matters only to
+/// clock fences, and only beyond the time since a lock's last grant.
+pub(super) fn clock(reading: &ClockReading, ttl: Duration) -> Check {
     const NAME: &str = "clock";
     let midpoint = reading.local_before_us / 2 + reading.local_after_us / 2;
     let uncertainty = reading
@@ -305,9 +334,11 @@ pub(super) fn clock(reading: &ClockReading) -> Check {
         (midpoint - reading.server_us, "behind")
     };
     let found = format!(
-        "the server clock is {} {direction} this host's (±{})",
+        "the server clock is {} {direction} this host's (±{}); tolerated: any steady offset, a jump forward under {} (2/3 of the ttl {}; a larger one can expire held leases early), a step back under the time since a lock's last grant (clock fences)",
         show(Duration::from_micros(apart)),
-        show(Duration::from_micros(uncertainty))
+        show(Duration::from_micros(uncertainty)),
+        show(ttl * 2 / 3),
+        show(ttl)
     );
     if Duration::from_micros(apart.saturating_sub(uncertainty)) > CLOCK_SKEW_WARN {
         Check::warn(
@@ -344,6 +375,17 @@ impl FenceScan {
         self.clock_fences += 1;
         if self.highest.as_ref().is_none_or(|(h, _)| fence > *h) {
             self.highest = Some((fence, key.to_owned()));
+        }
+    }
+
+    /// Adds the scan of another node.
+    pub(super) fn merge(&mut self, other: FenceScan) {
+        self.keys += other.keys;
+        self.clock_fences += other.clock_fences;
+        if let Some((fence, key)) = other.highest
+            && self.highest.as_ref().is_none_or(|(h, _)| fence > *h)
+        {
+            self.highest = Some((fence, key));
         }
     }
 }

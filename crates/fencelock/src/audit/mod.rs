@@ -25,6 +25,23 @@
 //! lock. It counts in no metrics or stats. A script stops at its first
 //! refused command, so fix what it names and audit again.
 //!
+//! ## Replicas a failover could promote
+//!
+//! Behind Sentinel (the replicas the sentinels list) and in a Cluster
+//! (every replica node), each replica gets rows of its own, named
+//! `CHECK@HOST:PORT`, after the masters' rows: what it would bring to the
+//! master's place once promoted.
+//!
+//! | check | reads | OK | WARN | FAIL |
+//! |---|---|---|---|---|
+//! | `replica` | `INFO replication` on the replica | a replica that could be promoted (its rows follow), or one with `replica-priority 0` (never promoted, not audited) | not reachable from this host: not audited | |
+//! | `version`, `eviction`, `persistence`, `clock` | as on a master | as on a master | as on a master | as on a master |
+//! | `replication` | `INFO replication` | `min-replicas-to-write` set: once promoted it stops granting when cut off | not set (advisory): a replica keeps its own setting when promoted | |
+//! | `fences` | `TIME` on the replica | its clock is past the highest clock fence the masters store | | a clock fence ahead of its clock: once promoted, a lost fence key makes fences go backwards |
+//!
+//! The replicas are reached directly, with the URL's credentials and TLS
+//! settings, at the address the sentinels or the Cluster announce.
+//!
 //! *Advisory* checks never fail: they name a weaker guarantee or a
 //! degraded feature, not a broken one. A check that cannot be read (the
 //! user may not run `INFO`, say) is a WARN that says which permission to
@@ -58,6 +75,7 @@
 //! | `report` | [`Audit`], its [`Check`] rows and their [`Status`] |
 //! | `redis` | the audit of a Redis deployment: the rows of every master, the probe, the round trip |
 //! | `checks` | each row from what the server reported: pure functions, tested without Redis |
+//! | `promotable` | the rows of a replica a failover could promote |
 //! | `probe` | the permission probe: fencelock's operations on a probe lock, and what was refused |
 //! | `etcd` | the rows of an etcd cluster (feature `etcd`) |
 
@@ -65,6 +83,7 @@ mod checks;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod probe;
+mod promotable;
 mod redis;
 mod report;
 

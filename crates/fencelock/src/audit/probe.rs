@@ -40,7 +40,7 @@ const HASHES: &str = "fenced Redis hashes (FencedHash, fencelock read/write/upda
 /// Pub/sub wake-ups.
 const WAKEUPS: &str = "wake-ups: waiters poll instead";
 /// `fencelock top` (and the audit's fence scan).
-const TOP: &str = "fencelock top and the audit's fence scan";
+pub(super) const TOP: &str = "fencelock top and the audit's fence scan";
 /// `INFO`.
 pub(super) const INFO: &str = "the eviction warning at connect and the audit's server checks";
 

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use super::checks::{self, ClockReading, FenceScan, PINGS};
-use super::probe;
 use super::report::{Audit, Check, Reading, reading};
+use super::{probe, promotable};
 use crate::error::Result;
 use crate::keys::glob_escape;
 use crate::options::{FenceMode, LockOptions};
@@ -24,8 +24,11 @@ pub(crate) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> R
     let mut rows = Vec::new();
     let mut replica = false;
     let mut info_refused = None;
+    let mut fences = FenceScan::default();
+    let mut scan_refused = None;
     for (i, node) in masters.iter().enumerate() {
-        let (node_rows, info) = server_rows(conn, node, prefix, opts).await?;
+        let audited = server_rows(conn, node, prefix, opts).await?;
+        let info = audited.info;
         if i == 0 {
             rows.push(match &info {
                 Reading::Got(info) => checks::topology(info, conn.topology(), masters.len()),
@@ -34,15 +37,25 @@ pub(crate) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> R
         }
         replica |= matches!(&info, Reading::Got(info) if checks::is_replica(info));
         if masters.len() > 1 {
-            rows.extend(node_rows.into_iter().map(|row| row.at(&node.addr)));
+            rows.extend(audited.rows.into_iter().map(|row| row.at(&node.addr)));
         } else {
-            rows.extend(node_rows);
+            rows.extend(audited.rows);
         }
         if i == 0
             && let Reading::Refused(e) = info
         {
             info_refused = Some(e);
         }
+        match audited.fences {
+            Reading::Got(scan) => fences.merge(scan),
+            Reading::Refused(e) => scan_refused = Some(e),
+        }
+    }
+    // The replicas a failover could promote: what they would bring to the
+    // master's place (their clock against the fences already issued, their
+    // memory policy, persistence and min-replicas-to-write).
+    for node in conn.replicas().await? {
+        rows.extend(promotable::rows(conn, &node, &fences, prefix, opts).await?);
     }
     if replica {
         // Every probe write would be refused (READONLY), telling nothing
@@ -57,21 +70,34 @@ pub(crate) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> R
         if let Some(e) = &info_refused {
             probe.refused(e, probe::Need::Feature(probe::INFO));
         }
+        if let Some(e) = &scan_refused {
+            probe.refused(e, probe::Need::Feature(probe::TOP));
+        }
         rows.push(checks::permissions(&probe));
     }
     rows.push(checks::rtt(&rtt, opts.ttl));
     Ok(Audit::new(conn.url(), rows))
 }
 
+/// What the audit of one master found.
+struct Audited {
+    /// Its rows.
+    rows: Vec<Check>,
+    /// Its `INFO` reply.
+    info: Reading<String>,
+    /// Its clock fences under the prefix.
+    fences: Reading<FenceScan>,
+}
+
 /// The rows of one master: what its `INFO` shows (version, role,
 /// replication, eviction, persistence), its clock, and its clock fences
-/// under `prefix`; and its `INFO` reply.
+/// under `prefix`.
 async fn server_rows(
     conn: &RedisConn,
     node: &Node,
     prefix: &str,
     opts: &LockOptions,
-) -> Result<(Vec<Check>, Reading<String>)> {
+) -> Result<Audited> {
     let info = reading(conn.on_node::<String>(node, &redis::cmd("INFO")).await)?;
     let mut rows = Vec::new();
     match &info {
@@ -102,14 +128,20 @@ async fn server_rows(
         }
     }
     rows.push(match reading(clock(conn, node).await)? {
-        Reading::Got(clock) => checks::clock(&clock),
+        Reading::Got(clock) => checks::clock(&clock, opts.ttl),
         Reading::Refused(_) => checks::unreadable("clock", "TIME", "+time"),
     });
-    rows.push(match reading(scan_fences(conn, node, prefix).await)? {
-        Reading::Got((scan, now_us)) => checks::fences(&scan, now_us, prefix),
-        Reading::Refused(e) => checks::refused("fences", &e),
-    });
-    Ok((rows, info))
+    let fences = match reading(scan_fences(conn, node, prefix).await)? {
+        Reading::Got((scan, now_us)) => {
+            rows.push(checks::fences(&scan, now_us, prefix));
+            Reading::Got(scan)
+        }
+        Reading::Refused(e) => {
+            rows.push(checks::refused("fences", &e));
+            Reading::Refused(e)
+        }
+    };
+    Ok(Audited { rows, info, fences })
 }
 
 /// The round trips of a few `PING`s, sorted. The first one fails the audit
@@ -138,7 +170,7 @@ async fn clock(conn: &RedisConn, node: &Node) -> Result<ClockReading> {
 }
 
 /// Microseconds since the Unix epoch (0 for a clock before it).
-fn unix_micros(t: SystemTime) -> u64 {
+pub(super) fn unix_micros(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }

@@ -110,17 +110,21 @@ fn clocks_apart_by_more_than_a_second_warn() {
     let at = |server_offset_ms: i64, rtt_us: u64| {
         let local = 1_800_000_000_000_000_u64;
         let server = local.saturating_add_signed(server_offset_ms * 1000);
-        clock(&ClockReading {
-            server_us: server,
-            local_before_us: local - rtt_us / 2,
-            local_after_us: local + rtt_us / 2,
-        })
+        clock(
+            &ClockReading {
+                server_us: server,
+                local_before_us: local - rtt_us / 2,
+                local_after_us: local + rtt_us / 2,
+            },
+            Duration::from_secs(9),
+        )
     };
     assert_eq!(at(3, 200).status(), Status::Ok);
     assert_eq!(at(-900, 200).status(), Status::Ok);
     assert_eq!(at(1500, 200).status(), Status::Warn);
     assert_eq!(at(-1500, 200).status(), Status::Warn);
     assert!(at(-1500, 200).found().contains("behind"));
+    assert!(at(3, 200).found().contains("jump forward under 6.0 s"));
     // Within the uncertainty of a slow round trip: not a skew.
     assert_eq!(at(1500, 2_000_000).status(), Status::Ok);
 }

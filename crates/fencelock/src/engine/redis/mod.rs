@@ -5,6 +5,7 @@
 //! what is decided here is which call, and when.
 
 mod acquire;
+mod server_clock;
 mod wakeups;
 
 use std::time::Duration;
@@ -21,6 +22,7 @@ use crate::options::LockOptions;
 use crate::store::Checked;
 use crate::store::redis::ops::{Extend, ExtendMany, Inspect, PassOn, Release};
 use crate::store::redis::{BatchGroup, Coalescer, RedisConn, Topology, wire};
+use server_clock::ServerClocks;
 use wakeups::Wakeups;
 
 /// The Redis side of one client: its connection, the batches of its
@@ -37,6 +39,9 @@ pub(crate) struct RedisEngine {
     wakeups: OnceCell<Wakeups>,
     /// The releases of dropped leases still running.
     pub(crate) cleanups: super::cleanup::Cleanups,
+    /// Whether a server's clock runs faster than this host's, read after
+    /// renewals.
+    server_clocks: ServerClocks,
 }
 
 impl RedisEngine {
@@ -47,6 +52,7 @@ impl RedisEngine {
             client_id: uuid::Uuid::new_v4().simple().to_string(),
             wakeups: OnceCell::new(),
             cleanups: super::cleanup::Cleanups::default(),
+            server_clocks: ServerClocks::default(),
         }
     }
 
@@ -104,14 +110,21 @@ impl RedisEngine {
             .iter()
             .map(|h| (h.lock.as_str(), h.value.as_str()))
             .collect();
-        self.conn
+        let codes = self
+            .conn
             .run(&ExtendMany {
                 leases: &pairs,
                 ttl,
             })
             .await?
             .per_lease(pairs.len())
-            .map_err(|e| Error::UnexpectedReply(e.to_string()))
+            .map_err(|e| Error::UnexpectedReply(e.to_string()))?;
+        if let Some(first) = leases.first() {
+            self.server_clocks
+                .check(&self.conn, self.batch_group(first), first.key())
+                .await;
+        }
+        Ok(codes)
     }
 
     /// Which of this client's renewals may share a script call with

@@ -2,6 +2,7 @@
 //! key, or to one master), the masters of the deployment, and `SCAN` over
 //! every master: what inspection, `top` and the audit read.
 
+use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{FromRedisValue, RedisError};
 
@@ -74,15 +75,7 @@ impl RedisConn {
             };
             return Ok(vec![Node { addr, route: None }]);
         };
-        let text: String = conn
-            .clone()
-            .route_command(
-                redis::cmd("CLUSTER").arg("NODES").clone(),
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-            )
-            .await
-            .and_then(|v| String::from_redis_value(v).map_err(RedisError::from))
-            .map_err(|e| self.map_error(e, &[]))?;
+        let text = self.cluster_nodes_on(conn).await?;
         Ok(cluster_masters(&text)
             .into_iter()
             .map(|(host, port)| Node {
@@ -90,6 +83,26 @@ impl RedisConn {
                 route: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
             })
             .collect())
+    }
+
+    /// `CLUSTER NODES` as one node of a Cluster sees it (empty off a
+    /// Cluster).
+    pub(super) async fn cluster_nodes(&self) -> Result<String> {
+        match &self.link {
+            Link::Cluster { conn, .. } => self.cluster_nodes_on(conn).await,
+            _ => Ok(String::new()),
+        }
+    }
+
+    async fn cluster_nodes_on(&self, conn: &ClusterConnection) -> Result<String> {
+        conn.clone()
+            .route_command(
+                redis::cmd("CLUSTER").arg("NODES").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await
+            .and_then(|v| String::from_redis_value(v).map_err(RedisError::from))
+            .map_err(|e| self.map_error(e, &[]))
     }
 
     /// Runs a plain command on `node` (one of [`RedisConn::masters`]).

@@ -148,9 +148,7 @@ impl RedisConn {
 
     /// The typed error of a failed call on `keys`.
     pub(super) fn map_error(&self, e: RedisError, keys: &[&str]) -> Error {
-        if let (Some(code), Some(detail)) = (e.code(), e.detail())
-            && let Some(error) = errors::classify(code, detail, keys)
-        {
+        if let Some(error) = errors::classify_reply(&e, keys) {
             return error;
         }
         if e.code() == Some("READONLY") && self.topology() == Topology::Standalone {

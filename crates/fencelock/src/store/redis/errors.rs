@@ -129,6 +129,19 @@ pub(crate) fn classify(code: &str, detail: &str, keys: &[&str]) -> Option<Error>
     }
 }
 
+/// The typed error for `e`, if its server error (a pipeline's first
+/// failed command, for a pipeline) is one fencelock names itself: a
+/// pipeline refused by an ACL rule names the permission, not every
+/// refused command.
+pub(crate) fn classify_reply(e: &RedisError, keys: &[&str]) -> Option<Error> {
+    if let (Some(code), Some(detail)) = (e.code(), e.detail()) {
+        return classify(code, detail, keys);
+    }
+    let failed = e.clone().into_server_errors()?;
+    let (_, first) = failed.first()?;
+    classify(first.code(), first.details().unwrap_or_default(), keys)
+}
+
 /// The missing permission in the text of a connect error, if that is what
 /// it is: a user that may not run `PING` (the connect check) or `SELECT` (a
 /// URL with a database other than 0) is refused with `NOPERM`, which the

@@ -15,6 +15,7 @@
 //! | `coalesce` | the concurrent grants and releases of one client (of one Cluster slot) sent as one batch call while `IN_FLIGHT` others are in flight; a call with room goes alone at once |
 //! | `target` | the one URL for every topology (`redis://`, `rediss://`, `unix://`, `redis+sentinel://`, `redis+cluster://`), parsed |
 //! | `sentinel` | the master found through Sentinel, followed across failovers |
+//! | `replicas` | the replicas a failover could promote, and a connection of its own to one of them |
 //! | `pubsub` | [`PubSub`], the pub/sub connection behind wake-ups |
 //! | `info` | what the deployment reports about itself (`INFO` fields, the memory policy) |
 //! | `errors` | redis-rs errors as fencelock's, and server errors as typed errors that name the one key, command or setting in the way |
@@ -34,6 +35,7 @@ mod info;
 mod invoke;
 pub(crate) mod ops;
 mod pubsub;
+mod replicas;
 pub(crate) mod scripts;
 mod sentinel;
 mod target;
@@ -47,6 +49,7 @@ pub(crate) use info::{info_field, memory_policy};
 #[cfg(feature = "testing")]
 pub(crate) use invoke::invocation;
 pub(crate) use pubsub::{Event, PubSub};
+pub(crate) use replicas::{Replica, ReplicaConn};
 #[cfg(feature = "testing")]
 pub use scripts::BatchFault;
 

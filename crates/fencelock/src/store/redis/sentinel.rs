@@ -193,6 +193,29 @@ impl SentinelLink {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = master;
         Ok(())
     }
+    /// The replicas the sentinels list for the master (`SENTINEL
+    /// REPLICAS`), each a map of its fields (`ip`, `port`, `flags`, …).
+    pub(crate) async fn replicas(
+        &self,
+    ) -> RedisResult<Vec<std::collections::HashMap<String, String>>> {
+        let sentinel = self
+            .resolver
+            .lock()
+            .await
+            .async_get_sentinel_client()
+            .await?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.settings.connect_timeout))
+            .set_response_timeout(Some(self.settings.response_timeout));
+        let mut conn = sentinel
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        redis::cmd("SENTINEL")
+            .arg("REPLICAS")
+            .arg(&self.master_name)
+            .query_async(&mut conn)
+            .await
+    }
 }
 
 /// The watcher: subscribed to `+switch-master` on one sentinel at a time,

@@ -296,3 +296,68 @@ fn client_opts(mode: FenceMode) -> fencelock::LockOptions {
         .renewal(Renewal::Off)
         .ttl(Duration::from_secs(30))
 }
+
+/// The audit behind Sentinel has rows for every replica a failover could
+/// promote, named `CHECK@HOST:PORT`: a replica that would evict locks once
+/// promoted warns; one with `replica-priority 0` is never promoted and is
+/// not audited; one that cannot be reached is a WARN row, not a failed
+/// audit.
+#[tokio::test]
+async fn sentinel_audit_has_rows_for_every_replica_a_failover_could_promote() -> Result<()> {
+    use fencelock::audit::Status;
+    let mut sentinel = RedisSentinel::start_with(guarded());
+    sentinel.wait_healthy();
+    let replicas = sentinel.replicas();
+    let (evicting, other) = (replicas[0], replicas[1]);
+    let evicting_node = sentinel.data_node(evicting);
+    evicting_node.cmd(&["CONFIG", "SET", "maxmemory", "100mb"]);
+    evicting_node.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let (at_evicting, at_other) = (evicting_node.addr(), sentinel.data_node(other).addr());
+    let client = LockClient::connect(&sentinel.url()).await?;
+
+    let audit = client.audit().await?;
+    let status = |audit: &fencelock::audit::Audit, name: &str| {
+        audit
+            .check(name)
+            .map(|c| c.status())
+            .with_context(|| format!("no {name} row in {audit:#?}"))
+    };
+    ensure!(status(&audit, &format!("eviction@{at_evicting}"))? == Status::Warn);
+    for row in [
+        "replica",
+        "eviction",
+        "replication",
+        "persistence",
+        "clock",
+        "fences",
+    ] {
+        ensure!(
+            status(&audit, &format!("{row}@{at_other}"))? == Status::Ok,
+            "{row}: {audit:#?}"
+        );
+    }
+    ensure!(
+        status(&audit, "eviction")? == Status::Ok,
+        "the master's own row"
+    );
+
+    sentinel
+        .data_node(evicting)
+        .cmd(&["CONFIG", "SET", "replica-priority", "0"]);
+    sentinel.kill(SentinelNode::Data(other));
+    let audit = client.audit().await?;
+    let skipped = audit
+        .check(&format!("replica@{at_evicting}"))
+        .with_context(|| format!("{audit:#?}"))?;
+    ensure!(skipped.status() == Status::Ok && skipped.found().contains("replica-priority 0"));
+    ensure!(
+        audit.check(&format!("eviction@{at_evicting}")).is_none(),
+        "{audit:#?}"
+    );
+    ensure!(
+        status(&audit, &format!("replica@{at_other}"))? == Status::Warn,
+        "{audit:#?}"
+    );
+    ensure!(audit.worst() != Status::Fail, "{audit:#?}");
+    Ok(())
+}
