@@ -435,6 +435,27 @@ mod tests {
         );
     }
 
+    /// A given Sentinel or Cluster (no server control, no proxy) runs
+    /// pause-worker only: client-kill and the proxy need one plain server.
+    #[test]
+    fn a_given_sentinel_or_cluster_runs_pause_worker_only() {
+        let remote = Shape {
+            name: "remote",
+            etcd: false,
+            controls_server: false,
+            replicas: 2,
+            proxyable: false,
+        };
+        let runnable: Vec<NemesisKind> = NemesisKind::ALL
+            .into_iter()
+            .filter(|k| refusal(*k, &remote).is_none())
+            .collect();
+        assert_eq!(runnable, [NemesisKind::PauseWorker]);
+        assert!(super::proxyable_url("redis://u:p@h:1/0"));
+        assert!(!super::proxyable_url("redis+sentinel://h:1/m"));
+        assert!(!super::proxyable_url("rediss://h:1"));
+    }
+
     #[test]
     fn on_etcd_only_the_resource_controls_run() {
         let runnable: Vec<Variant> = Variant::ALL

@@ -505,3 +505,41 @@ fn c6_excuses_a_rolled_back_fence_that_its_holder_was_refused_and_retried() {
     let told = c6(&history(300));
     assert_eq!(told.violations, 1, "{told:?}");
 }
+
+/// A history in which nothing was granted or acknowledged (a deployment
+/// that refuses every write) is inconclusive, naming what each name saw; a
+/// clean one is not.
+#[test]
+fn a_history_that_saw_too_little_is_inconclusive() {
+    use crate::report::Report;
+    let clean = Report::from_history(&History::new(clean()));
+    assert_eq!(clean.inconclusive(), None);
+    let mut e = vec![header("clock")];
+    for n in 1..=3 {
+        e.push(ev(
+            i64::from(n) * 1000,
+            "w0",
+            Entry::Acquire {
+                op: format!("w0.{n}"),
+                name: "t0".into(),
+            },
+        ));
+        e.push(ev(
+            i64::from(n) * 1000 + 500,
+            "w0",
+            Entry::AcquireFailed {
+                op: format!("w0.{n}"),
+                name: "t0".into(),
+                error: "READONLY".into(),
+            },
+        ));
+    }
+    let report = Report::from_history(&History::new(e));
+    assert_eq!(report.violations(), 0);
+    let why = report.inconclusive().expect("inconclusive");
+    assert!(
+        why.contains("t0: 0 grant(s), 0 acknowledged write(s)"),
+        "{why}"
+    );
+    assert!(report.verdict().starts_with("verdict: INCONCLUSIVE"));
+}
