@@ -32,11 +32,18 @@ pub(crate) struct ReplicaWait {
     /// WAS applied on the master, but a failover now could lose it). Inside
     /// `fencelock run --replicas N`: N. On etcd every write is already on a
     /// quorum of members, and this is ignored.
-    #[arg(long, env = REPLICAS_ENV, value_name = "N")]
+    #[arg(long, env = REPLICAS_ENV, hide_env_values = true, value_name = "N")]
     pub(crate) replicas: Option<u32>,
     /// How long to wait for --replicas (inside `fencelock run`: its own
     /// --replica-timeout).
-    #[arg(long, env = REPLICA_TIMEOUT_ENV, default_value = "100ms", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(
+        long,
+        env = REPLICA_TIMEOUT_ENV,
+        hide_env_values = true,
+        default_value = "100ms",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
     pub(crate) replica_timeout: Duration,
 }
 

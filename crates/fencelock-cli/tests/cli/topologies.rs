@@ -356,3 +356,19 @@ fn sentinel_failover_keeps_updates_acknowledged_by_replicas() {
         "the update acknowledged by both replicas survives, the later ones are lost: {stdout}"
     );
 }
+
+/// A `run` started while the master is dead and the sentinels still name
+/// it waits for the new master (saying why) instead of exiting 69.
+#[test]
+fn sentinel_run_started_during_a_failover_waits_for_the_new_master() {
+    let mut sentinel = RedisSentinel::start();
+    let url = sentinel.url();
+    let old = sentinel.primary();
+    sentinel.kill(SentinelNode::Data(old));
+    let out = fencelock(&["--redis", &url, "run", "--wait", "20s", "job", "--", "true"])
+        .output()
+        .expect("run");
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("waiting for job: "), "{err}");
+}

@@ -117,7 +117,10 @@ async fn heavy_a_waiter_waits_through_noreplicas_until_a_replica_is_back() -> Re
                     Error::Unreachable { source, .. } => source.code().unwrap_or("none"),
                     _ => "other",
                 };
-                heard.lock().unwrap().push(code.to_owned());
+                heard
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(code.to_owned());
             };
             client.acquire_reporting("job", &opts, &hear).await
         }
@@ -125,18 +128,14 @@ async fn heavy_a_waiter_waits_through_noreplicas_until_a_replica_is_back() -> Re
     poll_until(
         "the waiter to hear NOREPLICAS",
         Duration::from_secs(5),
-        || heard.lock().unwrap().len() >= 3,
+        || heard_codes(&heard).len() >= 3,
     )
     .await?;
     ensure!(!acquiring.is_finished(), "the waiter gave up on NOREPLICAS");
     ensure!(
-        heard
-            .lock()
-            .unwrap()
-            .iter()
-            .all(|code| code == "NOREPLICAS"),
+        heard_codes(&heard).iter().all(|code| code == "NOREPLICAS"),
         "{:?}",
-        heard.lock().unwrap()
+        heard_codes(&heard)
     );
 
     replica.restart();
@@ -144,4 +143,9 @@ async fn heavy_a_waiter_waits_through_noreplicas_until_a_replica_is_back() -> Re
     ensure!(primary.exists("lock:{job}"));
     ensure!(lease.release().await?.is_released());
     Ok(())
+}
+
+/// What the waiter heard so far.
+fn heard_codes(heard: &Mutex<Vec<String>>) -> Vec<String> {
+    heard.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }

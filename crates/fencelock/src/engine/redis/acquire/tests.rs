@@ -37,12 +37,12 @@ async fn a_retried_grant_returns_the_same_fence() -> Result<()> {
         let keys = LockKeys::new("lock:", layout, &name)?;
         let token = new_token();
         let first = engine
-            .grant(&name, &keys, &token, &opts, Standing::default())
+            .grant(&name, &keys, &token, &opts, Standing::default(), &mut None)
             .await?;
         let fence_key_before: Option<String> = server.query(&["GET", &keys.fence]);
         server.cmd(&["PEXPIRE", &keys.lock, "1000"]);
         let again = engine
-            .grant(&name, &keys, &token, &opts, Standing::default())
+            .grant(&name, &keys, &token, &opts, Standing::default(), &mut None)
             .await?;
         assert_eq!(
             first.granted.fence, again.granted.fence,
@@ -53,7 +53,14 @@ async fn a_retried_grant_returns_the_same_fence() -> Result<()> {
         let pttl: i64 = server.query(&["PTTL", &keys.lock]);
         assert!(pttl > 4000, "the retry restarted the lease (pttl {pttl})");
         let other = engine
-            .grant(&name, &keys, &new_token(), &opts, Standing::default())
+            .grant(
+                &name,
+                &keys,
+                &new_token(),
+                &opts,
+                Standing::default(),
+                &mut None,
+            )
             .await;
         assert!(matches!(other, Err(Error::Contended { .. })), "{other:?}");
         // Both name the same grant: the first release deletes it.
