@@ -111,7 +111,10 @@ pub(crate) struct RunArgs {
 const HELP: &str = "\
 The command gets these environment variables:
   FENCELOCK_NAME, FENCELOCK_KEY, FENCELOCK_TOKEN, FENCELOCK_FENCE,
-  FENCELOCK_TTL_MS, FENCELOCK_URL (and its old name FENCELOCK_REDIS_URL)
+  FENCELOCK_TTL_MS, FENCELOCK_URL (and its old name FENCELOCK_REDIS_URL),
+  and FENCELOCK_TLS_CA, FENCELOCK_TLS_CERT, FENCELOCK_TLS_KEY (absolute
+  paths) when --tls-ca, --tls-cert, --tls-key are given (also with
+  --no-url-env), so a nested `fencelock` reaches a TLS store the same way
 Pass FENCELOCK_FENCE with every write the lock protects (`fencelock write`
 and `fencelock update` use it and FENCELOCK_TOKEN by default; on etcd they
 write a fenced etcd key). FENCELOCK_TOKEN is the holder's secret (whoever
@@ -137,7 +140,9 @@ process (fencelock-watch) kills the whole tree at once.
 
 Exit codes: the command's own; 128+N if it died of signal N; 126 not
 executable (no permission, or its #! interpreter is missing); 127 not found; 75 lock not acquired (--conflict-exit-code);
-76 lock lost while the command ran; 69 Redis unreachable; 64 usage.
+76 lock lost while the command ran; 69 Redis or etcd unreachable; 78 bad
+configuration (refused credentials on any topology, a missing permission,
+a TLS file or handshake refused); 64 usage.
 
 Examples:
   fencelock run nightly-report -- ./report.sh --date today
@@ -257,6 +262,9 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
         cmd.env("FENCELOCK_URL", connect::url(global))
             .env(connect::LEGACY_URL_ENV, connect::url(global));
     }
+    // The TLS files (paths, no secret) go with or without the URL: a nested
+    // `fencelock` given its own --url still needs them.
+    cmd.envs(connect::tls_env(global));
     // SAFETY: between fork and exec, one async-signal-safe sigprocmask call.
     unsafe {
         cmd.pre_exec(watchdog::block_signals);

@@ -14,6 +14,7 @@ mod bad_input;
 mod coalesce;
 #[cfg(feature = "etcd")]
 mod consensus;
+mod credentials;
 mod exclusion;
 mod fences;
 mod guide_scenario;

@@ -6,6 +6,7 @@
 
 pub(crate) mod basics;
 mod cluster;
+mod credentials;
 mod fenced_key;
 mod migration;
 mod safety;
