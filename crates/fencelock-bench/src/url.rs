@@ -63,8 +63,9 @@ mod tests {
             ("redis://:a/b@h:1/0", "redis://:***@h:1/0"),
             ("redis://u:a#b?c@h:1", "redis://u:***@h:1"),
             ("redis://u:a@b@h:1", "redis://u:***@h:1"),
-            // The library's rule marks a user without a password too.
-            ("redis://u@h:1", "redis://u:***@h:1"),
+            // The library's rule: a userinfo without ':' may be a password
+            // alone, so it is hidden whole.
+            ("redis://u@h:1", "redis://***@h:1"),
             ("unix:///run/redis.sock", "unix:///run/redis.sock"),
             (
                 "unix:///run/redis.sock?pass=pw",
@@ -79,7 +80,8 @@ mod tests {
                 "redis+unix:///s?db=2&user=u&pass=***&protocol=resp3",
             ),
             ("redis://h:1/0?password=pw", "redis://h:1/0?password=***"),
-            ("not a url", "not a url"),
+            // Text without a scheme may be anything: hidden whole.
+            ("not a url", "***"),
         ] {
             assert_eq!(RedisUrl::new(url).to_string(), shown, "{url}");
             assert_eq!(format!("{:?}", RedisUrl::new(url)), format!("{shown:?}"));

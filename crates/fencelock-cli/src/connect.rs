@@ -26,6 +26,27 @@ pub(crate) fn url(global: &GlobalOptions) -> String {
     given_url(global).unwrap_or_else(|| DEFAULT_URL.to_string())
 }
 
+/// The TLS files of these options as the environment variables that give
+/// them (`FENCELOCK_TLS_CA`, `FENCELOCK_TLS_CERT`, `FENCELOCK_TLS_KEY`), for
+/// `run` to pass to its command as it passes the URL. The paths are made
+/// absolute, so a command that changes directory still finds the files.
+pub(crate) fn tls_env(global: &GlobalOptions) -> Vec<(&'static str, std::path::PathBuf)> {
+    [
+        ("FENCELOCK_TLS_CA", &global.tls_ca),
+        ("FENCELOCK_TLS_CERT", &global.tls_cert),
+        ("FENCELOCK_TLS_KEY", &global.tls_key),
+    ]
+    .into_iter()
+    .filter_map(|(name, path)| {
+        let path = path.as_ref()?;
+        Some((
+            name,
+            std::path::absolute(path).unwrap_or_else(|_| path.clone()),
+        ))
+    })
+    .collect()
+}
+
 /// Whether these options name an etcd cluster.
 pub(crate) fn is_etcd(global: &GlobalOptions) -> bool {
     let url = url(global);

@@ -111,7 +111,7 @@ mod tests {
             url("redis+sentinel://u:p@h1:1,h2:2/m?db=1"),
             "redis+sentinel://u:***@h1:1,h2:2/m?db=1"
         );
-        assert_eq!(url("not a url"), "not a url");
+        assert_eq!(url("not a url"), "***");
     }
 
     #[test]

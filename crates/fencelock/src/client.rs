@@ -64,12 +64,24 @@ struct ClientInner {
 ///     .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LockClientBuilder {
     url: String,
     prefix: String,
     defaults: LockOptions,
     settings: ConnSettings,
+}
+
+/// Shows the URL without its password ([`crate::redact_url`]).
+impl std::fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("url", &crate::store::redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("defaults", &self.defaults)
+            .field("settings", &self.settings)
+            .finish()
+    }
 }
 
 impl LockClientBuilder {

@@ -116,7 +116,10 @@ const HELP: &str = "\
 The command gets these environment variables:
   FENCELOCK_NAME, FENCELOCK_KEY, FENCELOCK_TOKEN, FENCELOCK_FENCE,
   FENCELOCK_TTL_MS, FENCELOCK_URL (and its old name FENCELOCK_REDIS_URL),
-  with --replicas also FENCELOCK_REPLICAS and FENCELOCK_REPLICA_TIMEOUT
+  with --replicas also FENCELOCK_REPLICAS and FENCELOCK_REPLICA_TIMEOUT,
+  and FENCELOCK_TLS_CA, FENCELOCK_TLS_CERT, FENCELOCK_TLS_KEY (absolute
+  paths) when --tls-ca, --tls-cert, --tls-key are given (also with
+  --no-url-env), so a nested `fencelock` reaches a TLS store the same way.
 Pass FENCELOCK_FENCE with every write the lock protects (`fencelock write`
 and `fencelock update` use it and FENCELOCK_TOKEN by default; on etcd they
 write a fenced etcd key). FENCELOCK_TOKEN is the holder's secret (whoever
@@ -151,7 +154,9 @@ replicas acknowledged the grant (--replicas), or the master refused writes
 during a failover) until the wait ended, the reason on stderr; 76 lock lost
 while the command ran; 74 the command exited 0 but its lock could not be
 released (it stays held until its ttl runs out; a command's own non-zero
-code wins); 69 Redis unreachable; 64 usage.
+code wins); 69 Redis or etcd unreachable; 78 bad configuration (refused
+credentials on any topology, a missing permission, a TLS file or handshake
+refused); 64 usage.
 
 While it waits, `run` keeps trying through a held lock, a master that
 refuses writes (NOREPLICAS, READONLY, LOADING, MASTERDOWN), an unreachable
@@ -300,6 +305,9 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
             format!("{}ms", args.replica_timeout.as_millis()),
         );
     }
+    // The TLS files (paths, no secret) go with or without the URL: a nested
+    // `fencelock` given its own --url still needs them.
+    cmd.envs(connect::tls_env(global));
     // SAFETY: between fork and exec, one async-signal-safe sigprocmask call.
     unsafe {
         cmd.pre_exec(watchdog::block_signals);

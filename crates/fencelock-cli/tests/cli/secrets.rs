@@ -246,7 +246,7 @@ fn passwords_in_topology_urls_and_malformed_urls_never_reach_the_output() {
         format!("redis+sentinel://127.0.0.1:1/m?sentinel_pass={WRONG}&db=0"),
         format!("redis+cluster://:{PASSWORD}@127.0.0.1:1,127.0.0.1:2"),
         format!("rediss://alice:{PASSWORD}@127.0.0.1:1/0"),
-        format!("redis+unix:///nonexistent/redis.sock?user=alice&password={PASSWORD}"),
+        format!("redis+unix:///nonexistent/redis.sock?user=alice&pass={PASSWORD}"),
     ];
     for url in &unreachable {
         let out = output(url, &["status", "job"]);
@@ -266,6 +266,7 @@ fn passwords_in_topology_urls_and_malformed_urls_never_reach_the_output() {
         format!("redis://:pa/ss?{PASSWORD}#x@127.0.0.1:1"),
         format!("bogus://:{PASSWORD}@127.0.0.1:1"),
         format!("redis+sentinel://127.0.0.1:1/m?SENTINEL_PASS={WRONG}"),
+        format!("redis+unix:///nonexistent/redis.sock?user=alice&password={PASSWORD}"),
     ];
     for url in &malformed {
         let out = output(url, &["status", "job"]);
@@ -276,5 +277,101 @@ fn passwords_in_topology_urls_and_malformed_urls_never_reach_the_output() {
             all_of(&out)
         );
         assert_clean(url, &all_of(&out));
+    }
+}
+
+/// The part every secret of the sweep shares: no output may contain it.
+const STEM: &str = "Zq9Xw";
+
+/// URLs of every form with a secret (containing [`STEM`]) in every place
+/// one can sit, well-formed or by mistake: userinfo with and without a
+/// user, percent-encoded, non-ASCII, misspelt and unknown parameters, a
+/// `db` that is no number, a bare word in the query, a fragment. `redis`
+/// requires a password; nothing listens on `closed`.
+fn secret_urls(redis: &str, closed: u16, sock: &str) -> Vec<String> {
+    let s = format!("{STEM}-s3cret");
+    let encoded = format!("{STEM}%2Ds3cr%C3%A9t");
+    let unicode = format!("{STEM}-pässwört");
+    let c = format!("127.0.0.1:{closed}");
+    vec![
+        format!("redis://:{s}@{redis}"),
+        format!("redis://alice:{s}@{redis}"),
+        format!("redis://{s}@{redis}"),
+        format!("redis://:{encoded}@{redis}/0"),
+        format!("redis://alice:{unicode}@{redis}"),
+        format!("redis://{redis}/?pasword={s}"),
+        format!("redis://{redis}/?{s}"),
+        format!("redis://{redis}/{s}"),
+        format!("redis://{redis}/0#{s}"),
+        format!("rediss://:{s}@{redis}"),
+        format!("unix://{sock}?pass={s}"),
+        format!("unix://{sock}?password={s}"),
+        format!("redis+unix://{sock}?db={s}"),
+        format!("redis+sentinel://:{s}@{c}/mymaster?sentinel_password={s}"),
+        format!("redis+sentinel://{s}@{c}/mymaster"),
+        format!("redis+sentinel://{c}/mymaster?sentinel_pasword={s}"),
+        format!("redis+sentinel://{c}/mymaster?db={s}"),
+        format!("redis+sentinel://{c}/mymaster?{s}"),
+        format!("rediss+sentinel://alice:{encoded}@{c}/m"),
+        format!("redis+cluster://:{s}@{c}"),
+        format!("redis+cluster://{s}@{c}"),
+        format!("redis+cluster://{c}?pasword={s}"),
+        format!("rediss+cluster://alice:{unicode}@{c}"),
+        format!("etcd://root:{s}@{c}"),
+        format!("etcd://{s}@{c}"),
+        format!("etcd://{c}?auth={s}"),
+        format!("etcd://{c}?token={s}"),
+        format!("etcd://{c}?{s}"),
+        format!("etcds://root:{encoded}@{c}"),
+        s.clone(),
+    ]
+}
+
+/// Every URL of [`secret_urls`], given as `--url` or in `FENCELOCK_URL`,
+/// through `status` (text and JSON), `doctor` and `run` with trace
+/// logs: the command fails as usage (64), unreachable (69) or configuration
+/// (78), and no byte of stdout or stderr shows the secret.
+#[test]
+fn secrets_in_every_url_form_never_reach_any_output() {
+    let server = RedisServer::start_with(RedisConfig::default().with_password(PASSWORD));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("nothing.sock");
+    let commands: [&[&str]; 4] = [
+        &["status", "job"],
+        &["status", "job", "--json"],
+        &["doctor"],
+        &["run", "job", "--", "true"],
+    ];
+    for url in secret_urls(&server.addr(), free_port(), &sock.display().to_string()) {
+        // The commands of one URL at once: most fail at connect, in
+        // milliseconds, and a TLS handshake to a plaintext port takes the
+        // connect timeout.
+        std::thread::scope(|scope| {
+            for (n, args) in commands.iter().enumerate() {
+                let url = &url;
+                scope.spawn(move || {
+                    let mut cmd = if n == 0 {
+                        let mut cmd = fencelock(&["--url", url]);
+                        cmd.args(*args);
+                        cmd
+                    } else {
+                        with_url(url, args)
+                    };
+                    let out = cmd
+                        .env("FENCELOCK_URL", url)
+                        .env("FENCELOCK_LOG", "trace")
+                        .stdin(Stdio::null())
+                        .output()
+                        .expect("run fencelock");
+                    let text = all_of(&out);
+                    assert!(
+                        matches!(out.status.code(), Some(64 | 69 | 78)),
+                        "{args:?} with a URL of the sweep: exit {:?}: {text}",
+                        out.status.code()
+                    );
+                    assert!(!text.contains(STEM), "{args:?} printed a secret: {text}");
+                });
+            }
+        });
     }
 }

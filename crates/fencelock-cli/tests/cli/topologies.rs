@@ -347,6 +347,215 @@ fn sentinel_failover_keeps_updates_acknowledged_by_replicas() {
     sentinel.kill(SentinelNode::Data(old));
     sentinel.wait_new_primary(old);
     let out = fencelock(&["--redis", &url, "read", "counter"])
+
+/// Refused credentials exit 78 (configuration) on every topology, never 69
+/// or 70: a wrong password for a Cluster's ACL user; behind Sentinel, a
+/// wrong password for the data nodes and for the sentinels' own user; on
+/// etcd, credentials given to a cluster without authentication, none given
+/// to one with it, and a wrong password.
+#[test]
+fn heavy_refused_credentials_exit_78_on_cluster_sentinel_and_etcd() {
+    let refused = |url: &str, says: &str| {
+        for args in [&["status", "job"][..], &["run", "job", "--", "true"]] {
+            let out = fencelock(&["--url", url])
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .expect("fencelock");
+            let (stdout, err) = text(&out);
+            assert_eq!(out.status.code(), Some(78), "{url} {args:?}: {stdout}{err}");
+            assert!(err.contains(says), "{url} {args:?}: {err}");
+            assert!(!err.contains("wrong-pw"), "{err}");
+        }
+    };
+
+    let cluster = RedisCluster::start();
+    for node in cluster.nodes() {
+        node.cmd(&[
+            "ACL",
+            "SETUSER",
+            "alice",
+            "on",
+            ">alice-pw",
+            "~*",
+            "&*",
+            "+@all",
+        ]);
+    }
+    let seeds = cluster
+        .nodes()
+        .iter()
+        .map(RedisServer::addr)
+        .collect::<Vec<_>>()
+        .join(",");
+    refused(
+        &format!("redis+cluster://alice:wrong-pw@{seeds}"),
+        "refused authentication",
+    );
+    drop(cluster);
+
+    let sentinel = RedisSentinel::start_with(
+        fencelock_testkit::RedisSentinelConfig {
+            replicas: 1,
+            sentinels: 1,
+            quorum: 1,
+            ..Default::default()
+        }
+        .with_data(RedisConfig::default().with_password("data-pw")),
+    );
+    sentinel
+        .sentinel(0)
+        .cmd(&["ACL", "SETUSER", "watcher", "on", ">watch-pw", "+@all"]);
+    let hosts = sentinel.sentinel_addrs().join(",");
+    let master = sentinel.master_name().to_owned();
+    refused(
+        &format!("redis+sentinel://:wrong-pw@{hosts}/{master}"),
+        "refused authentication",
+    );
+    refused(
+        &format!(
+            "redis+sentinel://:data-pw@{hosts}/{master}?sentinel_user=watcher&sentinel_password=wrong-pw"
+        ),
+        "refused authentication",
+    );
+    drop(sentinel);
+
+    let etcd = fencelock_testkit::EtcdCluster::single();
+    let addr = etcd.addr(0);
+    refused(&format!("etcd://root:root-pw@{addr}"), "authentication off");
+    etcd.etcdctl(&["user", "add", "root:root-pw"])
+        .expect("user add");
+    etcd.etcdctl(&["auth", "enable"]).expect("auth enable");
+    refused(&format!("etcd://{addr}"), "requires authentication");
+    refused(&format!("etcd://root:wrong-pw@{addr}"), "refused");
+}
+
+/// The client's own TLS files are checked before the handshake and a
+/// failed handshake names its cause, each exit 78: a CA file with no
+/// certificate, a key that is not the certificate's, a client certificate
+/// of another CA, `rediss://` to a plaintext port.
+#[test]
+fn tls_problems_name_their_cause_and_exit_78() {
+    let certs = fencelock_testkit::TestCerts::generate();
+    let server = RedisServer::start_with(
+        RedisConfig::default()
+            .with_tls(TlsConfig::with_certs(certs.clone()).with_client_auth(ClientAuth::Required)),
+    );
+    let files = server.tls_files().expect("TLS files").clone();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path.to_string_lossy().into_owned()
+    };
+    let no_cert = write("no-cert.pem", &certs.client.key_pem);
+    let other_cert = write("other.crt", &certs.client_other_ca.cert_pem);
+    let other_key = write("other.key", &certs.client_other_ca.key_pem);
+    let ca = files.ca_cert.to_string_lossy().into_owned();
+    let cert = files.client_cert.to_string_lossy().into_owned();
+    let key = files.client_key.to_string_lossy().into_owned();
+    let url = server.url();
+    let plain = RedisServer::start();
+    let plain_url = format!("rediss://{}", plain.addr());
+    let cases: [(&str, [&str; 6], &str); 3] = [
+        (
+            &url,
+            ["--tls-ca", &no_cert, "--tls-cert", &cert, "--tls-key", &key],
+            "holds no PEM certificate",
+        ),
+        (
+            &url,
+            [
+                "--tls-ca",
+                &ca,
+                "--tls-cert",
+                &cert,
+                "--tls-key",
+                &other_key,
+            ],
+            "does not belong to the client certificate",
+        ),
+        (
+            &url,
+            [
+                "--tls-ca",
+                &ca,
+                "--tls-cert",
+                &other_cert,
+                "--tls-key",
+                &other_key,
+            ],
+            "refused this client's certificate",
+        ),
+    ];
+    for (url, tls, says) in cases {
+        let out = fencelock(&["--url", url])
+            .args(tls)
+            .args(["status", "t"])
+            .output()
+            .expect("status");
+        let (_, err) = text(&out);
+        assert_eq!(out.status.code(), Some(78), "{says}: {err}");
+        assert!(err.contains(says), "{err}");
+    }
+    let out = fencelock(&["--url", &plain_url, "status", "t"])
+        .output()
+        .expect("status");
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("does not speak TLS"), "{err}");
+}
+
+/// `run --tls-ca/--tls-cert/--tls-key` passes the TLS files to its command
+/// (`FENCELOCK_TLS_*`, absolute paths), so a nested `fencelock update`
+/// reaches the same TLS store, also from another directory.
+#[test]
+fn run_passes_the_tls_files_to_its_command() {
+    let server = RedisServer::start_with(
+        RedisConfig::default()
+            .with_tls(TlsConfig::default().with_client_auth(ClientAuth::Required)),
+    );
+    let files = server.tls_files().expect("TLS files").clone();
+    let dir = files.ca_cert.parent().expect("the TLS directory");
+    let name = |p: &std::path::Path| {
+        p.file_name()
+            .expect("a file name")
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (ca, cert, key) = (
+        name(&files.ca_cert),
+        name(&files.client_cert),
+        name(&files.client_key),
+    );
+    let out = fencelock(&[
+        "--url",
+        &server.url(),
+        "--tls-ca",
+        &ca,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "run",
+        "job",
+        "-c",
+        "cd / && \"$FENCELOCK_BIN\" update doc -- sh -c 'echo nested' && env",
+    ])
+    .current_dir(dir)
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    let (stdout, err) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{err}");
+    assert!(
+        stdout.contains(&format!("FENCELOCK_TLS_CA={}", files.ca_cert.display())),
+        "{stdout}"
+    );
+    let out = fencelock(&["--url", &server.url(), "read", "doc"])
+        .env("FENCELOCK_TLS_CA", &files.ca_cert)
+        .env("FENCELOCK_TLS_CERT", &files.client_cert)
+        .env("FENCELOCK_TLS_KEY", &files.client_key)
         .output()
         .expect("read");
     let (stdout, err) = text(&out);
@@ -371,4 +580,6 @@ fn sentinel_run_started_during_a_failover_waits_for_the_new_master() {
     let (_, err) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("waiting for job: "), "{err}");
+
+    assert!(stdout.contains("nested"), "{stdout}");
 }

@@ -8,6 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use redis::{ClientTlsConfig, TlsCertificates};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::error::{Error, Result};
 
@@ -29,17 +31,46 @@ impl TlsFiles {
     /// The certificates read from the files, or `None` when none was given.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] naming the file that cannot be read, or a
-    /// certificate given without its key (or the reverse).
-    pub(crate) fn certificates(&self) -> Result<Option<TlsCertificates>> {
+    /// See [`TlsFiles::read`].
+    pub(crate) fn certificates(&self, url: &str) -> Result<Option<TlsCertificates>> {
         if self.is_empty() {
             return Ok(None);
         }
-        let client_tls = match (&self.cert, &self.key) {
-            (Some(cert), Some(key)) => Some(ClientTlsConfig {
-                client_cert: read("client certificate", cert)?,
-                client_key: read("client key", key)?,
-            }),
+        let pems = self.read(url)?;
+        Ok(Some(TlsCertificates {
+            client_tls: pems
+                .client
+                .map(|(client_cert, client_key)| ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }),
+            root_cert: pems.ca,
+        }))
+    }
+
+    /// The files' PEM contents, checked: a CA file holds a certificate, a
+    /// client certificate file a certificate, its key file a private key
+    /// that belongs to that certificate. A file that fails these checks
+    /// would otherwise fail later as a handshake error that blames the
+    /// other side ("not signed by a CA this client trusts", a refused or
+    /// dropped connection).
+    ///
+    /// # Errors
+    /// [`Error::Tls`] (for `url`, shown without its password) naming the
+    /// file that cannot be read or is wrong; [`Error::InvalidOption`] for a
+    /// certificate given without its key (or the reverse).
+    pub(crate) fn read(&self, url: &str) -> Result<Pems> {
+        let bad = |detail: String| Error::Tls {
+            url: url.to_owned(),
+            detail,
+        };
+        let client = match (&self.cert, &self.key) {
+            (Some(cert_path), Some(key_path)) => {
+                let cert = read("client certificate", cert_path).map_err(bad)?;
+                let key = read("client key", key_path).map_err(bad)?;
+                check_client(&cert, cert_path, &key, key_path).map_err(bad)?;
+                Some((cert, key))
+            }
             (None, None) => None,
             (Some(_), None) => {
                 return Err(Error::InvalidOption(
@@ -52,25 +83,81 @@ impl TlsFiles {
                 ));
             }
         };
-        let root_cert = self
-            .ca
-            .as_deref()
-            .map(|ca| read("CA certificate", ca))
-            .transpose()?;
-        Ok(Some(TlsCertificates {
-            client_tls,
-            root_cert,
-        }))
+        let ca = match self.ca.as_deref() {
+            Some(path) => {
+                let ca = read("CA certificate", path).map_err(bad)?;
+                certs_in(&ca, "CA certificate", path).map_err(bad)?;
+                Some(ca)
+            }
+            None => None,
+        };
+        Ok(Pems { ca, client })
     }
 }
 
-fn read(what: &str, path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| {
-        Error::InvalidOption(format!(
-            "cannot read the TLS {what} file {}: {e}",
+/// The PEM contents of [`TlsFiles`], checked by [`TlsFiles::read`].
+#[derive(Clone)]
+pub(crate) struct Pems {
+    /// The CA certificates to trust.
+    pub(crate) ca: Option<Vec<u8>>,
+    /// The client certificate and its key.
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+fn read(what: &str, path: &Path) -> std::result::Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read the {what} file {}: {e}", path.display()))
+}
+
+/// The certificates in the PEM `bytes` of the file `path`; an error naming
+/// the file when it holds none.
+fn certs_in(
+    bytes: &[u8],
+    what: &str,
+    path: &Path,
+) -> std::result::Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(bytes)
+        .filter_map(std::result::Result::ok)
+        .collect();
+    if certs.is_empty() {
+        return Err(format!(
+            "the {what} file {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
             path.display()
-        ))
-    })
+        ));
+    }
+    Ok(certs)
+}
+
+/// Checks that the client certificate file holds a certificate, the key
+/// file a private key, and that the key is the certificate's.
+fn check_client(
+    cert: &[u8],
+    cert_path: &Path,
+    key: &[u8],
+    key_path: &Path,
+) -> std::result::Result<(), String> {
+    let chain = certs_in(cert, "client certificate", cert_path)?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|_| {
+        format!(
+            "the client key file {} holds no PEM private key (-----BEGIN PRIVATE KEY-----)",
+            key_path.display()
+        )
+    })?;
+    install_provider();
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| std::sync::Arc::new(rustls::crypto::ring::default_provider()));
+    match rustls::sign::CertifiedKey::from_der(chain, key, &provider) {
+        Ok(_) => Ok(()),
+        Err(rustls::Error::InconsistentKeys(_)) => Err(format!(
+            "the client key {} does not belong to the client certificate {} (give the key the certificate was made for)",
+            key_path.display(),
+            cert_path.display()
+        )),
+        Err(e) => Err(format!(
+            "the client key {} cannot be used: {e}",
+            key_path.display()
+        )),
+    }
 }
 
 /// Installs rustls's ring provider as the process default, unless a provider
@@ -88,6 +175,31 @@ pub(crate) fn problem(text: &str) -> Option<String> {
     let cause = text
         .split_once("invalid peer certificate: ")
         .map_or(text, |(_, cause)| cause);
+    // Alerts the server sent: it refused the client's certificate. Checked
+    // first, as they name things ("Expired") the client's own checks do.
+    if let Some(alert) = [
+        "UnknownCA",
+        "BadCertificate",
+        "CertificateUnknown",
+        "AccessDenied",
+    ]
+    .into_iter()
+    .find(|a| text.contains(&format!("alert: {a}")))
+    {
+        return Some(format!(
+            "the server refused this client's certificate (alert {alert}): it is not signed by a CA the server trusts; give a certificate its CA signed (--tls-cert and --tls-key, or the builder's tls_client_cert)"
+        ));
+    }
+    if text.contains("alert: CertificateExpired") {
+        return Some(
+            "the server refused this client's certificate: it has expired (--tls-cert)".to_owned(),
+        );
+    }
+    if text.contains("alert: DecryptError") {
+        return Some(
+            "the server could not verify this client's certificate (alert DecryptError): --tls-key may not be the key of --tls-cert".to_owned(),
+        );
+    }
     if text.contains("UnknownIssuer") {
         return Some(
             "the server's certificate is not signed by a CA this client trusts: give its CA (--tls-ca, or the builder's tls_ca)"
@@ -147,6 +259,13 @@ mod tests {
         let expired = problem("invalid peer certificate: certificate expired: verification time 5 (UNIX), but certificate is not valid after 4 (1 seconds ago)").unwrap_or_default();
         assert!(expired.contains("expired"), "{expired}");
         assert!(problem("Connection refused (os error 111)").is_none());
+        let refused = problem("received fatal alert: UnknownCA").unwrap_or_default();
+        assert!(
+            refused.contains("refused this client's certificate"),
+            "{refused}"
+        );
+        let expired = problem("received fatal alert: CertificateExpired").unwrap_or_default();
+        assert!(expired.contains("this client's certificate"), "{expired}");
     }
 
     #[test]
@@ -155,13 +274,16 @@ mod tests {
             cert: Some("c.pem".into()),
             ..TlsFiles::default()
         };
-        assert!(matches!(half.certificates(), Err(Error::InvalidOption(_))));
+        assert!(matches!(
+            half.certificates("rediss://h:1"),
+            Err(Error::InvalidOption(_))
+        ));
         let missing = TlsFiles {
             ca: Some("/nonexistent/ca.pem".into()),
             ..TlsFiles::default()
         };
         let e = missing
-            .certificates()
+            .certificates("rediss://h:1")
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();

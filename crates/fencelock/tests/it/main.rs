@@ -14,7 +14,7 @@ mod bad_input;
 mod coalesce;
 #[cfg(feature = "etcd")]
 mod consensus;
-#[cfg(feature = "postgres")]
+mod credentials;
 mod examples;
 mod exclusion;
 mod fence_rule;

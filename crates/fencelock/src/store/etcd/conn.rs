@@ -140,7 +140,7 @@ impl EtcdConn {
             options = options.with_user(user.clone(), password.clone());
         }
         if target.tls {
-            options = options.with_tls(tls_options(&settings.tls)?);
+            options = options.with_tls(tls_options(&settings.tls, &redact(url))?);
         } else if !settings.tls.is_empty() {
             return Err(Error::InvalidOption(format!(
                 "TLS files were given but {} is not a TLS URL: use etcds://",
@@ -442,29 +442,16 @@ fn target_hint(target: &EtcdTarget, settings: &ConnSettings) -> &'static str {
     }
 }
 
-/// The CA and client certificate of `files` for tonic.
-fn tls_options(files: &TlsFiles) -> Result<TlsOptions> {
-    let read = |what: &str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| {
-            Error::InvalidOption(format!(
-                "cannot read the TLS {what} file {}: {e}",
-                path.display()
-            ))
-        })
+/// The CA and client certificate of `files` for tonic (read and checked as
+/// for Redis, errors naming `shown`).
+fn tls_options(files: &TlsFiles, shown: &str) -> Result<TlsOptions> {
+    let pems = files.read(shown)?;
+    let mut options = match pems.ca {
+        Some(ca) => TlsOptions::new().ca_certificate(Certificate::from_pem(ca)),
+        None => TlsOptions::new().with_native_roots(),
     };
-    let mut options = TlsOptions::new();
-    options = match &files.ca {
-        Some(ca) => options.ca_certificate(Certificate::from_pem(read("CA certificate", ca)?)),
-        None => options.with_native_roots(),
-    };
-    match (&files.cert, &files.key) {
-        (Some(cert), Some(key)) => Ok(options.identity(Identity::from_pem(
-            read("client certificate", cert)?,
-            read("client key", key)?,
-        ))),
-        (None, None) => Ok(options),
-        _ => Err(Error::InvalidOption(
-            "a TLS client certificate and its key go together (--tls-cert and --tls-key)".into(),
-        )),
+    if let Some((cert, key)) = pems.client {
+        options = options.identity(Identity::from_pem(cert, key));
     }
+    Ok(options)
 }

@@ -82,7 +82,15 @@ pub(super) fn map_error(shown: &str, raw: &str, e: etcd_client::Error, doing: &s
             };
         }
     }
-    let detail = if is_config(&e) {
+    let detail = if auth_not_enabled(&e) {
+        format!(
+            "{doing}: refused ({text}); the cluster has authentication off, so it takes no user: remove USER:PASSWORD@ from the URL (or enable authentication on the cluster)"
+        )
+    } else if user_required(&e) {
+        format!(
+            "{doing}: refused ({text}); the cluster requires authentication: give a user in the URL, etcd://USER:PASSWORD@HOST"
+        )
+    } else if is_config(&e) {
         format!(
             "{doing}: refused ({text}); check the user and password in the URL and the user's roles"
         )
@@ -155,7 +163,8 @@ fn broke_the_connection(status: &tonic::Status) -> bool {
 }
 
 /// Whether `e` is a refusal that only a change of configuration cures:
-/// wrong credentials, a missing role.
+/// wrong credentials, a missing role, credentials given to a cluster with
+/// authentication off, none given to one with it on.
 pub(crate) fn is_config(e: &etcd_client::Error) -> bool {
     use tonic::Code;
     match e {
@@ -164,9 +173,32 @@ pub(crate) fn is_config(e: &etcd_client::Error) -> bool {
                 status.code(),
                 Code::Unauthenticated | Code::PermissionDenied
             ) || status.message().contains("authentication failed")
+                || auth_not_enabled(e)
+                || user_required(e)
         }
         _ => false,
     }
+}
+
+/// The message of an etcd server error, if `e` is one.
+fn server_message(e: &etcd_client::Error) -> &str {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => status.message(),
+        _ => "",
+    }
+}
+
+/// Whether `e` is etcd refusing to authenticate a user because the
+/// cluster has authentication off.
+fn auth_not_enabled(e: &etcd_client::Error) -> bool {
+    server_message(e).contains("authentication is not enabled")
+}
+
+/// Whether `e` is etcd refusing a request without a user, on a cluster
+/// with authentication on.
+fn user_required(e: &etcd_client::Error) -> bool {
+    let message = server_message(e);
+    message.contains("user name is empty") || message.contains("user name not found")
 }
 
 /// Whether `e` says a lease does not exist (it expired, or was revoked).

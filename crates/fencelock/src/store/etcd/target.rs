@@ -7,8 +7,9 @@ use crate::store::url::{percent_decoded, redact};
 /// The default client port of etcd.
 const DEFAULT_PORT: u16 = 2379;
 
-/// What an `etcd://` or `etcds://` URL names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What an `etcd://` or `etcds://` URL names. Its `Debug` shows no
+/// password.
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct EtcdTarget {
     /// `host:port` of every listed member.
     pub(crate) hosts: Vec<String>,
@@ -16,6 +17,17 @@ pub(crate) struct EtcdTarget {
     pub(crate) user: Option<(String, String)>,
     /// Put in front of every key (`?prefix=`).
     pub(crate) namespace: String,
+}
+
+impl std::fmt::Debug for EtcdTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTarget")
+            .field("hosts", &self.hosts)
+            .field("tls", &self.tls)
+            .field("user", &self.user.as_ref().map(|(user, _)| (user, "***")))
+            .field("namespace", &self.namespace)
+            .finish()
+    }
 }
 
 impl EtcdTarget {
@@ -54,13 +66,20 @@ impl EtcdTarget {
         let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
         let mut namespace = String::new();
         for param in query.into_iter().flat_map(|q| q.split('&')) {
+            // Named, never with its value: `?token=` or `?auth=` hold a
+            // secret, and a bare word may be a password in the wrong place.
             match param.split_once('=') {
                 Some(("prefix", value)) => namespace = percent_decoded(value),
                 _ if param.is_empty() => {}
-                _ => {
+                Some((name, _)) => {
                     return Err(bad(&format!(
-                        "unknown parameter {param:?} (etcd URLs take prefix=NAMESPACE)"
+                        "unknown parameter {name:?} (etcd URLs take prefix=NAMESPACE; credentials go in the user info, etcd://USER:PASSWORD@HOST)"
                     )));
+                }
+                None => {
+                    return Err(bad(
+                        "a query parameter has no =VALUE (etcd URLs take prefix=NAMESPACE)",
+                    ));
                 }
             }
         }
@@ -158,5 +177,23 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(!e.contains("topsecret") && e.contains("***"), "{e}");
+        for (url, what) in [
+            ("etcd://h:1?auth=topsecret", "unknown parameter \"auth\""),
+            ("etcd://h:1?token=topsecret", "unknown parameter \"token\""),
+            ("etcd://h:1?topsecret", "no =VALUE"),
+            ("etcd://topsecret@h:1", "USER:PASSWORD@"),
+        ] {
+            let e = EtcdTarget::parse(url)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains(what) && !e.contains("topsecret"), "{url}: {e}");
+        }
+        let t = EtcdTarget::parse("etcd://u:topsecret@h:1");
+        let shown = format!("{t:?}");
+        assert!(
+            !shown.contains("topsecret") && shown.contains("***"),
+            "{shown}"
+        );
     }
 }

@@ -24,10 +24,21 @@ impl RedisConn {
     /// that names the URL (without its password).
     pub(crate) async fn connect(url: &str, settings: &ConnSettings) -> Result<Self> {
         tls::install_provider();
-        let shown = redact(url);
         let target = Target::parse(url)?;
-        let certs = settings.tls.certificates()?;
-        let link = match &target {
+        // Boxed: the connect future nests deep (Sentinel, Cluster, TLS),
+        // and every caller's future would otherwise carry its layout.
+        match Box::pin(Self::connect_to(url, &target, settings)).await {
+            Err(e) if e.is_connection() && !e.is_config() => {
+                Err(plaintext_port(url, &target).await.unwrap_or(e))
+            }
+            other => other,
+        }
+    }
+
+    async fn connect_to(url: &str, target: &Target, settings: &ConnSettings) -> Result<Self> {
+        let shown = redact(url);
+        let certs = settings.tls.certificates(&shown)?;
+        let link = match target {
             Target::Single(single) => {
                 connect_single(single, certs.clone(), settings, &shown).await?
             }
@@ -68,6 +79,54 @@ impl RedisConn {
             crate::metrics::deployment_warning("evicting_maxmemory_policy");
         }
     }
+}
+
+/// How long [`plaintext_port`] waits for a plaintext reply.
+const PLAIN_PROBE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// After a TLS connection failed as an outage (a plaintext Redis reads the
+/// TLS hello as the start of a command and waits for its end, so the
+/// handshake times out): the error that says so, if one of the target's
+/// addresses answers a plaintext `PING`.
+async fn plaintext_port(url: &str, target: &Target) -> Option<Error> {
+    let addrs = match target {
+        Target::Single(single) => match single.as_str().into_connection_info().ok()?.addr() {
+            ConnectionAddr::TcpTls { host, port, .. } => vec![(host.clone(), *port)],
+            _ => return None,
+        },
+        Target::Sentinel(s) if s.nodes.tls => s.nodes.addrs.clone(),
+        Target::Cluster(nodes) if nodes.tls => nodes.addrs.clone(),
+        _ => return None,
+    };
+    for (host, port) in &addrs {
+        if answers_plain_ping(host, *port).await {
+            return Some(Error::Tls {
+                url: redact(url),
+                detail: format!(
+                    "{host}:{port} does not speak TLS (it answered a plaintext PING): use the plain scheme (redis://, redis+sentinel://, redis+cluster://) or the server's TLS port"
+                ),
+            });
+        }
+    }
+    None
+}
+
+/// Whether `host:port` answers `PING` in plaintext RESP (`+PONG`, or an
+/// error such as `-NOAUTH`) within [`PLAIN_PROBE`].
+async fn answers_plain_ping(host: &str, port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await.ok()?;
+        Some(matches!(first[0], b'+' | b'-'))
+    };
+    tokio::time::timeout(PLAIN_PROBE, probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }
 
 /// One server; a Cluster node given this way is detected (`INFO cluster`)
@@ -199,8 +258,16 @@ pub(super) fn connect_error(url: &str, db: i64, e: RedisError) -> Error {
             ),
         };
     }
+    // A Cluster or Sentinel client wraps the node's refusal in an error of
+    // its own ("failed to create initial connections", "no sentinel
+    // answered"): its text still carries the server's code.
     if e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+        || text.contains("WRONGPASS")
+        || text.contains("NOAUTH")
+        || text.contains("invalid username-password pair")
+        || text.contains("AuthenticationFailed")
+        || text.contains("Authentication required")
     {
         return Error::Auth {
             url: url.to_string(),

@@ -10,8 +10,8 @@
 use crate::error::{Error, Result};
 use crate::store::url::{percent_decoded, redact};
 
-/// What a URL names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a URL names. Its `Debug` shows no password.
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Target {
     /// One server (TCP, TLS or a Unix socket): the URL as redis-rs reads it.
     Single(String),
@@ -22,7 +22,7 @@ pub(crate) enum Target {
 }
 
 /// Several `host:port` addresses and the credentials to use on them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Nodes {
     pub(crate) addrs: Vec<(String, u16)>,
     pub(crate) tls: bool,
@@ -32,7 +32,7 @@ pub(crate) struct Nodes {
 }
 
 /// A master found through sentinels.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct SentinelTarget {
     /// The sentinels, and the data nodes' credentials and database.
     pub(crate) nodes: Nodes,
@@ -42,6 +42,47 @@ pub(crate) struct SentinelTarget {
     pub(crate) sentinel_password: Option<String>,
 }
 
+/// `***` for a password that is set: `Debug` output may reach logs.
+fn hidden(password: Option<&String>) -> Option<&'static str> {
+    password.map(|_| "***")
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Single(url) => f.debug_tuple("Single").field(&redact(url)).finish(),
+            Target::Sentinel(s) => f.debug_tuple("Sentinel").field(s).finish(),
+            Target::Cluster(nodes) => f.debug_tuple("Cluster").field(nodes).finish(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Nodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nodes")
+            .field("addrs", &self.addrs)
+            .field("tls", &self.tls)
+            .field("user", &self.user)
+            .field("password", &hidden(self.password.as_ref()))
+            .field("db", &self.db)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for SentinelTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelTarget")
+            .field("nodes", &self.nodes)
+            .field("master", &self.master)
+            .field("sentinel_user", &self.sentinel_user)
+            .field(
+                "sentinel_password",
+                &hidden(self.sentinel_password.as_ref()),
+            )
+            .finish()
+    }
+}
+
 impl Target {
     /// Parses `url`. Errors show the URL without its password and name the
     /// one part that is wrong.
@@ -49,12 +90,21 @@ impl Target {
         let bad =
             |what: &str| Error::InvalidOption(format!("bad Redis URL {}: {what}", redact(url)));
         let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(bad(
-                "it has no scheme (redis://, rediss://, unix://, redis+sentinel://, redis+cluster://)",
+            // Not shown: text without a scheme may be anything, a password
+            // pasted in the wrong place included.
+            return Err(Error::InvalidOption(
+                "bad Redis URL: it has no scheme (redis://, rediss://, unix://, redis+sentinel://, redis+cluster://)"
+                    .to_owned(),
             ));
         };
         let (topology, tls) = match scheme.to_ascii_lowercase().as_str() {
-            "redis" | "rediss" | "unix" | "redis+unix" => {
+            "redis" | "rediss" => {
+                check_params(url, &["protocol", "timeout"]).map_err(|what| bad(&what))?;
+                return Ok(Target::Single(url.to_owned()));
+            }
+            "unix" | "redis+unix" => {
+                check_params(url, &["db", "user", "pass", "protocol", "timeout"])
+                    .map_err(|what| bad(&what))?;
                 return Ok(Target::Single(url.to_owned()));
             }
             "redis+sentinel" => ("sentinel", false),
@@ -90,12 +140,14 @@ impl Target {
         let mut sentinel_user = None;
         let mut sentinel_password = None;
         for param in query.split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = param.split_once('=').unwrap_or((param, ""));
+            let Some((name, value)) = param.split_once('=') else {
+                return Err(bad(BARE_PARAM));
+            };
             match name {
                 "db" => {
                     db = value
                         .parse()
-                        .map_err(|_| bad(&format!("db={value:?} is not a database number")))?;
+                        .map_err(|_| bad("the db parameter is not a database number"))?;
                 }
                 "sentinel_user" | "sentinel_username" => {
                     sentinel_user = Some(percent_decoded(value));
@@ -105,7 +157,12 @@ impl Target {
                 }
                 // Tolerated for URLs shared with other clients.
                 "protocol" | "timeout" => {}
-                other => return Err(bad(&format!("unknown parameter {other:?}"))),
+                other => {
+                    return Err(bad(&format!(
+                        "unknown parameter {other:?}{} (it takes db, sentinel_user, sentinel_password)",
+                        password_hint(other)
+                    )));
+                }
             }
         }
         let nodes = Nodes {
@@ -138,6 +195,47 @@ impl Target {
             sentinel_user,
             sentinel_password,
         }))
+    }
+}
+
+/// Said of a query parameter without `=VALUE`: it is not named, because a
+/// bare word there may be a password pasted in the wrong place.
+const BARE_PARAM: &str = "a query parameter has no =VALUE";
+
+/// Checks that the query of the one-server `url` names only parameters in
+/// `known` (redis-rs ignores the others, so a misspelt `pass` would connect
+/// without a password). Names the parameter, never its value.
+fn check_params(url: &str, known: &[&str]) -> std::result::Result<(), String> {
+    let location = url.rsplit_once('@').map_or(url, |(_, l)| l);
+    let location = location.split_once('#').map_or(location, |(l, _)| l);
+    let Some((_, query)) = location.split_once('?') else {
+        return Ok(());
+    };
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        let Some((name, _)) = param.split_once('=') else {
+            return Err(BARE_PARAM.to_owned());
+        };
+        if !known.contains(&name) {
+            return Err(format!(
+                "unknown parameter {name:?}{} (it takes {})",
+                password_hint(name),
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A hint for an unknown parameter that looks like a password's.
+fn password_hint(name: &str) -> &'static str {
+    let lower = name.to_ascii_lowercase();
+    if ["pass", "pw", "pwd", "secret", "auth", "token"]
+        .iter()
+        .any(|p| lower.contains(p))
+    {
+        "; a password goes in the user info, redis://[USER]:PASSWORD@HOST"
+    } else {
+        ""
     }
 }
 
@@ -237,6 +335,25 @@ mod tests {
                 "unknown parameter",
             ),
             ("memcached://h:1", "unknown scheme"),
+            (
+                "redis://h:1/?pasword=SECRET",
+                "unknown parameter \"pasword\"",
+            ),
+            ("redis://h:1/?SECRET", "no =VALUE"),
+            (
+                "unix:///s?password=SECRET",
+                "unknown parameter \"password\"",
+            ),
+            (
+                "redis+sentinel://h:1/m?sentinel_pasword=SECRET",
+                "unknown parameter \"sentinel_pasword\"",
+            ),
+            ("redis+sentinel://h:1/m?db=SECRET", "db parameter"),
+            ("redis+sentinel://h:1/m?SECRET", "no =VALUE"),
+            (
+                "redis+cluster://SECRET@h:1?x=SECRET",
+                "unknown parameter \"x\"",
+            ),
             ("h:1", "no scheme"),
         ] {
             let e = Target::parse(url)
@@ -246,5 +363,21 @@ mod tests {
             assert!(e.contains(what), "{url}: {e}");
             assert!(!e.contains("SECRET"), "{e}");
         }
+    }
+
+    #[test]
+    fn debug_shows_no_password() -> Result<()> {
+        for url in [
+            "redis+sentinel://u:SECRET@h:1/m?sentinel_password=SECRET",
+            "redis+cluster://:SECRET@h:1",
+            "redis://u:SECRET@h:1",
+        ] {
+            let shown = format!("{:?}", Target::parse(url)?);
+            assert!(
+                !shown.contains("SECRET") && shown.contains("***"),
+                "{shown}"
+            );
+        }
+        Ok(())
     }
 }

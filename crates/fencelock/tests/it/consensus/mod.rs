@@ -7,6 +7,7 @@
 mod abandoned;
 pub(crate) mod basics;
 mod cluster;
+mod credentials;
 mod fenced_key;
 mod migration;
 mod safety;
