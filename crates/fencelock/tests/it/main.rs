@@ -15,6 +15,7 @@ mod coalesce;
 #[cfg(feature = "etcd")]
 mod consensus;
 mod credentials;
+#[cfg(feature = "postgres")]
 mod examples;
 mod exclusion;
 mod fence_rule;
