@@ -2,7 +2,8 @@
 //! `FENCELOCK_TLS_CA`), `--tls-cert`/`--tls-key` for mutual TLS, `top`
 //! across the shards of a Cluster, `run` and `status` behind Sentinel,
 //! `run --replicas`, a waiting `run` behind a master that refuses writes
-//! (`min-replicas-to-write`), and resource writes across a failover.
+//! (`min-replicas-to-write`), resource writes across a failover, and refused
+//! credentials on every topology.
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
@@ -347,6 +348,31 @@ fn sentinel_failover_keeps_updates_acknowledged_by_replicas() {
     sentinel.kill(SentinelNode::Data(old));
     sentinel.wait_new_primary(old);
     let out = fencelock(&["--redis", &url, "read", "counter"])
+        .output()
+        .expect("read");
+    let (stdout, err) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        stdout.starts_with("counter: \"1\""),
+        "the update acknowledged by both replicas survives, the later ones are lost: {stdout}"
+    );
+}
+
+/// A `run` started while the master is dead and the sentinels still name
+/// it waits for the new master (saying why) instead of exiting 69.
+#[test]
+fn sentinel_run_started_during_a_failover_waits_for_the_new_master() {
+    let mut sentinel = RedisSentinel::start();
+    let url = sentinel.url();
+    let old = sentinel.primary();
+    sentinel.kill(SentinelNode::Data(old));
+    let out = fencelock(&["--redis", &url, "run", "--wait", "20s", "job", "--", "true"])
+        .output()
+        .expect("run");
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("waiting for job: "), "{err}");
+}
 
 /// Refused credentials exit 78 (configuration) on every topology, never 69
 /// or 70: a wrong password for a Cluster's ACL user; behind Sentinel, a
@@ -560,26 +586,5 @@ fn run_passes_the_tls_files_to_its_command() {
         .expect("read");
     let (stdout, err) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(
-        stdout.starts_with("counter: \"1\""),
-        "the update acknowledged by both replicas survives, the later ones are lost: {stdout}"
-    );
-}
-
-/// A `run` started while the master is dead and the sentinels still name
-/// it waits for the new master (saying why) instead of exiting 69.
-#[test]
-fn sentinel_run_started_during_a_failover_waits_for_the_new_master() {
-    let mut sentinel = RedisSentinel::start();
-    let url = sentinel.url();
-    let old = sentinel.primary();
-    sentinel.kill(SentinelNode::Data(old));
-    let out = fencelock(&["--redis", &url, "run", "--wait", "20s", "job", "--", "true"])
-        .output()
-        .expect("run");
-    let (_, err) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("waiting for job: "), "{err}");
-
     assert!(stdout.contains("nested"), "{stdout}");
 }
