@@ -15,7 +15,7 @@
 //! | `conn.rs` | the connection, its deployment and its errors: client errors mapped to [`Error`] variants that name the URL without its password |
 //! | `connect.rs` | connecting (one server, a Cluster, or a Cluster found behind a single URL) and the connect-time checks |
 //! | `invoke.rs` | script calls by SHA, reloaded transparently on `NOSCRIPT`; a call and its `WAIT` for replicas in one pipeline |
-//! | `command.rs` | plain commands and pipelines, per master, and scans |
+//! | `command.rs` | plain commands and pipelines, per master, and scans; raw calls sent once (feature `testing`) |
 
 use std::sync::Arc;
 

@@ -11,7 +11,7 @@
 //! | `conn` | [`RedisConn`]: the connection seam, one variant per kind of deployment (one server, Sentinel, Cluster), error mapping |
 //! | `connect` | connecting, and the connect-time checks |
 //! | `invoke` | script calls by SHA with `NOSCRIPT` reload; a call with its `WAIT` for replicas |
-//! | `command` | plain commands, pipelines, the masters, `SCAN` |
+//! | `command` | plain commands, pipelines, the masters, `SCAN`; raw calls sent once, never repeated (feature `testing`: `testing::RawConnection`) |
 //! | `coalesce` | the concurrent grants and releases of one client (of one Cluster slot) sent as one batch call while `IN_FLIGHT` others are in flight; a call with room goes alone at once |
 //! | `target` | the one URL for every topology (`redis://`, `rediss://`, `unix://`, `redis+sentinel://`, `redis+cluster://`), parsed |
 //! | `sentinel` | the master found through Sentinel, followed across failovers |
