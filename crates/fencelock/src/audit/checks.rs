@@ -1,7 +1,7 @@
 //! Each row of the audit from what the server reported: pure functions of
 //! `INFO` text, clock readings and scanned fences, tested without Redis.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::probe::{Need, ProbeReport};
 use super::report::{Check, Reading};
@@ -312,6 +312,12 @@ pub(super) struct ClockReading {
     pub(super) server_us: u64,
     pub(super) local_before_us: u64,
     pub(super) local_after_us: u64,
+}
+
+/// Microseconds since the Unix epoch (0 for a clock before it).
+pub(super) fn unix_micros(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// The server clock against this host's, within the uncertainty of the

@@ -10,8 +10,7 @@
 
 use std::time::SystemTime;
 
-use super::checks::{self, ClockReading, FenceScan};
-use super::redis::unix_micros;
+use super::checks::{self, ClockReading, FenceScan, unix_micros};
 use super::report::{Check, Reading, reading};
 use crate::error::{Error, Result};
 use crate::options::{FenceMode, LockOptions};

@@ -2,11 +2,11 @@
 //! `INFO` shows, its clock, its clock fences), the permission probe, and the
 //! round trip.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::checks::{self, ClockReading, FenceScan, PINGS};
+use super::checks::{self, ClockReading, FenceScan, PINGS, unix_micros};
 use super::report::{Audit, Check, Reading, reading};
 use super::{probe, promotable};
 use crate::error::Result;
@@ -167,12 +167,6 @@ async fn clock(conn: &RedisConn, node: &Node) -> Result<ClockReading> {
         local_before_us: before,
         local_after_us: after,
     })
-}
-
-/// Microseconds since the Unix epoch (0 for a clock before it).
-pub(super) fn unix_micros(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// Every fence key under `prefix` on `node` (`SCAN … MATCH PREFIX*:fence`,

@@ -128,13 +128,19 @@ mod tests {
         let in_step = reading(t0 + Duration::from_secs(3), 1, start + 3_001_000);
         assert_eq!(runs_fast(&first, &in_step), None);
         // A slow server, or one stepped back: not this check's concern.
-        assert_eq!(runs_fast(&first, &reading(t0 + Duration::from_secs(3), 1, start)), None);
+        assert_eq!(
+            runs_fast(&first, &reading(t0 + Duration::from_secs(3), 1, start)),
+            None
+        );
         // Within the drift allowance (1 % + 12 ms of 3 s = 42 ms).
         let drifting = reading(t0 + Duration::from_secs(3), 1, start + 3_040_000);
         assert_eq!(runs_fast(&first, &drifting), None);
         // The server moved 5 s while this host moved 3 s: 2 s ahead.
         let jumped = reading(t0 + Duration::from_secs(3), 1, start + 5_001_000);
         let ahead = runs_fast(&first, &jumped).expect("runs fast");
-        assert!(ahead > Duration::from_millis(1990) && ahead <= Duration::from_secs(2), "{ahead:?}");
+        assert!(
+            ahead > Duration::from_millis(1990) && ahead <= Duration::from_secs(2),
+            "{ahead:?}"
+        );
     }
 }

@@ -60,18 +60,38 @@ async fn cluster_locks_spread_over_every_shard_and_wake_ups_are_sharded() -> Res
             lease.name()
         );
     }
-    // The audit has a row per master for what each node reports.
+    // The audit has a row per master for what each node reports, and rows
+    // for each replica a failover could promote: one that would evict
+    // locks once promoted warns.
+    let replicas = cluster.replicas();
+    let evicting = cluster.node(replicas[0]);
+    evicting.cmd(&["CONFIG", "SET", "maxmemory", "100mb"]);
+    evicting.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
     let audit = client.audit().await?;
     let topology = audit.check("topology").context("a topology row")?;
     ensure!(topology.found().contains("3 masters"), "{topology:?}");
-    for check in ["version", "role", "eviction", "clock", "fences"] {
-        let rows = audit
+    let rows = |check: &str| {
+        audit
             .checks()
             .iter()
             .filter(|c| c.name().starts_with(&format!("{check}@")))
-            .count();
-        ensure!(rows == 3, "{check}: {rows} rows in {audit:?}");
+            .count()
+    };
+    for check in ["version", "eviction", "clock", "fences"] {
+        ensure!(
+            rows(check) == 3 + replicas.len(),
+            "{check}: {} rows in {audit:?}",
+            rows(check)
+        );
     }
+    ensure!(rows("role") == 3 && rows("replica") == replicas.len());
+    ensure!(
+        audit
+            .check(&format!("eviction@{}", evicting.addr()))
+            .map(|c| c.status())
+            == Some(fencelock::audit::Status::Warn),
+        "{audit:?}"
+    );
     ensure!(
         audit.check("permissions").map(|c| c.status()) == Some(fencelock::audit::Status::Ok),
         "{audit:?}"
