@@ -68,7 +68,11 @@ fn grid() -> Vec<Case> {
 /// resource for case `i`, `value` what each write stores. Every outcome
 /// must be what `fence_accepts` says, and a refusal must report what was
 /// stored.
-async fn holds_to_fence_accepts<R, F, Fut>(kind: &str, fresh: F, value: &R::Write) -> anyhow::Result<()>
+async fn holds_to_fence_accepts<R, F, Fut>(
+    kind: &str,
+    fresh: F,
+    value: &R::Write,
+) -> anyhow::Result<()>
 where
     R: Fenced,
     F: Fn(usize) -> Fut,
