@@ -43,14 +43,15 @@ fn a_missing_acl_permission_is_named_with_the_rule_to_add() {
     assert!(!stderr.contains("pw@"), "{stderr}");
 }
 
-/// The command ran and its exit code stands; the release that follows is
-/// refused before it changes anything, and the warning says so truthfully.
+/// The command ran and succeeded; the release that follows is refused
+/// before it changes anything, the message says so truthfully, and `run`
+/// exits 74 (the lock stays held until its ttl).
 #[test]
 fn a_foreign_queue_key_fails_the_release_naming_it_and_keeps_the_lock() {
     let server = RedisServer::start();
     server.cmd(&["RPUSH", "lock:{q}:queue", "foreign"]);
     let (code, stderr) = run(&server, &["run", "--ttl", "30s", "q", "--", "true"]);
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(74), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
     for needle in ["could not release", "lock:{q}:queue", "nothing was changed"] {
         assert!(stderr.contains(needle), "{needle:?} missing: {stderr}");
