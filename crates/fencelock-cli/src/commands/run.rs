@@ -161,7 +161,9 @@ refused); 64 usage.
 While it waits, `run` keeps trying through a held lock, a master that
 refuses writes (NOREPLICAS, READONLY, LOADING, MASTERDOWN), an unreachable
 Redis and a Sentinel failover, until --wait has passed; its progress line
-says why it waits.
+says why it waits. Behind Sentinel or a Cluster it also keeps trying to
+connect (the sentinels may still name a master that is gone); one server
+that cannot be reached when `run` starts exits 69 at once.
 
 Examples:
   fencelock run nightly-report -- ./report.sh --date today
@@ -476,16 +478,30 @@ fn wait_reason(e: &fencelock::Error) -> String {
     }
 }
 
-/// Connects; a waiting `run` (a non-zero `wait`) whose store cannot be
-/// reached for now (Sentinel naming a master that is gone, a failover)
-/// tries again until `wait` has passed, saying why it waits.
+/// Connects; a waiting `run` (a non-zero `wait`) behind Sentinel or a
+/// Cluster whose store cannot be reached for now (the sentinels naming a
+/// master that is gone, a failover under way) tries again until `wait` has
+/// passed, saying why it waits. One server that cannot be reached at all
+/// is no failover to wait out: that (a wrong port, a server that is down)
+/// exits 69 at once, as it always has.
 async fn connect_waiting(
     global: &GlobalOptions,
     name: &str,
     wait: Duration,
     quiet: bool,
 ) -> anyhow::Result<LockClient> {
-    let give_up = Instant::now().checked_add(wait);
+    let url = connect::url(global);
+    let failover_possible = [
+        "redis+sentinel://",
+        "rediss+sentinel://",
+        "redis+cluster://",
+        "rediss+cluster://",
+    ]
+    .iter()
+    .any(|scheme| url.starts_with(scheme));
+    let give_up = Instant::now()
+        .checked_add(wait)
+        .filter(|_| failover_possible);
     let mut said = false;
     loop {
         let error = match connect::client(global).await {
