@@ -102,10 +102,21 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &DoctorArgs) -> anyhow::R
         Some(epoch) => defaults.fence_epoch(epoch),
         None => defaults,
     };
-    let client = connect::builder(global, connect::url(global))?
+    let connected = connect::builder(global, connect::url(global))?
         .defaults(defaults.clone())
         .connect()
-        .await?;
+        .await;
+    let client = match connected {
+        Ok(client) => client,
+        // An etcd cluster of which no member with a leader answered (a lost
+        // quorum, members paused): that is the audit's finding, as rows,
+        // not a failed audit. Nothing listening at all stays exit 69.
+        Err(e) if connect::is_etcd(global) && no_quorum(&e) => {
+            print_no_quorum(global, &e, args.json);
+            return Ok(FAILURES);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let audit = client.audit().await?;
     if args.json {
         let object = to_json(&audit, &client, &defaults);
@@ -114,6 +125,48 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &DoctorArgs) -> anyhow::R
         print!("{}", redact::scrub(&render(&audit, &client, &defaults)));
     }
     Ok(code(audit.worst()))
+}
+
+/// Whether a failed connect to etcd found members without a quorum: a
+/// member answered that it has no leader, or the members took no request
+/// in time (paused, cut off), rather than refusing the connection.
+fn no_quorum(e: &fencelock::Error) -> bool {
+    match e {
+        fencelock::Error::Etcd { detail, source, .. } => {
+            source.code() == Some("DeadlineExceeded") || detail.contains("no leader")
+        }
+        _ => false,
+    }
+}
+
+/// The rows of an etcd cluster that no member with a leader answered: its
+/// health and round trip both fail, with the connect error as the finding.
+fn print_no_quorum(global: &GlobalOptions, e: &fencelock::Error, json: bool) {
+    let url = redact::scrub(&fencelock::redact_url(&connect::url(global)));
+    let found = redact::scrub(&e.to_string());
+    let health = format!(
+        "no quorum: no member with a leader answered within the connect and response timeouts ({found})"
+    );
+    let rtt = "no member answered a request in time".to_owned();
+    let fix = "bring back a majority of the members (paused, stopped or cut off ones)";
+    if json {
+        let object = json!({
+            "url": url,
+            "backend": "etcd",
+            "status": Status::Fail.as_str(),
+            "checks": [
+                {"name": "health", "status": Status::Fail.as_str(), "found": health, "fix": fix},
+                {"name": "rtt", "status": Status::Fail.as_str(), "found": rtt, "fix": fix},
+            ],
+        });
+        println!("{object}");
+    } else {
+        let fail = Status::Fail.as_str();
+        print!(
+            "fencelock doctor: {url}\n{fail:<4}  {:<6}  {health}\n{fail:<4}  {:<6}  {rtt}\n2 failures, 0 warnings\n",
+            "health", "rtt"
+        );
+    }
 }
 
 /// The exit code for the worst status.
