@@ -731,6 +731,36 @@ pub struct Held {
     pub leases_lost: u64,
 }
 
+/// The server's counters. When Redis restarted while the leases were held
+/// (before or during the watch), the probe's connection broke: a new one,
+/// opened within `patience` (the server may still be starting), reads the
+/// restarted server, whose counters start again from 0 (so the deltas are
+/// 0, not negative); the leases it lost are counted by `leases_lost`.
+async fn counters_across_a_restart(
+    probe: &mut RefConn,
+    opener: &Opener,
+    patience: Duration,
+) -> Result<ServerCounters> {
+    if let Ok(counters) = ServerCounters::read(probe).await {
+        return Ok(counters);
+    }
+    let give_up = Instant::now() + patience;
+    loop {
+        let reopened = match opener.open().await {
+            Ok(mut conn) => ServerCounters::read(&mut conn).await.map(|c| (conn, c)),
+            Err(e) => Err(e),
+        };
+        match reopened {
+            Ok((conn, counters)) => {
+                *probe = conn;
+                return Ok(counters);
+            }
+            Err(e) if Instant::now() >= give_up => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 /// Tasks taking (and releasing) the leases of `held`.
 const HELD_TASKS: usize = 64;
 
@@ -773,19 +803,13 @@ async fn held_on(setup: &Setup, leases: usize, ttl: Duration) -> Result<Held> {
     let bytes = heap_bytes().saturating_sub(heap_before);
     // Watch at least one ttl, so every lease is renewed three times.
     let window = setup.duration.max(ttl);
-    let before = ServerCounters::read(&mut probe).await?;
+    let before = counters_across_a_restart(&mut probe, &opener, window).await?;
     let cpu_before = process_cpu();
     let watch = Instant::now();
     tokio::time::sleep(window).await;
     let elapsed = watch.elapsed().as_secs_f64();
     let cpu = process_cpu().saturating_sub(cpu_before).as_secs_f64();
-    let after = match ServerCounters::read(&mut probe).await {
-        Ok(after) => after,
-        // Redis restarted while the leases were held: the probe's
-        // connection broke, a new one reads the restarted server (whose
-        // counters start again from 0, so the deltas are 0, not negative).
-        Err(_) => ServerCounters::read(&mut opener.open().await?).await?,
-    };
+    let after = counters_across_a_restart(&mut probe, &opener, window).await?;
     let (commands, redis_cpu) = before.delta(after);
     let lost = held.iter().filter(|l| l.is_lost()).count() as u64;
     let lag = client

@@ -521,23 +521,32 @@ fn bench_never_shows_the_redis_password() {
         }
     }
 
-    // A wrong password, whichever scenario connects first; a password that
-    // Redis never sees (`password=` is not a query key redis-rs reads).
+    // A wrong password, whichever scenario connects first (78); a password
+    // under a query key the URL does not take (`password=`) is refused by
+    // name (64) where fencelock's client connects first, and as no
+    // password (78) where the bench's reference connection does; its
+    // value is hidden either way.
     let wrong = format!("redis://:{WRONG}@127.0.0.1:{port}/");
     let wrong_user = format!("redis://default:{WRONG}@127.0.0.1:{port}/");
     let unix_password = format!("unix://{socket}?password={WRONG}");
-    for (url, shown) in [
-        (&wrong, format!("redis://:***@127.0.0.1:{port}/")),
+    for (url, shown, code) in [
+        (&wrong, format!("redis://:***@127.0.0.1:{port}/"), 78),
         (
             &wrong_user,
             format!("redis://default:***@127.0.0.1:{port}/"),
+            78,
         ),
-        (&unix_password, format!("unix://{socket}?password=***")),
+        (&unix_password, format!("unix://{socket}?password=***"), 64),
     ] {
         for scenario in ["uncontended", "contended", "many"] {
             let args = ["--redis", url, "bench", "--scenario", scenario];
             let (out, stdout, stderr) = run(&args);
-            assert_eq!(out.status.code(), Some(78), "{args:?}: {stderr}");
+            let codes: &[i32] = if code == 64 { &[64, 78] } else { &[code] };
+            assert!(
+                out.status.code().is_some_and(|c| codes.contains(&c)),
+                "{args:?}: {:?} {stderr}",
+                out.status.code()
+            );
             no_secret(&args, &stdout, &stderr);
             assert!(stderr.contains(&shown), "{args:?}: {stderr}");
         }
