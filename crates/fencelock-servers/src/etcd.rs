@@ -421,7 +421,21 @@ impl EtcdCluster {
             member.name, member.client_port, member.peer_port
         );
         let port = member.client_port;
-        let status = member.child.as_ref().and_then(GuardedChild::peek_status);
+        // A multi-threaded process (etcd is one) shows as a zombie while
+        // its other threads still exit, and becomes waitable only after
+        // them: give an exited member a moment to report its status.
+        let waitable_by = std::time::Instant::now() + Duration::from_secs(2);
+        let status = member.child.as_ref().and_then(|child| {
+            loop {
+                if let Some(status) = child.peek_status() {
+                    break Some(status);
+                }
+                if !member.exited() || std::time::Instant::now() >= waitable_by {
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
         let log = log_tail(&self.log_path(index));
         match status {
             Some(status) => Error::Exited {
