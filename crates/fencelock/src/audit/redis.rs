@@ -176,7 +176,7 @@ async fn clock(conn: &RedisConn, node: &Node) -> Result<ClockReading> {
 async fn scan_fences(conn: &RedisConn, node: &Node, prefix: &str) -> Result<(FenceScan, u64)> {
     let pattern = format!("{}*:fence", glob_escape(prefix));
     let mut scan = FenceScan::default();
-    let keys = conn.scan_node(node, &pattern, "string").await?;
+    let keys = conn.scan_node(node, &pattern, Some("string")).await?;
     // GETs in a pipeline, not one MGET: on a Cluster the keys of one node
     // span many slots.
     for batch in keys.chunks(1000) {

@@ -197,7 +197,7 @@ impl RedisEngine {
     ) -> Result<Vec<String>> {
         let keys = self
             .conn
-            .scan(&lock_key_pattern(prefix, layout, pattern), "string")
+            .scan(&lock_key_pattern(prefix, layout, pattern), Some("string"))
             .await?;
         Ok(keys
             .iter()

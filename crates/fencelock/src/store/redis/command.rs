@@ -142,13 +142,13 @@ impl RedisConn {
         .map_err(|e| self.map_error(e, &[]))
     }
 
-    /// Every key matching `pattern` whose type is `kind` on `node`, found
-    /// with `SCAN` (never `KEYS`, which blocks the server).
+    /// Every key matching `pattern` (of type `kind`, if given) on `node`,
+    /// found with `SCAN` (never `KEYS`, which blocks the server).
     pub(crate) async fn scan_node(
         &self,
         node: &Node,
         pattern: &str,
-        kind: &str,
+        kind: Option<&str>,
     ) -> Result<Vec<String>> {
         let mut found = Vec::new();
         let mut cursor: u64 = 0;
@@ -158,9 +158,10 @@ impl RedisConn {
                 .arg("MATCH")
                 .arg(pattern)
                 .arg("COUNT")
-                .arg(1000)
-                .arg("TYPE")
-                .arg(kind);
+                .arg(1000);
+            if let Some(kind) = kind {
+                scan.arg("TYPE").arg(kind);
+            }
             let (next, keys): (u64, Vec<String>) = self.on_node(node, &scan).await?;
             found.extend(keys);
             if next == 0 {
@@ -170,8 +171,9 @@ impl RedisConn {
         }
     }
 
-    /// Every key matching `pattern` whose type is `kind`, on every master.
-    pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>> {
+    /// Every key matching `pattern` (of type `kind`, if given), on every
+    /// master.
+    pub(crate) async fn scan(&self, pattern: &str, kind: Option<&str>) -> Result<Vec<String>> {
         let mut found = Vec::new();
         for node in self.masters().await? {
             found.extend(self.scan_node(&node, pattern, kind).await?);
@@ -230,27 +232,7 @@ impl RedisConn {
     /// Every key matching `pattern`, of any type, on every master.
     #[cfg(feature = "testing")]
     pub(crate) async fn scan_any(&self, pattern: &str) -> Result<Vec<String>> {
-        let mut found = Vec::new();
-        for node in self.masters().await? {
-            let mut cursor: u64 = 0;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(1000);
-                let (next, keys): (u64, Vec<String>) = self.on_node(&node, &scan).await?;
-                found.extend(keys);
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
-        }
-        found.sort();
-        found.dedup();
-        Ok(found)
+        self.scan(pattern, None).await
     }
 
     /// Runs a plain command: on a Cluster, on the master of `key`'s slot
