@@ -14,7 +14,7 @@ use fencelock::testing::RawConnection;
 use fencelock::{LockClient, LockClientBuilder};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 
 /// The TLS files every connection of a run uses (the CLI's `--tls-ca`,
 /// `--tls-cert` and `--tls-key`); none: the system's roots, no client
@@ -69,7 +69,7 @@ pub(crate) async fn raw(url: &str, tls: &Tls) -> Result<(LockClient, RawConnecti
         .response_timeout(Duration::from_secs(2))
         .connect()
         .await
-        .map_err(|e| Error::new(ErrorKind::Unreachable, e.to_string()))?;
+        .map_err(|e| Error::connect(&e))?;
     let conn = RawConnection::of(&client).map_err(|e| Error::usage(e.to_string()))?;
     Ok((client, conn))
 }

@@ -17,8 +17,11 @@ pub enum ErrorKind {
     /// The configuration was refused before anything ran (a nemesis the
     /// topology cannot inject, a bad option).
     Usage,
-    /// A server could not be reached, or refused us.
+    /// A server could not be reached.
     Unreachable,
+    /// A server refused us for a reason retrying cannot fix: refused
+    /// credentials, a missing permission, a TLS setting it rejects.
+    Config,
     /// A history file could not be read or parsed.
     History,
     /// Anything else: a worker could not be started, a process misbehaved.
@@ -53,6 +56,18 @@ impl Error {
 
     pub(crate) fn failed(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::Failed, message)
+    }
+
+    /// A lock client that could not connect: [`ErrorKind::Config`] when
+    /// the deployment refused us (credentials, permissions, TLS), else
+    /// [`ErrorKind::Unreachable`].
+    pub(crate) fn connect(e: &fencelock::Error) -> Self {
+        let kind = if e.is_config() {
+            ErrorKind::Config
+        } else {
+            ErrorKind::Unreachable
+        };
+        Error::new(kind, e.to_string())
     }
 
     /// A connection error, with the URL shown without its password.

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::RunClock;
 use crate::config::{Config, ResourceKind, fence_mode_name, layout_name, mode_name};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::history::{Entry, Event, Header, History, HistoryFile};
 use crate::nemesis::NemesisKind;
 use crate::observer::Observer;
@@ -303,14 +303,23 @@ pub async fn run<T: Topology>(
     };
     // The lock store must answer before a worker starts: workers that
     // cannot reach it run no operation, and a run without operations would
-    // end "no violation" having proved nothing.
-    config
+    // end "no violation" having proved nothing. One read of a lock also
+    // finds what connecting alone does not (etcd checks credentials per
+    // request), so refused credentials end the run here, naming why.
+    let probe = config
         .tls
         .builder(topology.lock_url())
         .connect_timeout(Duration::from_secs(5))
         .connect()
         .await
-        .map_err(|e| Error::new(ErrorKind::Unreachable, e.to_string()))?;
+        .map_err(|e| Error::connect(&e))?;
+    if let Some(name) = names.first() {
+        probe
+            .inspect(name, config.layout())
+            .await
+            .map_err(|e| Error::connect(&e))?;
+    }
+    drop(probe);
     let store = Store::open(resource.clone(), names.clone()).await?;
     // The resource's keys live only as long as the run refreshes them.
     let ttl_keeper = store.ttl_keeper().map(tokio::spawn);

@@ -261,7 +261,7 @@ async fn run(spec: WorkerSpec, stop: CancellationToken) -> Result<()> {
                 .response_timeout(Duration::from_secs(2))
                 .connect()
                 .await
-                .map_err(|e| Error::new(crate::ErrorKind::Unreachable, e.to_string()))?;
+                .map_err(|e| Error::connect(&e))?;
             let mut opts = client
                 .options()
                 .ttl(ttl)

@@ -122,7 +122,7 @@ Examples:
 Exit codes: 0 no violation, 1 a violation (also for a caught --unsafe
 control), 2 inconclusive (no violation, but fewer than 1 grant or 1
 acknowledged write for a lock name), 64 usage, 69 Redis or etcd
-unreachable, 78 bad configuration.";
+unreachable, 78 bad configuration (refused credentials or TLS).";
 
 /// Safety harness on Redis or etcd: worker processes, faults (pauses,
 /// kills, restarts, leader changes, a faulty network) and history
@@ -393,6 +393,7 @@ fn failure(e: fencelock_torture::Error) -> anyhow::Error {
     let code = match e.kind() {
         ErrorKind::Usage => exit::USAGE,
         ErrorKind::Unreachable => exit::UNAVAILABLE,
+        ErrorKind::Config => exit::CONFIG,
         ErrorKind::History => exit::DATA,
         _ => exit::SOFTWARE,
     };

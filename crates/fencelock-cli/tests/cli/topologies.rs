@@ -378,11 +378,16 @@ fn sentinel_run_started_during_a_failover_waits_for_the_new_master() {
 /// or 70: a wrong password for a Cluster's ACL user; behind Sentinel, a
 /// wrong password for the data nodes and for the sentinels' own user; on
 /// etcd, credentials given to a cluster without authentication, none given
-/// to one with it, and a wrong password.
+/// to one with it, and a wrong password. `torture` against such a
+/// deployment says the same before any worker starts.
 #[test]
 fn heavy_refused_credentials_exit_78_on_cluster_sentinel_and_etcd() {
     let refused = |url: &str, says: &str| {
-        for args in [&["status", "job"][..], &["run", "job", "--", "true"]] {
+        for args in [
+            &["status", "job"][..],
+            &["run", "job", "--", "true"],
+            &["torture", "--duration", "2s"],
+        ] {
             let out = fencelock(&["--url", url])
                 .args(args)
                 .stdin(Stdio::null())
