@@ -549,12 +549,24 @@ impl EtcdCluster {
 ///
 /// Why not (a TLS endpoint needs a probe of its own).
 pub fn http_health(target: &EtcdTarget) -> Result<(), String> {
-    let address = target.endpoint.strip_prefix("http://").ok_or_else(|| {
-        format!(
-            "{}: the default probe speaks plain HTTP only",
-            target.endpoint
-        )
-    })?;
+    let body = http_get(&target.endpoint, "/health")?;
+    if body.replace(' ', "").contains("\"health\":\"true\"") {
+        Ok(())
+    } else {
+        Err(format!("{}: /health says {}", target.endpoint, body.trim()))
+    }
+}
+
+/// The body of `GET path` on a member's plain client `endpoint`
+/// (`http://HOST:PORT`): `/health`, `/metrics`, `/version`.
+///
+/// # Errors
+///
+/// Why not (a TLS endpoint is not spoken to).
+pub fn http_get(endpoint: &str, path: &str) -> Result<String, String> {
+    let address = endpoint
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{endpoint}: only plain HTTP is spoken here"))?;
     let socket: SocketAddr = address.parse().map_err(|e| format!("{address}: {e}"))?;
     let mut stream = TcpStream::connect_timeout(&socket, HEALTH_TIMEOUT)
         .map_err(|e| format!("{address}: {e}"))?;
@@ -563,16 +575,14 @@ pub fn http_health(target: &EtcdTarget) -> Result<(), String> {
         .and_then(|()| stream.set_write_timeout(Some(HEALTH_TIMEOUT)))
         .map_err(|e| format!("{address}: {e}"))?;
     stream
-        .write_all(format!("GET /health HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
         .map_err(|e| format!("{address}: {e}"))?;
     let mut reply = String::new();
     stream
         .read_to_string(&mut reply)
         .map_err(|e| format!("{address}: {e}"))?;
-    let body = reply.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-    if body.replace(' ', "").contains("\"health\":\"true\"") {
-        Ok(())
-    } else {
-        Err(format!("{address}: /health says {}", body.trim()))
-    }
+    Ok(reply
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, body)| body)
+        .to_owned())
 }

@@ -189,6 +189,25 @@ impl EtcdCluster {
         (0..self.len()).map(|i| self.inner.endpoint(i)).collect()
     }
 
+    /// The value of the Prometheus counter or gauge `name` (without
+    /// labels) that member `index` exports on `/metrics`, e.g.
+    /// `etcd_server_proposals_committed_total`: the Raft entries it
+    /// committed, one per write, lease grant and lease revoke.
+    ///
+    /// # Panics
+    /// When the member does not answer over plain HTTP or lacks the metric.
+    pub fn metric(&self, index: usize, name: &str) -> f64 {
+        let endpoint = self.inner.endpoint(index);
+        let body = fencelock_servers::etcd::http_get(&endpoint, "/metrics")
+            .unwrap_or_else(|e| panic!("etcd metrics: {e}"));
+        body.lines()
+            .find_map(|line| {
+                let (metric, value) = line.split_once(' ')?;
+                (metric == name).then(|| value.trim().parse::<f64>().ok())?
+            })
+            .unwrap_or_else(|| panic!("etcd member {index} exports no {name}"))
+    }
+
     /// The configuration the cluster was started with.
     pub fn config(&self) -> &EtcdConfig {
         &self.config

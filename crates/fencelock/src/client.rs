@@ -336,8 +336,8 @@ impl LockClient {
     ///
     /// # Cancel safety
     /// As [`LockClient::try_acquire`]. On etcd, a dropped acquisition also
-    /// revokes its leases (and so removes its waiter's key) in the
-    /// background; [`LockClient::flush`] waits for that. When the wait runs
+    /// removes its waiter's key in the background; [`LockClient::flush`]
+    /// waits for that. When the wait runs
     /// out, the key is removed before `Timeout` is returned.
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;

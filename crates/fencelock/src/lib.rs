@@ -151,10 +151,15 @@
 //! - **Mutual exclusion survives failures**: etcd commits every grant to a
 //!   majority of its members (Raft) before answering; no failover loses a
 //!   granted lock.
-//! - **A lease per holder**, kept alive at ttl/3 by the same keeper task;
+//! - **A session per client and ttl**: one etcd lease shared by the
+//!   client's locks of that ttl (etcd's own `concurrency.Session` model),
+//!   kept alive at ttl/3 by the same keeper task, with a key of its own per
+//!   acquisition; an uncontended acquire + release is two Raft commits.
 //!   etcd leases count whole seconds (the ttl is rounded up, and etcd may
 //!   raise it to its shortest lease, 1.5 election timeouts): the local
-//!   deadline stays the ttl, etcd's expiry can only be later.
+//!   deadline stays the ttl, etcd's expiry can only be later. A lock taken
+//!   over is lost alone; a session lost (expired, revoked) loses every lock
+//!   held on it at once, and each one's loss signal fires.
 //! - **The fence is the holder key's create revision** (in fence epoch 1:
 //!   2^53 + revision, see [`LockOptions::fence_epoch`]). Revisions grow
 //!   with every write cluster-wide and survive leader changes. Not the
@@ -165,7 +170,9 @@
 //!   restoring without.
 //! - **Waiting** watches the key just ahead in the queue: first come, first
 //!   served, whatever the [`WaitMode`]; no polling.
-//! - **Release** deletes the holder's key and revokes its lease.
+//! - **Release** deletes the holder's key (the session stays for the
+//!   client's next lock); one that fails is sent again in the background
+//!   while the session lives.
 //! - Resources: every resource takes etcd fences; `FencedKey` keeps state
 //!   in etcd and can check in the same transaction that the writer still
 //!   holds its lock (`FencedKey::write_held`).

@@ -1,5 +1,5 @@
 //! Clean-ups sent in the background: what a dropped acquisition or a
-//! dropped lease leaves to do (revoke a waiter's etcd lease, release a
+//! dropped lease leaves to do (delete a waiter's etcd key, release a
 //! held lock) runs as a task of its own, since `Drop` cannot wait.
 //!
 //! A process that ends its runtime right after such a drop (a Ctrl-C

@@ -61,15 +61,15 @@ pub(crate) struct RedisHold {
     pub(crate) contended: bool,
 }
 
-/// An etcd mutex as held: the holder's key `NAMESPACE PREFIX NAME/LEASE`
-/// (which stores the holder id, not the token), its lease, and its create
-/// revision (the fence before its epoch).
+/// An etcd mutex as held: the holder's key `NAMESPACE PREFIX NAME/LEASE/ACQ`
+/// (which stores the holder id, not the token), the client's session it
+/// lives on, and its create revision (the fence before its epoch).
 #[cfg(feature = "etcd")]
 #[derive(Debug)]
 pub(crate) struct EtcdHold {
     pub(crate) key: String,
     pub(crate) token: String,
-    pub(crate) lease: i64,
+    pub(crate) session: std::sync::Arc<super::etcd::Session>,
     pub(crate) revision: i64,
 }
 

@@ -233,7 +233,7 @@ impl Engine {
 
     /// Renews a batch of leases of one ttl and one [`BatchGroup`]: on Redis
     /// one compare-and-pexpire script call for all; on etcd one keep-alive
-    /// per holder's lease, all sent at once. One code per lease, in order;
+    /// per session and a read of each holder's key, all sent at once. One code per lease, in order;
     /// an error fails the batch (each lease retries).
     pub(crate) async fn renew_many(
         &self,
@@ -256,9 +256,21 @@ impl Engine {
         }
     }
 
+    /// `granted` was declared lost because its local deadline passed: on
+    /// etcd its key may outlive it on the client's session, which the
+    /// client's other locks keep alive, so it is deleted in the background
+    /// (on Redis the key expires by itself).
+    pub(crate) fn deadline_passed(&self, granted: &Granted) {
+        match self {
+            Engine::Redis(_) => {}
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(e) => e.deadline_passed(granted),
+        }
+    }
+
     /// Releases `granted` if it is still its holder's (compare-and-delete,
     /// which passes the lock on to a waiter; on etcd a delete of the
-    /// holder's key and a revoke of its lease).
+    /// holder's key if it still has the holder's create revision).
     pub(crate) async fn release(&self, granted: &Granted) -> Result<Checked> {
         let span = tracing::debug_span!("release", lock = %granted.name, fence = %granted.fence, outcome = tracing::field::Empty);
         let reply = match self {

@@ -63,6 +63,9 @@ impl LeaseState {
             tracing::warn!(lock = %self.grant.name, fence = %self.grant.fence, %reason, "lease lost");
             self.metrics.lost(reason);
             self.lost.cancel();
+            if reason == LossReason::DeadlinePassed {
+                self.engine.deadline_passed(&self.grant);
+            }
         }
     }
 

@@ -4,22 +4,33 @@
 //!
 //! # The protocol
 //!
-//! It is etcd's own lock recipe (`concurrency.Mutex`, which `etcdctl lock`
-//! and etcd's Lock RPC use), with fencelock's guarantees around it:
+//! It is etcd's own lock recipe (`concurrency.Mutex` on a
+//! `concurrency.Session`, which `etcdctl lock` and etcd's Lock RPC use),
+//! with fencelock's guarantees around it:
 //!
-//! - **A lease per holder.** Every acquisition grants a lease of its own
-//!   (the ttl rounded up to whole seconds: etcd leases count seconds, and
-//!   etcd may raise a short one to its minimum, 1.5 election timeouts). It
-//!   is never the server's default lease: etcd's Lock RPC called without a
+//! - **A session per client and lease length.** A client grants one lease
+//!   per ttl in whole seconds (rounded up: etcd leases count seconds, and
+//!   etcd may raise a short one to its minimum, 1.5 election timeouts) and
+//!   shares it among every lock it holds with that ttl (`session.rs`). It is
+//!   never the server's default lease: etcd's Lock RPC called without a
 //!   lease grants a 60 s lease that nobody keeps alive, and the lock then
-//!   silently expires after 60 s. The keeper task (`lease::keeper`) keeps it
-//!   alive at ttl/3 through the engine's renewal.
-//! - **The grant is one transaction** that creates the holder's key
-//!   `NAMESPACE PREFIX NAME/LEASE` (the lease id in hex, attached to the
-//!   lease) if it does not exist, and reads who is first. The holder is the
-//!   key with the lowest create revision under `NAMESPACE PREFIX NAME/`:
-//!   later keys are waiters. A retried grant (the reply was lost) finds the
-//!   key it created and uses it: one key per lease, never two.
+//!   silently expires after 60 s. The keeper task (`lease::keeper`) keeps
+//!   it alive at ttl/3 through each held lock's renewal, which also reads
+//!   the lock's key: a lock taken over is lost alone, a session lost loses
+//!   every lock held on it at once (each one's loss signal fires).
+//! - **Every acquisition has a key of its own**:
+//!   `NAMESPACE PREFIX NAME/LEASE/ACQ`, the session's lease id and a number
+//!   the client gives each acquisition (in hex), attached to the session.
+//!   Two tasks of one client on one name never share a key, so never both
+//!   believe they hold the lock. Older clients' keys (`NAME/LEASE`, a lease
+//!   per holder) live under the same prefix: old and new clients exclude
+//!   each other.
+//! - **The grant is one transaction** that creates the key if it does not
+//!   exist, and reads who is first. The holder is the key with the lowest
+//!   create revision under `NAMESPACE PREFIX NAME/`: later keys are
+//!   waiters. A retried grant (the reply was lost) finds the key it created
+//!   and uses it: one key per acquisition, never two. An uncontended cycle
+//!   is two Raft commits: this transaction and the release's delete.
 //! - **The fence is the holder key's create revision** (plus the fence
 //!   epoch's base, [`crate::LockOptions::fence_epoch`], 1 × 2^53 unless
 //!   set). Revisions grow cluster-wide with every write and survive leader
@@ -38,45 +49,62 @@
 //!   looks again. First come, first served by construction.
 //!   Every wait mode waits this way (`poll`, `notify` and `fair` alike).
 //! - **A waiter's key is on a short lease.** With a ttl longer than
-//!   `WAITER_LEASE` (2 s), a free lock is tried first with the holder's
-//!   lease; if someone holds or waits, the waiter's key is created on a
-//!   waiter lease of its own, and moved to the holder's lease (a put that
-//!   keeps its create revision, so its place and fence) once it is first.
-//!   The waiter keeps both alive while it waits. A waiter that dies leaves
-//!   its key for the waiter lease, not the ttl.
-//! - **Giving up removes the key**, by revoking the acquisition's leases: a
-//!   wait that runs out before it returns `Timeout`, a refusal or failure
-//!   and a dropped future in the background (tracked by the client's
-//!   `Cleanups`, which `LockClient::flush` waits for).
-//! - **Loss**: a keep-alive that finds the lease gone, a holder key that is
-//!   gone, or the local monotonic deadline passing first.
+//!   `WAITER_LEASE` (2 s), a free lock is tried first on the holder's
+//!   session; if someone holds or waits, the waiter's key is created on the
+//!   client's waiter session (a 2 s lease kept alive by its waiters), and
+//!   moved to the holder's session (a put that keeps its create revision,
+//!   so its place and fence) once it is first. A waiter whose process dies
+//!   leaves its key for the waiter lease, not the ttl.
+//! - **Giving up deletes the key**: a wait that runs out before it returns
+//!   `Timeout`, a refusal or failure and a dropped future in the background
+//!   (tracked by the client's `Cleanups`, which `LockClient::flush` waits
+//!   for), again while the deletion fails and the session may live.
+//! - **Loss**: a keep-alive that finds the session gone, a holder key that
+//!   is gone or re-created, or the local monotonic deadline passing first
+//!   (then the key is deleted in the background: the session may live on
+//!   for the client's other locks). A session is never kept alive past its
+//!   own local deadline, so whatever is left on it goes with it.
 //! - **Release** deletes the key if it still has the holder's create
-//!   revision and revokes the lease, both sent at once.
+//!   revision; a release that fails is sent again in the background while
+//!   the session may live. The session stays for the client's next lock.
 //!
 //! | file | concern |
 //! |---|---|
-//! | `acquire.rs` | the lease of an acquisition, the grant, the wait for the predecessor, giving up |
+//! | `session.rs` | the client's sessions: granting, sharing and keeping them alive |
+//! | `acquire.rs` | the key of an acquisition, the grant, the wait for the predecessor, giving up |
 //! | `mod.rs` | a held lease's renewal and release, `inspect`, `top`'s names, the waiters |
 
 mod acquire;
+mod session;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::time::Instant;
+
+pub(crate) use session::Session;
 
 use super::cleanup::Cleanups;
 use super::grant::{Acquired, EtcdHold, Granted};
 use super::inspect::LockState;
-use crate::error::{Error, Result};
+use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, LockKeys};
 use crate::options::{ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, LockOptions};
 use crate::store::Checked;
 use crate::store::etcd::{EtcdConn, HeldKey, lock_prefix, validate_name};
 
-/// The etcd side of one client: its connection.
+/// The etcd side of one client: its connection and its sessions.
 #[derive(Debug)]
 pub(crate) struct EtcdEngine {
     pub(crate) conn: EtcdConn,
-    /// The revocations of dropped acquisitions and the releases of dropped
-    /// leases still running.
+    /// The deletions of abandoned keys and the releases of dropped leases
+    /// still running.
     pub(crate) cleanups: Cleanups,
+    sessions: session::Sessions,
+    /// The number of the next acquisition (the last part of its key).
+    acquisitions: AtomicU64,
 }
 
 impl EtcdEngine {
@@ -84,7 +112,14 @@ impl EtcdEngine {
         EtcdEngine {
             conn,
             cleanups: Cleanups::default(),
+            sessions: session::Sessions::default(),
+            acquisitions: AtomicU64::new(1),
         }
+    }
+
+    /// A number no other acquisition of this client has.
+    fn next_acquisition(&self) -> u64 {
+        self.acquisitions.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Takes lock `name` (its keys' prefix is `keys.lock`): once if `wait`
@@ -99,45 +134,120 @@ impl EtcdEngine {
     ) -> Result<Acquired> {
         // Boxed: etcd's request futures are large, and this one would
         // otherwise sit on the caller's stack.
-        Box::pin(acquire::acquire(
-            &self.conn,
-            &self.cleanups,
-            name,
-            keys,
-            opts,
-            wait,
-        ))
-        .await
+        Box::pin(acquire::acquire(self, name, keys, opts, wait)).await
     }
 
-    /// One renewal: a keep-alive of the holder's own lease and a read of
-    /// its key.
+    /// One renewal: a keep-alive of the holder's session and a read of its
+    /// key.
     pub(crate) async fn extend(&self, granted: &Granted) -> Result<Checked> {
-        self.conn.keep_alive(held_key(granted.etcd()?)).await
+        let hold = granted.etcd()?;
+        let mut codes = self.keep_alive(&hold.session, &[hold]).await?;
+        Ok(codes.pop().unwrap_or(Checked::NotOurs(LossReason::Expired)))
     }
 
-    /// Deletes the holder's key if it is still its own, and revokes its
-    /// lease.
+    /// One keep-alive of `session` and a read of each of `holds` (keys on
+    /// it), sent together; the session's deadline moves forward, or it is
+    /// given up when etcd says it is gone. A session whose own local
+    /// deadline passed is never kept alive again: its locks are lost.
+    async fn keep_alive(&self, session: &Session, holds: &[&EtcdHold]) -> Result<Vec<Checked>> {
+        let sent = Instant::now();
+        if !session.may_be_alive(sent) {
+            return Ok(vec![
+                Checked::NotOurs(LossReason::DeadlinePassed);
+                holds.len()
+            ]);
+        }
+        let keys: Vec<HeldKey<'_>> = holds.iter().map(|h| held_key(h)).collect();
+        let codes = self.conn.keep_alive(session.id, &keys).await?;
+        if codes.contains(&Checked::NotOurs(LossReason::Expired)) {
+            session.mark_gone();
+        } else {
+            session.renewed(sent);
+        }
+        Ok(codes)
+    }
+
+    /// Deletes the holder's key if it is still its own. A release that did
+    /// not reach etcd is sent again in the background while the session may
+    /// live (the client's other locks keep it alive, and the key with it).
     pub(crate) async fn release(&self, granted: &Granted) -> Result<Checked> {
-        self.conn.release(held_key(granted.etcd()?)).await
+        let hold = granted.etcd()?;
+        let released = self.conn.release(held_key(hold)).await;
+        if let Err(e) = &released
+            && e.is_retryable()
+        {
+            self.release_in_background(hold);
+        }
+        released
     }
 
-    /// One keep-alive per holder's lease, all sent at once; one code per
-    /// lease, in order (an error fails the batch: each lease retries).
+    /// `granted`'s local deadline passed: its key is deleted in the
+    /// background if its session may live on.
+    pub(crate) fn deadline_passed(&self, granted: &Granted) {
+        if let Ok(hold) = granted.etcd() {
+            self.release_in_background(hold);
+        }
+    }
+
+    /// Sends the release of `hold` again until it reaches etcd or the
+    /// session may be gone.
+    fn release_in_background(&self, hold: &EtcdHold) {
+        if !hold.session.may_be_alive(Instant::now()) {
+            return;
+        }
+        let conn = self.conn.clone();
+        let (key, session, revision) = (hold.key.clone(), hold.session.clone(), hold.revision);
+        self.cleanups.spawn(async move {
+            loop {
+                let held = HeldKey {
+                    key: &key,
+                    lease: session.id,
+                    revision,
+                };
+                match conn.release(held).await {
+                    Err(e) if e.is_retryable() && session.may_be_alive(Instant::now()) => {
+                        tokio::time::sleep(RELEASE_RETRY).await;
+                    }
+                    _ => return,
+                }
+            }
+        });
+    }
+
+    /// One keep-alive per session and a read of each holder's key, all
+    /// sent at once; one code per lease, in order (an error fails the
+    /// batch: each lease retries).
     pub(crate) async fn renew_many(&self, leases: &[&Granted]) -> Result<Vec<Checked>> {
         let holds = leases
             .iter()
             .map(|g| g.etcd())
             .collect::<Result<Vec<&EtcdHold>>>()?;
-        futures_util::future::join_all(holds.into_iter().map(|h| self.conn.keep_alive(held_key(h))))
-            .await
-            .into_iter()
-            .collect()
+        // By session, each with the places of its holds in the batch.
+        let mut by_session: HashMap<i64, (Arc<Session>, Vec<usize>)> = HashMap::new();
+        for (i, h) in holds.iter().enumerate() {
+            by_session
+                .entry(h.session.id)
+                .or_insert_with(|| (h.session.clone(), Vec::new()))
+                .1
+                .push(i);
+        }
+        let replies = futures_util::future::join_all(by_session.values().map(|(session, at)| {
+            let group: Vec<&EtcdHold> = at.iter().map(|i| holds[*i]).collect();
+            async move { (at, self.keep_alive(session, &group).await) }
+        }))
+        .await;
+        let mut codes = vec![Checked::NotOurs(LossReason::Expired); holds.len()];
+        for (at, reply) in replies {
+            for (i, code) in at.iter().zip(reply?) {
+                codes[*i] = code;
+            }
+        }
+        Ok(codes)
     }
 
     /// The keys of lock `name`: `lock` is the prefix of the lock's keys
     /// (`NAMESPACE PREFIX NAME/`, `/` and `%` in the name escaped); each
-    /// holder or waiter has the key `lock` + its lease id in hex; the other
+    /// holder or waiter has the key `lock` + `LEASE/ACQ`; the other
     /// fields are empty (etcd needs no fence key, queue or channel).
     pub(crate) fn keys(&self, prefix: &str, name: &str) -> Result<LockKeys> {
         validate_name(name)?;
@@ -202,11 +312,14 @@ impl EtcdEngine {
     }
 }
 
+/// Pause before sending a failed release again in the background.
+const RELEASE_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What the store needs of a held etcd lease.
 fn held_key(hold: &EtcdHold) -> HeldKey<'_> {
     HeldKey {
         key: &hold.key,
-        lease: hold.lease,
+        lease: hold.session.id,
         revision: hold.revision,
     }
 }

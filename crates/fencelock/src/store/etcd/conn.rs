@@ -319,6 +319,18 @@ impl EtcdConn {
         .await
     }
 
+    /// Deletes one key.
+    pub(crate) async fn delete(
+        &self,
+        key: &str,
+    ) -> std::result::Result<DeleteResponse, etcd_client::Error> {
+        self.call(
+            Resend::Safe,
+            |mut c| async move { c.delete(key, None).await },
+        )
+        .await
+    }
+
     /// Deletes every key that starts with `prefix` (namespace included).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) async fn delete_prefix(

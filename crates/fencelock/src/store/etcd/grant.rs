@@ -3,8 +3,8 @@
 //! create the holder's key, attached to its lease, unless it exists, and
 //! read who is first — once (`try_txn`: only if nobody holds or waits) or
 //! queueing (`queue_txn`: and the key just before ours). A retried
-//! transaction finds the key it created: one key per lease, however often
-//! it is sent. `attach` moves a waiter's key from its short waiter lease to
+//! transaction finds the key it created: one key per acquisition, however
+//! often it is sent. `attach` moves a waiter's key from its short waiter lease to
 //! the holder's lease once it is first.
 
 use std::time::Duration;
@@ -15,11 +15,14 @@ use etcd_client::{
 };
 
 use super::conn::EtcdConn;
+use super::errors::is_lease_gone;
 use crate::error::{Error, Result};
 
 /// The lease seconds for `ttl`: whole seconds, rounded up (at least 1).
 pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
-    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    let secs = ttl
+        .as_secs()
+        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
     i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
 }
 
@@ -35,6 +38,9 @@ pub(crate) enum Found {
     },
     /// Someone holds or waits (try once): the caller created nothing.
     Refused,
+    /// The lease the key was to live on is gone (expired or revoked): the
+    /// caller created nothing.
+    LeaseGone,
 }
 
 fn first_by_create(prefix: &str) -> TxnOp {
@@ -67,7 +73,11 @@ pub(crate) async fn try_txn(
         .when([Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix()])
         .and_then([put_own(key, holder, lease)])
         .or_else([first_by_create(prefix)]);
-    let reply = conn.txn(txn).await.map_err(|e| conn.error(e, "granting"))?;
+    let reply = match conn.txn(txn).await {
+        Ok(reply) => reply,
+        Err(e) if is_lease_gone(&e) => return Ok(Found::LeaseGone),
+        Err(e) => return Err(conn.error(e, "granting")),
+    };
     if reply.succeeded() {
         return Ok(Found::First(header_revision(reply.header())?));
     }
@@ -78,7 +88,7 @@ pub(crate) async fn try_txn(
     }
 }
 
-/// Join the queue: create the key unless it exists (one key per lease,
+/// Join the queue: create the key unless it exists (one key per acquisition,
 /// however often this is retried), and read the first key and the key just
 /// before ours.
 pub(crate) async fn queue_txn(
@@ -106,7 +116,11 @@ pub(crate) async fn queue_txn(
             last_two,
         ])
         .or_else([TxnOp::get(key, None), first_by_create(prefix)]);
-    let reply = conn.txn(txn).await.map_err(|e| conn.error(e, "granting"))?;
+    let reply = match conn.txn(txn).await {
+        Ok(reply) => reply,
+        Err(e) if is_lease_gone(&e) => return Ok(Found::LeaseGone),
+        Err(e) => return Err(conn.error(e, "granting")),
+    };
     let seen_at = header_revision(reply.header())?;
     let responses = reply.op_responses();
     if reply.succeeded() {
@@ -147,7 +161,8 @@ pub(crate) async fn queue_txn(
 /// Attaches `key` to `lease` (the holder's, once a waiter is first), if
 /// it still has create revision `revision`: a put keeps the key's create
 /// revision, so its place in the queue and its fence stay; watchers of its
-/// deletion ignore puts. `Ok(false)`: the key is gone.
+/// deletion ignore puts. `Ok(false)`: the key is gone, or the lease is
+/// (the caller then queues again, on a lease that lives).
 pub(crate) async fn attach(
     conn: &EtcdConn,
     key: &str,
@@ -158,11 +173,11 @@ pub(crate) async fn attach(
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, revision)])
         .and_then([put_own(key, holder, lease)]);
-    let reply = conn
-        .txn(txn)
-        .await
-        .map_err(|e| conn.error(e, "moving the key to the holder's lease"))?;
-    Ok(reply.succeeded())
+    match conn.txn(txn).await {
+        Ok(reply) => Ok(reply.succeeded()),
+        Err(e) if is_lease_gone(&e) => Ok(false),
+        Err(e) => Err(conn.error(e, "moving the key to the holder's lease")),
+    }
 }
 
 /// The first key-value of a range response.
@@ -187,10 +202,10 @@ pub(crate) async fn grant_txn_for_tests(
     prefix: &str,
     lease: i64,
 ) -> Result<(i64, usize)> {
-    let key = super::keys::holder_key(prefix, lease);
+    let key = super::keys::holder_key(prefix, lease, 1);
     let revision = match queue_txn(conn, prefix, &key, "test", lease).await? {
         Found::First(r) | Found::Queued { revision: r, .. } => r,
-        Found::Refused => 0,
+        Found::Refused | Found::LeaseGone => 0,
     };
     let count = conn
         .get(
@@ -201,4 +216,18 @@ pub(crate) async fn grant_txn_for_tests(
         .map_err(|e| conn.error(e, "counting"))?
         .count();
     Ok((revision, usize::try_from(count).unwrap_or(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_whole_seconds_rounded_up() {
+        assert_eq!(lease_seconds(Duration::from_millis(10)), 1);
+        assert_eq!(lease_seconds(Duration::from_secs(1)), 1);
+        assert_eq!(lease_seconds(Duration::from_millis(1001)), 2);
+        assert_eq!(lease_seconds(Duration::from_secs(30)), 30);
+        assert_eq!(lease_seconds(Duration::MAX), i64::MAX);
+    }
 }

@@ -11,8 +11,8 @@ use super::keys::{glob_match, parse_key};
 use crate::error::{LossReason, Result};
 use crate::store::Checked;
 
-/// A holder's key in etcd: the key, its lease, and its create revision
-/// (the holder's fence before its epoch).
+/// A holder's key in etcd: the key, the lease it lives on, and its create
+/// revision (the holder's fence before its epoch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HeldKey<'a> {
     pub(crate) key: &'a str,
@@ -35,59 +35,83 @@ pub(crate) struct Holder {
 }
 
 impl EtcdConn {
-    /// One renewal: a keep-alive of the holder's lease, and a read of its
-    /// key (sent together). The lease gone means the lock expired; the key
-    /// gone (deleted by someone else) or re-created means another holder
-    /// may have it.
-    pub(crate) async fn keep_alive(&self, held: HeldKey<'_>) -> Result<Checked> {
+    /// One renewal of `held`, keys that all live on lease `lease`: one
+    /// keep-alive of the lease and a read of each key, all sent together;
+    /// one code per key, in order. The lease gone means every one of them
+    /// expired; a key gone (deleted by someone else) or re-created means
+    /// another holder may have that lock.
+    pub(crate) async fn keep_alive(
+        &self,
+        lease: i64,
+        held: &[HeldKey<'_>],
+    ) -> Result<Vec<Checked>> {
         // Boxed, as every etcd call here: etcd's request futures are large.
-        Box::pin(self.keep_alive_now(held)).await
+        Box::pin(self.keep_alive_now(lease, held)).await
     }
 
-    async fn keep_alive_now(&self, held: HeldKey<'_>) -> Result<Checked> {
-        let key = held.key;
-        let (alive, read) = tokio::join!(
-            self.lease_keep_alive(held.lease),
-            self.get(key, Some(GetOptions::new().with_keys_only()))
+    async fn keep_alive_now(&self, lease: i64, held: &[HeldKey<'_>]) -> Result<Vec<Checked>> {
+        let reads = futures_util::future::join_all(
+            held.iter()
+                .map(|h| self.get(h.key, Some(GetOptions::new().with_keys_only()))),
         );
+        let (alive, reads) = tokio::join!(self.lease_keep_alive(lease), reads);
         match alive {
-            Ok(_) => {}
-            Err(e) if is_lease_gone(&e) => return Ok(Checked::NotOurs(LossReason::Expired)),
+            Ok(()) => {}
+            Err(e) if is_lease_gone(&e) => {
+                return Ok(vec![Checked::NotOurs(LossReason::Expired); held.len()]);
+            }
             Err(e) => return Err(self.error(e, "keeping the lease alive")),
         }
-        let read = read.map_err(|e| self.error(e, "reading the lock"))?;
-        match read.kvs().first() {
-            Some(kv) if kv.create_revision() == held.revision => Ok(Checked::Done),
-            _ => Ok(Checked::NotOurs(LossReason::TakenOver)),
-        }
+        held.iter()
+            .zip(reads)
+            .map(|(h, read)| {
+                let read = read.map_err(|e| self.error(e, "reading the lock"))?;
+                Ok(match read.kvs().first() {
+                    Some(kv) if kv.create_revision() == h.revision => Checked::Done,
+                    _ => Checked::NotOurs(LossReason::TakenOver),
+                })
+            })
+            .collect()
     }
 
     /// Release: delete the holder's key if it still has the holder's create
-    /// revision, and revoke the lease (which deletes the key too). Both are
-    /// sent at once, one round trip: whichever etcd applies first removes
-    /// the key. The lock was still ours if the delete found the key, or the
-    /// revoke found the lease alive (a live lease still has its key).
+    /// revision. The lease is the client's session, shared with its other
+    /// locks: it is not revoked. A key already gone was lost: expired if
+    /// its lease is gone too, else deleted by someone else.
     pub(crate) async fn release(&self, held: HeldKey<'_>) -> Result<Checked> {
         Box::pin(self.release_now(held)).await
     }
 
     async fn release_now(&self, held: HeldKey<'_>) -> Result<Checked> {
-        let key = held.key;
         let txn = Txn::new()
             .when([Compare::create_revision(
-                key,
+                held.key,
                 CompareOp::Equal,
                 held.revision,
             )])
-            .and_then([TxnOp::delete(key, None)]);
-        let (deleted, revoked) = tokio::join!(self.txn(txn), self.lease_revoke(held.lease));
-        match (deleted, revoked) {
-            (Ok(reply), _) if reply.succeeded() => Ok(Checked::Done),
-            (_, Ok(_)) => Ok(Checked::Done),
-            (Ok(_), Err(e)) if is_lease_gone(&e) => Ok(Checked::NotOurs(LossReason::Expired)),
-            (Err(_), Err(e)) if is_lease_gone(&e) => Ok(Checked::NotOurs(LossReason::Expired)),
-            (Ok(_), Err(e)) | (Err(e), Err(_)) => Err(self.error(e, "releasing")),
+            .and_then([TxnOp::delete(held.key, None)]);
+        let reply = self
+            .txn(txn)
+            .await
+            .map_err(|e| self.error(e, "releasing"))?;
+        if reply.succeeded() {
+            return Ok(Checked::Done);
         }
+        Ok(Checked::NotOurs(
+            match self.lease_time_to_live(held.lease).await {
+                Ok(ttl) if ttl.ttl() > 0 => LossReason::TakenOver,
+                _ => LossReason::Expired,
+            },
+        ))
+    }
+
+    /// Deletes `key` whatever it holds: the key of an acquisition that gave
+    /// up (it is that acquisition's alone, see `holder_key`).
+    pub(crate) async fn delete_key(&self, key: &str) -> Result<()> {
+        self.delete(key)
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e, "removing a waiter's key"))
     }
 
     /// Who holds the lock whose keys start with `lock_prefix` (`None`:

@@ -102,17 +102,32 @@ pub(crate) fn in_lock_space(prefix: &str, key: &str) -> bool {
         .is_some_and(|rest| rest.contains('/'))
 }
 
-/// The key of the holder or waiter with `lease` under `lock_prefix`.
-pub(crate) fn holder_key(lock_prefix: &str, lease: i64) -> String {
-    format!("{lock_prefix}{lease:x}")
+/// The key of one acquisition (a holder or a waiter) under `lock_prefix`:
+/// `LEASE/ACQ`, the lease id it was created on and a number that the
+/// client gives each of its acquisitions, both in lowercase hex. Many
+/// acquisitions share a lease (the client's session), so the number keeps
+/// their keys apart: two tasks of one client on one name never share a
+/// key. Keys of older clients (`LEASE` alone, one lease per acquisition)
+/// live under the same prefix, so the two exclude each other.
+pub(crate) fn holder_key(lock_prefix: &str, lease: i64, acquisition: u64) -> String {
+    format!("{lock_prefix}{lease:x}/{acquisition:x}")
 }
 
 /// The lock name and lease of `key`, a key under `names_prefix` (namespace
-/// and prefix); `None` for any other key.
+/// and prefix), in either shape (`NAME/LEASE/ACQ`, or `NAME/LEASE` as older
+/// clients and `etcdctl lock` write them); `None` for any other key.
 pub(crate) fn parse_key(names_prefix: &str, key: &str) -> Option<(String, i64)> {
     let rest = key.strip_prefix(names_prefix)?;
-    let (encoded, lease) = rest.rsplit_once('/')?;
-    if lease.is_empty() || lease.len() > 16 || !lease.bytes().all(|b| b.is_ascii_hexdigit()) {
+    // An encoded name has no `/`: the first one ends it.
+    let (encoded, tail) = rest.split_once('/')?;
+    let (lease, acquisition) = match tail.split_once('/') {
+        Some((lease, acquisition)) => (lease, Some(acquisition)),
+        None => (tail, None),
+    };
+    let hex = |part: &str| {
+        !part.is_empty() && part.len() <= 16 && part.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    if !hex(lease) || acquisition.is_some_and(|a| !hex(a)) {
         return None;
     }
     let lease = i64::from_str_radix(lease, 16).ok()?;
@@ -209,7 +224,7 @@ mod tests {
         let ab = lock_prefix("", "lock:", "a/b");
         assert_eq!(a, "lock:a/");
         assert_eq!(ab, "lock:a%2Fb/");
-        assert!(!holder_key(&ab, 7).starts_with(&a));
+        assert!(!holder_key(&ab, 7, 1).starts_with(&a));
         assert_eq!(
             lock_prefix("/ns/", "", "50%/x"),
             "/ns/50%25%2Fx/".to_string()
@@ -223,10 +238,19 @@ mod tests {
 
     #[test]
     fn keys_parse_back_to_their_name_and_lease() {
-        let key = holder_key(&lock_prefix("ns/", "lock:", "job/7"), 0x694d_7a2c_1f3a_0b11);
-        assert_eq!(key, "ns/lock:job%2F7/694d7a2c1f3a0b11");
+        let key = holder_key(
+            &lock_prefix("ns/", "lock:", "job/7"),
+            0x694d_7a2c_1f3a_0b11,
+            0x1f,
+        );
+        assert_eq!(key, "ns/lock:job%2F7/694d7a2c1f3a0b11/1f");
         assert_eq!(
             parse_key("ns/lock:", &key),
+            Some(("job/7".to_string(), 0x694d_7a2c_1f3a_0b11))
+        );
+        // The shape of older clients and `etcdctl lock`.
+        assert_eq!(
+            parse_key("ns/lock:", "ns/lock:job%2F7/694d7a2c1f3a0b11"),
             Some(("job/7".to_string(), 0x694d_7a2c_1f3a_0b11))
         );
         for other in [
@@ -234,7 +258,10 @@ mod tests {
             "ns/lock:job/xyz",
             "ns/lock:job",
             "other:job/1",
-            "ns/lock:a/b/1",
+            "ns/lock:a/b/",
+            "ns/lock:a/b/xyz",
+            "ns/lock:a/b/1/2",
+            "ns/lock:a/1/00000000000000001",
         ] {
             assert_eq!(parse_key("ns/lock:", other), None, "{other}");
         }

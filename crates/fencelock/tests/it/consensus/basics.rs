@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use fencelock::{
     Error, FENCE_EPOCH_SIZE, KeyLayout, LockClient, LockState, LossReason, ReleaseOutcome, Renewal,
     holder_id,
@@ -32,14 +32,15 @@ where
     }
 }
 
-/// A grant is one key, `PREFIX NAME/LEASE` (the lease id in hex), holding
-/// the public holder id and attached to a lease of the holder's own with the
-/// ttl asked for; the fence is 2^53 + the key's create revision; inspect
-/// shows the holder id, the fence, the lease's time left; release deletes
-/// the key and revokes the lease.
+/// A grant is one key, `PREFIX NAME/LEASE/ACQ` (the lease id and the
+/// acquisition's number in hex), holding the public holder id and attached
+/// to the client's session for the ttl asked for; the fence is 2^53 + the
+/// key's create revision; inspect shows the holder id, the fence, the
+/// lease's time left; release deletes the key and keeps the session, which
+/// the client's next grant of that ttl uses again (another ttl gets a
+/// session of its own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_is_one_key_on_its_own_lease_and_release_deletes_it_and_revokes_the_lease()
--> Result<()> {
+async fn a_grant_is_one_key_on_the_clients_session_and_release_deletes_it() -> Result<()> {
     let t = TestEtcd::single().await?;
     let mut admin = t.admin().await?;
     let opts = t.client.options().ttl(Duration::from_secs(3));
@@ -50,7 +51,13 @@ async fn a_grant_is_one_key_on_its_own_lease_and_release_deletes_it_and_revokes_
         bail!("one key expected, found {keys:?}");
     };
     assert_eq!(lease.key(), key);
-    assert_eq!(key, &format!("lock:invoice:42/{lease_id:x}"));
+    let acquisition = key
+        .strip_prefix(&format!("lock:invoice:42/{lease_id:x}/"))
+        .context("the key names its lease")?;
+    ensure!(
+        !acquisition.is_empty() && acquisition.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{key}"
+    );
     assert_eq!(lease.fence().get(), FENCE_EPOCH_SIZE + *revision as u64);
     let (_, granted) = lease_ttl(&mut admin, *lease_id)
         .await?
@@ -81,11 +88,87 @@ async fn a_grant_is_one_key_on_its_own_lease_and_release_deletes_it_and_revokes_
 
     assert_eq!(lease.release().await?, ReleaseOutcome::Released);
     assert!(keys_under(&mut admin, "lock:invoice:42/").await?.is_empty());
-    assert_eq!(lease_ttl(&mut admin, *lease_id).await?, None, "revoked");
+    assert!(
+        lease_ttl(&mut admin, *lease_id).await?.is_some(),
+        "the session outlives the release"
+    );
     assert_eq!(
         t.client.inspect("invoice:42", KeyLayout::default()).await?,
         LockState::Free { last_fence: None }
     );
+
+    let again = t.client.acquire("invoice:42", &opts).await?;
+    let other_name = t.client.acquire("invoice:43", &opts).await?;
+    let other_ttl = t
+        .client
+        .acquire("invoice:44", &opts.clone().ttl(Duration::from_secs(5)))
+        .await?;
+    let lease_of = |key: &str| -> Result<i64> {
+        let hex = key.rsplit('/').nth(1).context("a key with a lease part")?;
+        Ok(i64::from_str_radix(hex, 16)?)
+    };
+    assert_eq!(lease_of(again.key())?, *lease_id, "the same session");
+    assert_eq!(
+        lease_of(other_name.key())?,
+        *lease_id,
+        "one session per ttl"
+    );
+    assert_ne!(
+        lease_of(other_ttl.key())?,
+        *lease_id,
+        "another ttl, another session"
+    );
+    assert_ne!(again.key(), key, "every acquisition has a key of its own");
+    for l in [again, other_name, other_ttl] {
+        l.release().await?;
+    }
+    Ok(())
+}
+
+/// An uncontended acquire + release is two Raft commits (the create
+/// transaction and the delete), counted by etcd itself
+/// (`etcd_server_proposals_committed_total`) over 50 cycles.
+///
+/// Negative control (same run): the recipe with a lease per acquisition
+/// (grant a lease, create the key; delete it and revoke the lease), as bare
+/// calls, is counted at four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_is_two_raft_commits() -> Result<()> {
+    const CYCLES: u32 = 50;
+    let t = TestEtcd::single().await?;
+    let opts = t.client.options().ttl(Duration::from_secs(30));
+    // The session is granted by the first cycle.
+    t.client.acquire("cycle", &opts).await?.release().await?;
+    let committed = || t.cluster.metric(0, "etcd_server_proposals_committed_total");
+    let before = committed();
+    for _ in 0..CYCLES {
+        t.client.acquire("cycle", &opts).await?.release().await?;
+    }
+    let per_cycle = (committed() - before) / f64::from(CYCLES);
+    eprintln!("fencelock: {per_cycle} commits per cycle");
+    assert!(
+        (2.0..2.1).contains(&per_cycle),
+        "{per_cycle} commits per cycle"
+    );
+
+    let mut admin = t.admin().await?;
+    let before = committed();
+    for i in 0..CYCLES {
+        let lease = admin.lease_grant(30, None).await?.id();
+        let key = format!("control/{lease:x}");
+        admin
+            .put(
+                key.as_str(),
+                format!("{i}"),
+                Some(etcd_client::PutOptions::new().with_lease(lease)),
+            )
+            .await?;
+        admin.delete(key.as_str(), None).await?;
+        admin.lease_revoke(lease).await?;
+    }
+    let per_cycle = (committed() - before) / f64::from(CYCLES);
+    eprintln!("a lease per acquisition: {per_cycle} commits per cycle");
+    assert!(per_cycle >= 4.0, "{per_cycle} commits per cycle");
     Ok(())
 }
 
@@ -162,10 +245,10 @@ async fn waiters_get_the_lock_in_the_order_they_queued() -> Result<()> {
     Ok(())
 }
 
-/// `try_acquire` on a held lock is refused and leaves nothing behind (its
-/// lease is revoked with its key), as does an `acquire` that times out or
-/// whose future is dropped while it waits: the queue never keeps a key of
-/// a waiter that is gone.
+/// `try_acquire` on a held lock is refused and leaves nothing behind, as
+/// does an `acquire` that times out or whose future is dropped while it
+/// waits (its key is deleted): the queue never keeps a key of a waiter
+/// that is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_timed_out_and_dropped_acquisitions_leave_no_key() -> Result<()> {
     let t = TestEtcd::single().await?;
@@ -203,10 +286,10 @@ async fn refused_timed_out_and_dropped_acquisitions_leave_no_key() -> Result<()>
         async move { Ok((keys_under(&mut admin, "lock:busy/").await?.len() == 1).then_some(())) }
     })
     .await?;
-    // Only leases of holders remain: the refused, timed-out and dropped
-    // acquisitions revoked theirs.
+    // The leases are the client's two sessions (the holders' and the
+    // waiters'): no acquisition granted one of its own.
     let leases = admin.leases().await?;
-    assert_eq!(leases.leases().len(), 1, "{:?}", leases.leases());
+    assert_eq!(leases.leases().len(), 2, "{:?}", leases.leases());
     held.release().await?;
     Ok(())
 }
