@@ -11,4 +11,5 @@ mod credentials;
 mod fenced_key;
 mod migration;
 mod safety;
+mod sessions;
 mod tls;
