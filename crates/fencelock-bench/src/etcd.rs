@@ -1,9 +1,11 @@
 //! The scenarios of docs/design.md §6 on etcd (feature `etcd`): `uncontended`,
 //! `contended` and `many`, each next to the cluster's own rates measured in
 //! the same run, and the *etcd floor* — the least etcd work a fenced lock
-//! with a lease per holder does (grant a lease, create the key in a
-//! transaction; release: delete and revoke, sent together), as bare calls
-//! without fencelock.
+//! on a session lease does (create the key in a transaction on a lease
+//! granted once; release: delete it), as bare calls without fencelock. The
+//! recipe with a lease per acquisition (grant a lease, create the key;
+//! delete and revoke, sent together), which fencelock used before its
+//! sessions, is measured beside it as bare calls too.
 //!
 //! On etcd every wait mode waits the same way (in the queue, watching the
 //! key ahead), so `contended` is measured once.
@@ -54,6 +56,8 @@ pub struct EtcdUncontended {
     pub put_per_s: f64,
     /// The etcd floor, sequential.
     pub floor_cycles_per_s: f64,
+    /// The recipe with a lease per acquisition, as bare calls, sequential.
+    pub lease_per_acquisition_cycles_per_s: f64,
 }
 
 /// `contended` on etcd: workers (threads with their own runtime and
@@ -91,6 +95,9 @@ pub struct EtcdMany {
     pub put_per_s: f64,
     /// The etcd floor with as many tasks on one client.
     pub floor_cycles_per_s: f64,
+    /// The recipe with a lease per acquisition, as bare calls, from as many
+    /// tasks on one client.
+    pub lease_per_acquisition_cycles_per_s: f64,
 }
 
 impl EtcdReport {
@@ -117,10 +124,12 @@ impl EtcdReport {
         if let Some(u) = &self.uncontended {
             let _ = writeln!(
                 out,
-                "uncontended  {:>8.0} cycles/s   etcd floor {:>7.0}/s ({:.0} %)   etcd: {:.0} reads/s, {:.0} writes/s on one client",
+                "uncontended  {:>8.0} cycles/s   etcd floor {:>7.0}/s ({:.0} %)   a lease per acquisition {:.0}/s (×{:.2})   etcd: {:.0} reads/s, {:.0} writes/s on one client",
                 u.cycles_per_s,
                 u.floor_cycles_per_s,
                 100.0 * u.cycles_per_s / u.floor_cycles_per_s,
+                u.lease_per_acquisition_cycles_per_s,
+                u.cycles_per_s / u.lease_per_acquisition_cycles_per_s,
                 u.get_per_s,
                 u.put_per_s
             );
@@ -143,11 +152,13 @@ impl EtcdReport {
         if let Some(m) = &self.many {
             let _ = writeln!(
                 out,
-                "many         {:>8.0} cycles/s ({} tasks)   etcd floor {:>7.0}/s ({:.0} %)   etcd: {:.0} writes/s from {} tasks",
+                "many         {:>8.0} cycles/s ({} tasks)   etcd floor {:>7.0}/s ({:.0} %)   a lease per acquisition {:.0}/s (×{:.2})   etcd: {:.0} writes/s from {} tasks",
                 m.cycles_per_s,
                 m.tasks,
                 m.floor_cycles_per_s,
                 100.0 * m.cycles_per_s / m.floor_cycles_per_s,
+                m.lease_per_acquisition_cycles_per_s,
+                m.cycles_per_s / m.lease_per_acquisition_cycles_per_s,
                 m.put_per_s,
                 m.tasks
             );
@@ -167,6 +178,8 @@ impl EtcdReport {
             v["etcd_get_per_s"] = u.get_per_s.into();
             v["etcd_put_per_s"] = u.put_per_s.into();
             v["etcd_floor_cycles_per_s"] = u.floor_cycles_per_s.into();
+            v["etcd_lease_per_acquisition_cycles_per_s"] =
+                u.lease_per_acquisition_cycles_per_s.into();
             let _ = writeln!(out, "{v}");
         }
         if let Some(c) = &self.contended {
@@ -190,6 +203,8 @@ impl EtcdReport {
             v["cycles_per_s"] = m.cycles_per_s.into();
             v["etcd_put_per_s"] = m.put_per_s.into();
             v["etcd_floor_cycles_per_s"] = m.floor_cycles_per_s.into();
+            v["etcd_lease_per_acquisition_cycles_per_s"] =
+                m.lease_per_acquisition_cycles_per_s.into();
             let _ = writeln!(out, "{v}");
         }
         out
@@ -221,12 +236,14 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
     for scenario in &config.scenarios {
         match scenario {
             Scenario::Uncontended => {
-                observer.measuring("uncontended", config.duration * 2);
+                observer.measuring("uncontended", config.duration * 3);
                 let name = format!("bench:{run_id}:uncontended");
                 let half = config.duration / 2;
                 let get_per_s = etcd_rate(&reference, 1, half, Op::Get).await?;
                 let put_per_s = etcd_rate(&reference, 1, half, Op::Put).await?;
                 let floor = etcd_rate(&reference, 1, half, Op::Floor).await?;
+                let per_acquisition =
+                    etcd_rate(&reference, 1, half, Op::LeasePerAcquisition).await?;
                 let cycles_per_s = cycles(&client, config, &[name], config.duration).await?;
                 observer.measured();
                 report.uncontended = Some(EtcdUncontended {
@@ -234,6 +251,7 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                     get_per_s,
                     put_per_s,
                     floor_cycles_per_s: floor,
+                    lease_per_acquisition_cycles_per_s: per_acquisition,
                 });
             }
             Scenario::Contended => {
@@ -243,10 +261,12 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                 observer.measured();
             }
             Scenario::Many => {
-                observer.measuring("many", config.duration * 2);
+                observer.measuring("many", config.duration * 5 / 2);
                 let half = config.duration / 2;
                 let put_per_s = etcd_rate(&reference, config.tasks, half, Op::Put).await?;
                 let floor = etcd_rate(&reference, config.tasks, half, Op::Floor).await?;
+                let per_acquisition =
+                    etcd_rate(&reference, config.tasks, half, Op::LeasePerAcquisition).await?;
                 let names: Vec<String> = (0..config.tasks)
                     .map(|i| format!("bench:{run_id}:many:{i}"))
                     .collect();
@@ -257,6 +277,7 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                     cycles_per_s,
                     put_per_s,
                     floor_cycles_per_s: floor,
+                    lease_per_acquisition_cycles_per_s: per_acquisition,
                 });
             }
             Scenario::Held => {
@@ -405,9 +426,12 @@ enum Op {
     Get,
     /// A write.
     Put,
-    /// The etcd floor: lease grant, create in a transaction, then delete and
-    /// revoke sent together.
+    /// The etcd floor: create in a transaction on a lease granted once,
+    /// then delete.
     Floor,
+    /// A lease per acquisition: lease grant, create in a transaction, then
+    /// delete and revoke sent together.
+    LeasePerAcquisition,
 }
 
 /// Operations per second of `op` from `tasks` tasks on one plain client.
@@ -420,15 +444,25 @@ async fn etcd_rate(reference: &Reference, tasks: usize, duration: Duration, op: 
             let (mut client, stop) = (client.clone(), stop.clone());
             tokio::spawn(async move {
                 let key = format!("fencelock-bench-reference/{i}");
+                let session = match op {
+                    // Longer than any measurement; revoked after it.
+                    Op::Floor => client.lease_grant(3600, None).await.map(|l| l.id()),
+                    _ => Ok(0),
+                }
+                .map_err(|e| Error::failed(format!("etcd: {e}")))?;
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let done = match op {
                         Op::Get => client.get(key.as_str(), None).await.map(drop),
                         Op::Put => client.put(key.as_str(), "x", None).await.map(drop),
-                        Op::Floor => floor_cycle(&mut client, &key).await,
+                        Op::Floor => floor_cycle(&mut client, &key, session, n).await,
+                        Op::LeasePerAcquisition => lease_per_acquisition_cycle(&mut client, &key).await,
                     };
                     done.map_err(|e| Error::failed(format!("etcd: {e}")))?;
                     n += 1;
+                }
+                if session != 0 {
+                    let _ = client.lease_revoke(session).await;
                 }
                 Ok::<_, Error>(n)
             })
@@ -437,8 +471,32 @@ async fn etcd_rate(reference: &Reference, tasks: usize, duration: Duration, op: 
     per_second(duration, &stop, started, handles).await
 }
 
-/// One cycle of the etcd floor on `key`.
+/// One cycle of the etcd floor on `key`: acquisition `n` on lease
+/// `session`.
 async fn floor_cycle(
+    client: &mut etcd_client::Client,
+    key: &str,
+    session: i64,
+    n: u64,
+) -> Result<(), etcd_client::Error> {
+    let own = format!("{key}/{session:x}/{n:x}");
+    client
+        .txn(
+            Txn::new()
+                .when([Compare::create_revision(own.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    own.as_str(),
+                    "floor",
+                    Some(PutOptions::new().with_lease(session)),
+                )]),
+        )
+        .await?;
+    client.delete(own.as_str(), None).await?;
+    Ok(())
+}
+
+/// One cycle of the recipe with a lease per acquisition on `key`.
+async fn lease_per_acquisition_cycle(
     client: &mut etcd_client::Client,
     key: &str,
 ) -> Result<(), etcd_client::Error> {

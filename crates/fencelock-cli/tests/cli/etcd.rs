@@ -227,6 +227,7 @@ fn etcd_bench_measures_every_scenario() {
     }
     assert_eq!(lines[1]["overlaps"], 0);
     assert!(lines[0]["etcd_floor_cycles_per_s"].as_f64() > Some(0.0));
+    assert!(lines[0]["etcd_lease_per_acquisition_cycles_per_s"].as_f64() > Some(0.0));
     let (code, _, err) = output(&mut at(&cluster, &["bench", "--plot", "x.svg"]));
     assert_eq!(code, Some(64), "{err}");
 }
