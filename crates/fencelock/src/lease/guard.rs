@@ -81,7 +81,7 @@ impl LeaseHandle {
     }
 
     /// The key holding the lease: the Redis lock key, or on etcd the
-    /// holder's own key (`PREFIX NAME/LEASE`).
+    /// holder's own key (`PREFIX NAME/LEASE/ACQ`).
     pub fn key(&self) -> &str {
         self.state.grant.key()
     }
