@@ -9,7 +9,9 @@
 //! from the quorum fails fast instead of hanging).
 //!
 //! **Members that do not answer are skipped.** The connection keeps a
-//! client per listed member and sends each request to one member. A member
+//! client per listed member and sends each request to one member: the
+//! leader, once found (`find_leader`: a write sent to a follower is
+//! forwarded, a hop more). A member
 //! that fails it (refused, reset, no leader) or does not answer within
 //! [`MEMBER_TIMEOUT`] (paused, a dead host whose packets vanish) is set
 //! aside for [`SET_ASIDE`] and the request goes to the next member, so a
@@ -20,7 +22,7 @@
 //! write is not.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -71,8 +73,11 @@ pub(crate) struct EtcdConn {
 
 struct Inner {
     members: Vec<Member>,
-    /// The member tried first: the last one that answered.
+    /// The member tried first: the leader once it is known, else the last
+    /// one that answered.
     preferred: AtomicUsize,
+    /// A search for the leader is running.
+    finding_leader: AtomicBool,
     /// The URL without its password, for messages.
     url: String,
     /// The URL as given, to scrub client errors of its password.
@@ -158,12 +163,14 @@ impl EtcdConn {
                 set_aside_until: Mutex::new(None),
             })
             .collect::<Vec<_>>();
-        // Spread the clients of a cluster over its members.
+        // Spread the clients of a cluster over its members until the
+        // leader is known.
         let preferred = rand::random_range(0..members.len().max(1));
         let conn = EtcdConn {
             inner: std::sync::Arc::new(Inner {
                 members,
                 preferred: AtomicUsize::new(preferred),
+                finding_leader: AtomicBool::new(false),
                 url: shown,
                 raw_url: url.to_owned(),
                 target,
@@ -172,10 +179,58 @@ impl EtcdConn {
             }),
         };
         // Any member answering is enough.
-        conn.status()
+        let status = conn
+            .status()
             .await
             .map_err(|e| connect_error(&conn.inner.url, url, e, hint))?;
+        if status.header().map(|h| h.member_id()) != Some(status.leader()) {
+            conn.find_leader();
+        }
         Ok(conn)
+    }
+
+    /// Makes the leader the member tried first, in the background: every
+    /// write is the leader's to commit, and one sent to a follower is
+    /// forwarded to it, a hop more for each grant and release. Each member
+    /// is asked who it is (`Status`, within [`MEMBER_TIMEOUT`]); the one
+    /// that is the leader it reports is preferred. Started at connect and
+    /// whenever a request had to move to another member (the leader may
+    /// have changed); one search at a time.
+    fn find_leader(&self) {
+        if self.inner.members.len() < 2
+            || self.inner.finding_leader.swap(true, Ordering::AcqRel)
+            || tokio::runtime::Handle::try_current().is_err()
+        {
+            return;
+        }
+        let conn = self.clone();
+        tokio::spawn(async move {
+            let asked = conn.inner.members.iter().enumerate().map(|(index, member)| {
+                let conn = &conn;
+                async move {
+                    let status = tokio::time::timeout(MEMBER_TIMEOUT, async {
+                        conn.client(member).await?.status().await
+                    })
+                    .await
+                    .ok()?
+                    .ok()?;
+                    let id = status.header()?.member_id();
+                    Some((index, id, status.leader()))
+                }
+            });
+            let answers: Vec<(usize, u64, u64)> = futures_util::future::join_all(asked)
+                .await
+                .into_iter()
+                .flatten()
+                .collect();
+            if let Some((index, _, _)) = answers
+                .iter()
+                .find(|(_, id, _)| answers.iter().any(|(_, _, leader)| leader == id))
+            {
+                conn.inner.preferred.store(*index, Ordering::Relaxed);
+            }
+            conn.inner.finding_leader.store(false, Ordering::Release);
+        });
     }
 
     /// The URL, without its password.
@@ -229,7 +284,12 @@ impl EtcdConn {
             match outcome {
                 Ok(reply) => {
                     member.restore();
-                    self.inner.preferred.store(index, Ordering::Relaxed);
+                    if tried > 0 {
+                        // The preferred member failed: answer from this
+                        // one meanwhile, and look for the leader again.
+                        self.inner.preferred.store(index, Ordering::Relaxed);
+                        self.find_leader();
+                    }
                     return Ok(reply);
                 }
                 Err(e) if is_transient(&e) => {
