@@ -456,7 +456,9 @@ async fn etcd_rate(reference: &Reference, tasks: usize, duration: Duration, op: 
                         Op::Get => client.get(key.as_str(), None).await.map(drop),
                         Op::Put => client.put(key.as_str(), "x", None).await.map(drop),
                         Op::Floor => floor_cycle(&mut client, &key, session, n).await,
-                        Op::LeasePerAcquisition => lease_per_acquisition_cycle(&mut client, &key).await,
+                        Op::LeasePerAcquisition => {
+                            lease_per_acquisition_cycle(&mut client, &key).await
+                        }
                     };
                     done.map_err(|e| Error::failed(format!("etcd: {e}")))?;
                     n += 1;

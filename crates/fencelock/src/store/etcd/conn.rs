@@ -54,6 +54,11 @@ pub(crate) const MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a member that failed a request is tried only after the others.
 const SET_ASIDE: Duration = Duration::from_secs(5);
 
+/// How often the leader is looked for again while requests succeed (a
+/// leader moved away from a member that still answers, by forwarding, is
+/// found within this).
+const LEADER_RECHECK: Duration = Duration::from_secs(5);
+
 /// Whether a request that may have reached a member can be sent again to
 /// another one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +83,8 @@ struct Inner {
     preferred: AtomicUsize,
     /// A search for the leader is running.
     finding_leader: AtomicBool,
+    /// When the last search for the leader started.
+    leader_sought: Mutex<Option<Instant>>,
     /// The URL without its password, for messages.
     url: String,
     /// The URL as given, to scrub client errors of its password.
@@ -171,6 +178,7 @@ impl EtcdConn {
                 members,
                 preferred: AtomicUsize::new(preferred),
                 finding_leader: AtomicBool::new(false),
+                leader_sought: Mutex::new(None),
                 url: shown,
                 raw_url: url.to_owned(),
                 target,
@@ -183,7 +191,14 @@ impl EtcdConn {
             .status()
             .await
             .map_err(|e| connect_error(&conn.inner.url, url, e, hint))?;
-        if status.header().map(|h| h.member_id()) != Some(status.leader()) {
+        if status.header().map(|h| h.member_id()) == Some(status.leader()) {
+            // The member that answered is the leader (and preferred).
+            *conn
+                .inner
+                .leader_sought
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+        } else {
             conn.find_leader();
         }
         Ok(conn)
@@ -193,9 +208,10 @@ impl EtcdConn {
     /// write is the leader's to commit, and one sent to a follower is
     /// forwarded to it, a hop more for each grant and release. Each member
     /// is asked who it is (`Status`, within [`MEMBER_TIMEOUT`]); the one
-    /// that is the leader it reports is preferred. Started at connect and
-    /// whenever a request had to move to another member (the leader may
-    /// have changed); one search at a time.
+    /// that is the leader it reports is preferred. Started at connect,
+    /// whenever a request had to move to another member, and every
+    /// [`LEADER_RECHECK`] while requests are sent (the leader may have
+    /// changed); one search at a time.
     fn find_leader(&self) {
         if self.inner.members.len() < 2
             || self.inner.finding_leader.swap(true, Ordering::AcqRel)
@@ -203,21 +219,31 @@ impl EtcdConn {
         {
             return;
         }
+        *self
+            .inner
+            .leader_sought
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
         let conn = self.clone();
         tokio::spawn(async move {
-            let asked = conn.inner.members.iter().enumerate().map(|(index, member)| {
-                let conn = &conn;
-                async move {
-                    let status = tokio::time::timeout(MEMBER_TIMEOUT, async {
-                        conn.client(member).await?.status().await
-                    })
-                    .await
-                    .ok()?
-                    .ok()?;
-                    let id = status.header()?.member_id();
-                    Some((index, id, status.leader()))
-                }
-            });
+            let asked = conn
+                .inner
+                .members
+                .iter()
+                .enumerate()
+                .map(|(index, member)| {
+                    let conn = &conn;
+                    async move {
+                        let status = tokio::time::timeout(MEMBER_TIMEOUT, async {
+                            conn.client(member).await?.status().await
+                        })
+                        .await
+                        .ok()?
+                        .ok()?;
+                        let id = status.header()?.member_id();
+                        Some((index, id, status.leader()))
+                    }
+                });
             let answers: Vec<(usize, u64, u64)> = futures_util::future::join_all(asked)
                 .await
                 .into_iter()
@@ -258,7 +284,17 @@ impl EtcdConn {
         Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
         let members = &self.inner.members;
-        let give_up = Instant::now() + self.inner.response_timeout;
+        let now = Instant::now();
+        let give_up = now + self.inner.response_timeout;
+        let recheck = self
+            .inner
+            .leader_sought
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| now.saturating_duration_since(at) >= LEADER_RECHECK);
+        if recheck {
+            self.find_leader();
+        }
         let order = self.order();
         let mut last = None;
         for (tried, &index) in order.iter().enumerate() {

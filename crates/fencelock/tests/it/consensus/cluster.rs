@@ -242,3 +242,74 @@ async fn etcd_cluster_leader_changes_and_a_member_kill_lose_no_acknowledged_incr
     );
     Ok(())
 }
+
+/// The `Txn` requests member `index` has served (grants and releases).
+fn txns(cluster: &EtcdCluster, index: usize) -> f64 {
+    cluster.metric(index, "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Txn\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}")
+}
+
+/// Grants and releases go to the leader (a write sent to a follower is
+/// forwarded, a hop more): with the followers listed first in the URL, the
+/// client finds the leader and sends it every transaction; after the
+/// leadership moves, it finds the new leader while it keeps working.
+///
+/// Negative control (same run): the same cycles from a client of one
+/// follower alone land on that follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_grants_and_releases_go_to_the_leader_also_after_it_moves() -> Result<()> {
+    let cluster = EtcdCluster::start();
+    let leader = cluster.leader();
+    let mut order: Vec<usize> = (0..cluster.len()).filter(|i| *i != leader).collect();
+    order.push(leader);
+    let url = format!(
+        "etcd://{}",
+        order
+            .iter()
+            .map(|i| cluster.addr(*i))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let client = LockClient::connect(&url).await?;
+    let opts = client.options().ttl(Duration::from_secs(5));
+    // Cycles until the leader serves them all: 20 cycles, 40 transactions,
+    // every one on `on`.
+    let all_on = |on: usize| {
+        let (client, opts, cluster) = (&client, &opts, &cluster);
+        async move {
+            let give_up = Instant::now() + Duration::from_secs(15);
+            loop {
+                let before: Vec<f64> = (0..cluster.len()).map(|i| txns(cluster, i)).collect();
+                for _ in 0..20 {
+                    client.acquire("routed", opts).await?.release().await?;
+                }
+                let served: Vec<f64> = (0..cluster.len())
+                    .map(|i| txns(cluster, i) - before[i])
+                    .collect();
+                if served[on] == 40.0 {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                ensure!(
+                    Instant::now() < give_up,
+                    "member {on} never served every transaction: {served:?}"
+                );
+            }
+        }
+    };
+    all_on(leader).await?;
+
+    let next = order[0];
+    cluster.move_leader(next);
+    all_on(next).await?;
+
+    // The control: a client of one follower alone.
+    let follower = (0..cluster.len())
+        .find(|i| *i != next)
+        .context("a follower")?;
+    let alone = LockClient::connect(&cluster.member_url(follower)).await?;
+    let before = txns(&cluster, follower);
+    for _ in 0..20 {
+        alone.acquire("routed", &opts).await?.release().await?;
+    }
+    assert_eq!(txns(&cluster, follower) - before, 40.0);
+    Ok(())
+}
