@@ -57,7 +57,7 @@ pub use etcd::{EtcdContended, EtcdMany, EtcdReport, EtcdUncontended, run_etcd};
 pub use measure::Spread;
 pub use render::{Format, Renderer};
 pub use report::{Header, Measurement, Record, Report};
-pub use scenarios::{Contended, Contestant, Cycles, Held, mode_name};
+pub use scenarios::{Contended, Contestant, CyclePath, Cycles, Held, mode_name};
 
 use scenarios::Setup;
 use url::RedisUrl;
@@ -221,6 +221,31 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Runs exactly `n` uncontended acquire + release cycles of `path` on one
+/// connection to the Redis of `config` (after 20 warm-up cycles), and
+/// nothing else: for counting the client's instructions per cycle
+/// (`scripts/client-cost` runs it under callgrind for two values of `n`;
+/// the difference divided by theirs is one cycle's cost, free of this
+/// machine's noise).
+///
+/// # Errors
+/// The first failure; the message names the Redis without its password.
+pub async fn count_cycles(config: &Config, path: CyclePath, n: u64) -> Result<()> {
+    let setup = Setup {
+        url: config.url.clone(),
+        tls: config.tls.clone(),
+        prefix: config.prefix.clone(),
+        run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
+        duration: config.duration,
+        rounds: config.rounds,
+        slice: config.slice,
+        options: config.options.clone(),
+    };
+    scenarios::count(&setup, path, n)
+        .await
+        .map_err(|e| e.shown_for(&config.url))
 }
 
 /// Runs the scenarios of `config` in order and returns their report; on the

@@ -251,6 +251,59 @@ pub(crate) async fn cycles(setup: &Setup, scenario: &str, tasks: usize) -> Resul
     .await?
 }
 
+/// Which path [`crate::count_cycles`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CyclePath {
+    /// fencelock's `acquire` + `release`.
+    Fencelock,
+    /// The fenced floor's two scripts.
+    Floor,
+    /// `SET NX PX`, then compare-and-delete.
+    Unfenced,
+}
+
+/// Exactly `n` uncontended cycles of `path` on one connection, after the
+/// same 20 warm-up cycles as the scenarios, on a single-threaded runtime.
+pub(crate) async fn count(setup: &Setup, path: CyclePath, n: u64) -> Result<()> {
+    let (setup, path) = (setup.clone(), path);
+    tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(count_on(&setup, path, n))
+    })
+    .await?
+}
+
+async fn count_on(setup: &Setup, path: CyclePath, n: u64) -> Result<()> {
+    let name = format!("bench:{}:count", setup.run_id);
+    let mut cycler = match path {
+        CyclePath::Fencelock => {
+            let client = setup.client().await?;
+            Cycler::Fencelock {
+                opts: client.options(),
+                client,
+                name,
+            }
+        }
+        CyclePath::Floor | CyclePath::Unfenced => {
+            let opener = setup.opener().await?;
+            let [floor, unfenced, _ping] =
+                floor::references(&opener, &setup.lock_key(&name)).await?;
+            if path == CyclePath::Floor {
+                floor
+            } else {
+                unfenced
+            }
+        }
+    };
+    for _ in 0..20u64.saturating_add(n) {
+        cycler.cycle().await?;
+    }
+    Ok(())
+}
+
 async fn cycles_on(setup: &Setup, scenario: &str, tasks: usize) -> Result<Cycles> {
     let opener = setup.opener().await?;
     let client = setup.client().await?;

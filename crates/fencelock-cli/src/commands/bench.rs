@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use fencelock_bench::{Config, ErrorKind, Format, Observer, Renderer, Report, Scenario};
+use fencelock_bench::{Config, CyclePath, ErrorKind, Format, Observer, Renderer, Report, Scenario};
 
 use crate::arg_values::{WaitModeArg, parse_duration};
 use crate::exit;
@@ -58,6 +58,25 @@ pub(crate) struct BenchArgs {
     /// Write an SVG of the acquire-wait and handoff distributions per mode.
     #[arg(long, value_name = "FILE.svg")]
     pub(crate) plot: Option<std::path::PathBuf>,
+    /// Run exactly N uncontended cycles of one --path (after 20 warm-up
+    /// cycles) and nothing else, for counting instructions per cycle
+    /// (scripts/client-cost); Redis only.
+    #[arg(long, value_name = "N", conflicts_with_all = ["scenario", "plot", "json"])]
+    pub(crate) cycles: Option<u64>,
+    /// The path --cycles runs.
+    #[arg(long, value_enum, default_value_t = PathArg::Fencelock, requires = "cycles")]
+    pub(crate) path: PathArg,
+}
+
+/// What `--cycles` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PathArg {
+    /// fencelock's acquire + release.
+    Fencelock,
+    /// The fenced floor's two bare scripts.
+    Floor,
+    /// The unfenced reference: SET NX PX, then compare-and-delete.
+    Unfenced,
 }
 
 /// The rest of `fencelock bench --help`, after the options.
@@ -71,6 +90,7 @@ Examples:
   fencelock bench --scenario contended --mode notify,fair --workers 32 --json
   fencelock bench --scenario contended --plot waits.svg
   fencelock --url etcd://127.0.0.1:2379 bench --duration 5s
+  fencelock bench --cycles 2000 --path floor
 
 On etcd every wait mode waits in the same queue: contended is measured once
 (--mode and --plot are for Redis).
@@ -134,6 +154,12 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &BenchArgs) -> anyhow::Re
         .check()
         .map_err(|e| exit::fail(exit::USAGE, e.to_string()))?;
     if crate::connect::is_etcd(global) {
+        if args.cycles.is_some() {
+            return Err(exit::fail(
+                exit::USAGE,
+                "--cycles is for Redis: it counts the client's work per cycle next to the floor's",
+            ));
+        }
         if args.plot.is_some() {
             return Err(exit::fail(
                 exit::USAGE,
@@ -144,7 +170,10 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &BenchArgs) -> anyhow::Re
     }
     let (url, private) =
         PrivateRedis::unless_given(crate::connect::given_url(global).as_deref()).await?;
-    let result = run_on(config(global, args, url), args).await;
+    let result = match args.cycles {
+        Some(n) => count(config(global, args, url), args.path, n).await,
+        None => run_on(config(global, args, url), args).await,
+    };
     if let Some(p) = private {
         p.stop().await;
     }
@@ -184,6 +213,20 @@ fn config(global: &GlobalOptions, args: &BenchArgs, url: String) -> Config {
     config.hold = args.hold;
     config.tasks = args.tasks;
     config
+}
+
+/// `--cycles N`: exactly N cycles of one path, and a line saying so.
+async fn count(config: Config, path: PathArg, n: u64) -> anyhow::Result<u8> {
+    let (path, shown) = match path {
+        PathArg::Fencelock => (CyclePath::Fencelock, "fencelock"),
+        PathArg::Floor => (CyclePath::Floor, "floor"),
+        PathArg::Unfenced => (CyclePath::Unfenced, "unfenced"),
+    };
+    fencelock_bench::count_cycles(&config, path, n)
+        .await
+        .map_err(failure)?;
+    println!("{n} cycles of {shown} (after 20 warm-up cycles)");
+    Ok(exit::OK)
 }
 
 async fn run_on(config: Config, args: &BenchArgs) -> anyhow::Result<u8> {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Cleanups;
-use super::session::{Session, WAITER_LEASE};
+use super::session::{Session, Sessions, WAITER_LEASE};
+use crate::engine::cleanup::Cleanups;
 use crate::engine::grant::{Acquired, EtcdHold, Granted};
 use crate::engine::timing::{arrived_too_late, drift};
 use crate::error::{Error, Result};
@@ -129,7 +129,9 @@ pub(crate) async fn remove_key(conn: &EtcdConn, key: &str, session: &Session) {
 /// Giving up at the deadline deletes the acquisition's key before it
 /// returns.
 pub(crate) async fn acquire(
-    engine: &super::EtcdEngine,
+    conn: &EtcdConn,
+    cleanups: &Cleanups,
+    sessions: &Sessions,
     name: &str,
     keys: &LockKeys,
     opts: &LockOptions,
@@ -140,7 +142,6 @@ pub(crate) async fn acquire(
             "waiting for replicas is for Redis: etcd commits every grant to a majority of its members before it answers".into(),
         ));
     }
-    let conn = &engine.conn;
     let wait = wait && !opts.wait_value().is_zero();
     let started = Instant::now();
     // None: a wait too long to add to the clock is a wait forever.
@@ -152,8 +153,8 @@ pub(crate) async fn acquire(
     loop {
         // Outlives the attempt: a timed-out attempt is dropped, and its key
         // is then deleted here, before the timeout is returned.
-        let mut own = OwnKey::new(conn, &engine.cleanups);
-        let attempt = Box::pin(attempt(engine, name, keys, opts, wait, &mut own));
+        let mut own = OwnKey::new(conn, cleanups);
+        let attempt = Box::pin(attempt(conn, sessions, name, keys, opts, wait, &mut own));
         let outcome = match give_up {
             Some(at) if wait => tokio::time::timeout_at(at, attempt).await,
             _ => Ok(attempt.await),
@@ -228,19 +229,19 @@ async fn send_grant(
 /// and moved to the holder's session (same key, same create revision, so
 /// the same fence and place) once it is first.
 async fn attempt(
-    engine: &super::EtcdEngine,
+    conn: &EtcdConn,
+    sessions: &Sessions,
     name: &str,
     keys: &LockKeys,
     opts: &LockOptions,
     wait: bool,
     own: &mut OwnKey,
 ) -> Result<Option<Acquired>> {
-    let conn = &engine.conn;
     let ttl = opts.ttl_value();
     let token = new_token();
     let holder = crate::holder::holder_id(&token);
-    let acquisition = engine.next_acquisition();
-    let session = engine.sessions.holder(conn, ttl).await?;
+    let acquisition = sessions.next_acquisition();
+    let session = sessions.holder(conn, ttl).await?;
     let prefix = &keys.lock;
     let short_waiter = wait && ttl > WAITER_LEASE;
     let mut key = holder_key(prefix, session.id, acquisition);
@@ -258,7 +259,7 @@ async fn attempt(
     )
     .await?;
     if short_waiter && matches!(found, Found::Refused) {
-        let short = engine.sessions.waiter(conn).await?;
+        let short = sessions.waiter(conn).await?;
         key = holder_key(prefix, short.id, acquisition);
         own.set(&key, &short);
         found = send_grant(conn, name, prefix, &key, &holder, &short, true).await?;

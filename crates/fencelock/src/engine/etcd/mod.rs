@@ -79,7 +79,6 @@ mod session;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::time::Instant;
 
@@ -103,8 +102,6 @@ pub(crate) struct EtcdEngine {
     /// still running.
     pub(crate) cleanups: Cleanups,
     sessions: session::Sessions,
-    /// The number of the next acquisition (the last part of its key).
-    acquisitions: AtomicU64,
 }
 
 impl EtcdEngine {
@@ -113,13 +110,7 @@ impl EtcdEngine {
             conn,
             cleanups: Cleanups::default(),
             sessions: session::Sessions::default(),
-            acquisitions: AtomicU64::new(1),
         }
-    }
-
-    /// A number no other acquisition of this client has.
-    fn next_acquisition(&self) -> u64 {
-        self.acquisitions.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Takes lock `name` (its keys' prefix is `keys.lock`): once if `wait`
@@ -134,7 +125,16 @@ impl EtcdEngine {
     ) -> Result<Acquired> {
         // Boxed: etcd's request futures are large, and this one would
         // otherwise sit on the caller's stack.
-        Box::pin(acquire::acquire(self, name, keys, opts, wait)).await
+        Box::pin(acquire::acquire(
+            &self.conn,
+            &self.cleanups,
+            &self.sessions,
+            name,
+            keys,
+            opts,
+            wait,
+        ))
+        .await
     }
 
     /// One renewal: a keep-alive of the holder's session and a read of its

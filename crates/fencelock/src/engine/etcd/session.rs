@@ -148,9 +148,11 @@ impl Session {
 /// the first acquisition that needs it (the others wait for that grant).
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Session>>>>;
 
-/// The sessions of one client.
+/// The sessions of one client, and the numbers of its acquisitions.
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
+    /// The number of the last acquisition (the last part of its key).
+    acquisitions: std::sync::atomic::AtomicU64,
     /// Holder sessions by lease length in whole seconds.
     holders: Mutex<HashMap<i64, Slot>>,
     /// The waiter session.
@@ -158,6 +160,11 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
+    /// A number no other acquisition of this client has.
+    pub(crate) fn next_acquisition(&self) -> u64 {
+        self.acquisitions.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     /// The session for a lock of `ttl`: the client's one for its lease
     /// length, kept alive first if it was not for a while, or a new one if
     /// it may be gone.

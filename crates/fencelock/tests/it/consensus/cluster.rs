@@ -116,7 +116,7 @@ async fn etcd_cluster_leader_changes_and_a_member_kill_lose_no_acknowledged_incr
     // Each fault, then until the counter moves again (at most 30 s), then
     // a second of normal work: the time from the fault to the first
     // increment after it is its unavailability window.
-    let progress_after = |at: Duration| {
+    let progress_after = |at: Duration, fault: &'static str| {
         let tally = tally.clone();
         async move {
             let give_up = Instant::now() + Duration::from_secs(30);
@@ -132,7 +132,11 @@ async fn etcd_cluster_leader_changes_and_a_member_kill_lose_no_acknowledged_incr
                     return Ok(t - at);
                 }
                 if Instant::now() >= give_up {
-                    anyhow::bail!("no increment within 30 s of the fault");
+                    let t = tally.acked.load(Ordering::SeqCst);
+                    let u = tally.unknown.load(Ordering::SeqCst);
+                    anyhow::bail!(
+                        "no increment within 30 s of the fault ({fault}; {t} acknowledged, {u} unknown so far)"
+                    );
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -145,13 +149,13 @@ async fn etcd_cluster_leader_changes_and_a_member_kill_lose_no_acknowledged_incr
     let leader = cluster.leader();
     let to = (leader + 1) % cluster.len();
     tokio::task::block_in_place(|| cluster.move_leader(to));
-    let moved = progress_after(t1).await?;
+    let moved = progress_after(t1, "the leadership moved").await?;
     tokio::time::sleep(settle).await;
     // Fault 2: the leader is killed; another is elected.
     let t2 = started.elapsed();
     let leader = cluster.leader();
     cluster.kill(leader);
-    let killed = progress_after(t2).await?;
+    let killed = progress_after(t2, "the leader killed").await?;
     let elected = tokio::task::block_in_place(|| cluster.wait_new_leader(leader));
     tokio::time::sleep(settle).await;
     // Back to three members, and the leadership moves to the returned one.
@@ -160,7 +164,7 @@ async fn etcd_cluster_leader_changes_and_a_member_kill_lose_no_acknowledged_incr
         cluster.restart(leader);
         cluster.move_leader(leader);
     });
-    let returned = progress_after(t3).await?;
+    let returned = progress_after(t3, "the killed leader back and leading").await?;
     tokio::time::sleep(settle).await;
     let t4 = started.elapsed();
     stop.store(true, Ordering::SeqCst);
