@@ -633,3 +633,76 @@ fn heavy_bench_held_reports_the_leases_a_restart_lost() {
     assert_eq!(held.len(), 1, "{stdout}");
     assert_eq!(count(&held[0], "leases_lost"), 200, "{stdout}");
 }
+
+/// `--cycles N --path P` runs exactly N cycles of one path and says so;
+/// it is for Redis, and refuses what it cannot combine with.
+#[test]
+fn heavy_bench_cycles_runs_one_path_and_refuses_what_does_not_fit() {
+    let server = RedisServer::start();
+    for path in ["fencelock", "floor", "unfenced"] {
+        let (out, stdout, stderr) = run(&[
+            "--url",
+            &server.url(),
+            "bench",
+            "--cycles",
+            "7",
+            "--path",
+            path,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+        assert_eq!(
+            stdout.trim(),
+            format!("7 cycles of {path} (after 20 warm-up cycles)")
+        );
+    }
+    // No lock is left held: what stays is the fence keys of fencelock and
+    // of the fenced floor, which outlive their locks by design.
+    let keys = server.query::<Vec<String>>(&["KEYS", "*"]);
+    assert!(
+        keys.iter().all(|k| k.ends_with(":fence")) && keys.len() <= 2,
+        "{keys:?}"
+    );
+    for (args, says) in [
+        (
+            &["bench", "--cycles", "5", "--scenario", "many"][..],
+            "cannot be used with",
+        ),
+        (&["bench", "--path", "floor"][..], "--cycles"),
+        (
+            &["--url", "etcd://127.0.0.1:1", "bench", "--cycles", "5"][..],
+            "--cycles is for Redis",
+        ),
+    ] {
+        let (out, stdout, stderr) = run(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stdout}{stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+/// `scripts/client-cost` (small counts, on the binary under test) prints
+/// one figure of instructions per cycle for each path, fencelock's above
+/// the unfenced reference's. Single-threaded under valgrind, it runs
+/// beside the other tests, not in the heavy group.
+#[test]
+fn client_cost_counts_instructions_per_cycle_of_every_path() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/client-cost");
+    let out = std::process::Command::new(&script)
+        .args(["2", "6"])
+        .env("FENCELOCK_BIN", crate::support::BIN)
+        .env_remove("FENCELOCK_URL")
+        .env_remove("FENCELOCK_REDIS_URL")
+        .output()
+        .expect("runs scripts/client-cost");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let figure = |path: &str| -> u64 {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(path)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no figure for {path}: {stdout}"))
+    };
+    let (fencelock, floor, unfenced) = (figure("fencelock"), figure("floor"), figure("unfenced"));
+    assert!(fencelock > 0 && floor > 0 && unfenced > 0, "{stdout}");
+    assert!(fencelock > unfenced, "{stdout}");
+}
