@@ -17,6 +17,9 @@ command -v protoc         >/dev/null 2>&1 || need_pkgs+=(protobuf-compiler)
 # The README's read-modify-write snippet, which the tests run as written,
 # reads JSON with jq.
 command -v jq             >/dev/null 2>&1 || need_pkgs+=(jq)
+# scripts/client-cost, which the tests run on small counts, counts
+# instructions with valgrind's callgrind.
+command -v valgrind       >/dev/null 2>&1 || need_pkgs+=(valgrind)
 # The Postgres tests (feature `postgres`) run initdb and postgres themselves.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
   || command -v initdb    >/dev/null 2>&1 || need_pkgs+=(postgresql)
