@@ -473,6 +473,23 @@ async fn etcd_rate(reference: &Reference, tasks: usize, duration: Duration, op: 
     per_second(duration, &stop, started, handles).await
 }
 
+/// A grant as bare calls: `key` created on `lease` if it does not exist.
+async fn create(
+    client: &mut etcd_client::Client,
+    key: &str,
+    lease: i64,
+) -> Result<(), etcd_client::Error> {
+    let put = TxnOp::put(key, "floor", Some(PutOptions::new().with_lease(lease)));
+    client
+        .txn(
+            Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+                .and_then([put]),
+        )
+        .await
+        .map(drop)
+}
+
 /// One cycle of the etcd floor on `key`: acquisition `n` on lease
 /// `session`.
 async fn floor_cycle(
@@ -482,17 +499,7 @@ async fn floor_cycle(
     n: u64,
 ) -> Result<(), etcd_client::Error> {
     let own = format!("{key}/{session:x}/{n:x}");
-    client
-        .txn(
-            Txn::new()
-                .when([Compare::create_revision(own.as_str(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    own.as_str(),
-                    "floor",
-                    Some(PutOptions::new().with_lease(session)),
-                )]),
-        )
-        .await?;
+    create(client, &own, session).await?;
     client.delete(own.as_str(), None).await?;
     Ok(())
 }
@@ -504,17 +511,7 @@ async fn lease_per_acquisition_cycle(
 ) -> Result<(), etcd_client::Error> {
     let lease = client.lease_grant(10, None).await?.id();
     let own = format!("{key}/{lease:x}");
-    client
-        .txn(
-            Txn::new()
-                .when([Compare::create_revision(own.as_str(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    own.as_str(),
-                    "floor",
-                    Some(PutOptions::new().with_lease(lease)),
-                )]),
-        )
-        .await?;
+    create(client, &own, lease).await?;
     let (mut kv, mut leases) = (client.clone(), client.clone());
     let (deleted, revoked) =
         tokio::join!(kv.delete(own.as_str(), None), leases.lease_revoke(lease));

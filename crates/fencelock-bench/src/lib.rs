@@ -233,16 +233,7 @@ impl Config {
 /// # Errors
 /// The first failure; the message names the Redis without its password.
 pub async fn count_cycles(config: &Config, path: CyclePath, n: u64) -> Result<()> {
-    let setup = Setup {
-        url: config.url.clone(),
-        tls: config.tls.clone(),
-        prefix: config.prefix.clone(),
-        run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
-        duration: config.duration,
-        rounds: config.rounds,
-        slice: config.slice,
-        options: config.options.clone(),
-    };
+    let setup = Setup::of(config);
     scenarios::count(&setup, path, n)
         .await
         .map_err(|e| e.shown_for(&config.url))
@@ -259,16 +250,7 @@ pub async fn run(config: &Config, observer: &mut impl Observer) -> Result<Report
 
 async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<Report> {
     config.check()?;
-    let setup = Setup {
-        url: config.url.clone(),
-        tls: config.tls.clone(),
-        prefix: config.prefix.clone(),
-        run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
-        duration: config.duration,
-        rounds: config.rounds,
-        slice: config.slice,
-        options: config.options.clone(),
-    };
+    let setup = Setup::of(config);
     let mut report = Report::new(Header {
         redis: config.url.shown().to_string(),
         duration: config.duration,
