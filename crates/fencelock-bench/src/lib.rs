@@ -233,10 +233,24 @@ impl Config {
 /// # Errors
 /// The first failure; the message names the Redis without its password.
 pub async fn count_cycles(config: &Config, path: CyclePath, n: u64) -> Result<()> {
-    let setup = Setup::of(config);
+    let setup = setup_of(config);
     scenarios::count(&setup, path, n)
         .await
         .map_err(|e| e.shown_for(&config.url))
+}
+
+/// The setup of one run of `config`, with a new run id.
+fn setup_of(config: &Config) -> Setup {
+    Setup {
+        url: config.url.clone(),
+        tls: config.tls.clone(),
+        prefix: config.prefix.clone(),
+        run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
+        duration: config.duration,
+        rounds: config.rounds,
+        slice: config.slice,
+        options: config.options.clone(),
+    }
 }
 
 /// Runs the scenarios of `config` in order and returns their report; on the
@@ -250,7 +264,7 @@ pub async fn run(config: &Config, observer: &mut impl Observer) -> Result<Report
 
 async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<Report> {
     config.check()?;
-    let setup = Setup::of(config);
+    let setup = setup_of(config);
     let mut report = Report::new(Header {
         redis: config.url.shown().to_string(),
         duration: config.duration,

@@ -41,20 +41,6 @@ pub(crate) struct Setup {
 }
 
 impl Setup {
-    /// The setup of one run of `config`, with a new run id.
-    pub(crate) fn of(config: &crate::Config) -> Self {
-        Setup {
-            url: config.url.clone(),
-            tls: config.tls.clone(),
-            prefix: config.prefix.clone(),
-            run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
-            duration: config.duration,
-            rounds: config.rounds,
-            slice: config.slice,
-            options: config.options.clone(),
-        }
-    }
-
     pub(crate) async fn client(&self) -> Result<LockClient> {
         let mut builder = LockClient::builder(self.url.raw())
             .prefix(&self.prefix)
