@@ -18,7 +18,8 @@ use crate::holder::new_token;
 use crate::keys::LockKeys;
 use crate::options::{ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, LockOptions};
 use crate::store::etcd::{
-    EtcdConn, Found, Look, attach, holder_key, look, queue_txn, try_txn, watch_deletion,
+    EtcdConn, Found, Look, attach, holder_key, look, queue_txn, try_or_queue_txn, try_txn,
+    watch_deletion,
 };
 
 /// Pause before sending a failed grant transaction again.
@@ -187,9 +188,21 @@ pub(crate) async fn acquire(
     }
 }
 
+/// Which grant transaction an attempt sends.
+#[derive(Clone, Copy)]
+enum Send<'a> {
+    /// Once: only if nobody holds or waits.
+    Try,
+    /// Join the queue, on the holder's session.
+    Queue,
+    /// Try on the holder's session, else queue on this waiter session.
+    TryOrQueue(&'a Session),
+}
+
 /// Sends one grant transaction, again while it fails transiently and
 /// `session` lives (a grant whose reply was lost finds the key it created:
-/// one key per acquisition, so retrying is safe).
+/// one key per acquisition, so retrying is safe). Also says whether the
+/// key is on the waiter session.
 async fn send_grant(
     conn: &EtcdConn,
     name: &str,
@@ -197,22 +210,32 @@ async fn send_grant(
     key: &str,
     holder: &str,
     session: &Session,
-    queue: bool,
-) -> Result<Found> {
+    send: Send<'_>,
+) -> Result<(Found, bool)> {
     loop {
-        let sent = if queue {
-            queue_txn(conn, prefix, key, holder, session.id).await
-        } else {
-            try_txn(conn, prefix, key, holder, session.id).await
+        let sent = match send {
+            Send::Try => try_txn(conn, prefix, key, holder, session.id)
+                .await
+                .map(|f| (f, false)),
+            Send::Queue => queue_txn(conn, prefix, key, holder, session.id)
+                .await
+                .map(|f| (f, false)),
+            Send::TryOrQueue(waiter) => {
+                try_or_queue_txn(conn, prefix, key, holder, session.id, waiter.id).await
+            }
         };
         match sent {
             Err(e) if e.is_retryable() && Instant::now() + TXN_RETRY < session.valid_until() => {
                 tracing::debug!(lock = %name, error = %e, "etcd grant failed; sending it again");
                 tokio::time::sleep(TXN_RETRY).await;
             }
-            Ok(Found::LeaseGone) => {
-                session.mark_gone();
-                return Ok(Found::LeaseGone);
+            Ok((Found::LeaseGone, on_waiter)) => {
+                // Which lease is gone: a keep-alive tells (and marks it).
+                session.keep_alive(conn).await?;
+                if let Send::TryOrQueue(waiter) = send {
+                    waiter.keep_alive(conn).await?;
+                }
+                return Ok((Found::LeaseGone, on_waiter));
             }
             other => return other,
         }
@@ -244,27 +267,24 @@ async fn attempt(
     let session = sessions.holder(conn, ttl).await?;
     let prefix = &keys.lock;
     let short_waiter = wait && ttl > WAITER_LEASE;
-    let mut key = holder_key(prefix, session.id, acquisition);
-    let mut waiter: Option<Arc<Session>> = None;
+    let key = holder_key(prefix, session.id, acquisition);
+    // A waiter with a ttl longer than the waiter lease tries on the holder's
+    // session and, if someone holds or waits, queues on the waiter session,
+    // in one transaction.
+    let send_on = if short_waiter {
+        Some(sessions.waiter(conn).await?)
+    } else {
+        None
+    };
+    let send = match (&send_on, wait) {
+        (Some(short), _) => Send::TryOrQueue(short),
+        (None, true) => Send::Queue,
+        (None, false) => Send::Try,
+    };
     own.set(&key, &session);
     let mut sent = Instant::now();
-    let mut found = send_grant(
-        conn,
-        name,
-        prefix,
-        &key,
-        &holder,
-        &session,
-        wait && !short_waiter,
-    )
-    .await?;
-    if short_waiter && matches!(found, Found::Refused) {
-        let short = sessions.waiter(conn).await?;
-        key = holder_key(prefix, short.id, acquisition);
-        own.set(&key, &short);
-        found = send_grant(conn, name, prefix, &key, &holder, &short, true).await?;
-        waiter = Some(short);
-    }
+    let (found, on_waiter) = send_grant(conn, name, prefix, &key, &holder, &session, send).await?;
+    let waiter = send_on.filter(|_| on_waiter);
     let revision = match found {
         Found::First(revision) => revision,
         Found::Refused => {

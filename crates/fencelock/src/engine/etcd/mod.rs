@@ -49,11 +49,12 @@
 //!   looks again. First come, first served by construction.
 //!   Every wait mode waits this way (`poll`, `notify` and `fair` alike).
 //! - **A waiter's key is on a short lease.** With a ttl longer than
-//!   `WAITER_LEASE` (2 s), a free lock is tried first on the holder's
-//!   session; if someone holds or waits, the waiter's key is created on the
-//!   client's waiter session (a 2 s lease kept alive by its waiters), and
-//!   moved to the holder's session (a put that keeps its create revision,
-//!   so its place and fence) once it is first. A waiter whose process dies
+//!   `WAITER_LEASE` (2 s), one transaction creates the key on the holder's
+//!   session if nobody holds or waits, else on the client's waiter session
+//!   (a 2 s lease kept alive by its waiters); such a key moves to the
+//!   holder's session (a put that keeps its create revision, so its place
+//!   and fence) once it is first. A contended grant is then three Raft
+//!   commits (queue, move, release), a free one two. A waiter whose process dies
 //!   leaves its key for the waiter lease, not the ttl.
 //! - **Giving up deletes the key**: a wait that runs out before it returns
 //!   `Timeout`, a refusal or failure and a dropped future in the background

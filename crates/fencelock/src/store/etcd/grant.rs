@@ -98,22 +98,12 @@ pub(crate) async fn queue_txn(
     holder: &str,
     lease: i64,
 ) -> Result<Found> {
-    let last_two = TxnOp::get(
-        prefix,
-        Some(
-            GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Descend)
-                .with_limit(2)
-                .with_keys_only(),
-        ),
-    );
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([
             put_own(key, holder, lease),
             first_by_create(prefix),
-            last_two,
+            last_two(prefix),
         ])
         .or_else([TxnOp::get(key, None), first_by_create(prefix)]);
     let reply = match conn.txn(txn).await {
@@ -156,6 +146,89 @@ pub(crate) async fn queue_txn(
             predecessor: None,
         }),
     }
+}
+
+/// Try, else queue, in one transaction (a waiter whose key waits on a
+/// shorter lease than its lock's): create `key` on the holder's `lease` if
+/// nobody holds or waits; else put it on the `waiter` lease (a put keeps
+/// the create revision of a key a retried transaction created before) and
+/// read it, the first key and the two newest. Returns what it found and
+/// whether the key is on the waiter lease.
+pub(crate) async fn try_or_queue_txn(
+    conn: &EtcdConn,
+    prefix: &str,
+    key: &str,
+    holder: &str,
+    lease: i64,
+    waiter: i64,
+) -> Result<(Found, bool)> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix()])
+        .and_then([put_own(key, holder, lease)])
+        .or_else([
+            put_own(key, holder, waiter),
+            TxnOp::get(key, None),
+            first_by_create(prefix),
+            last_two(prefix),
+        ]);
+    let reply = match conn.txn(txn).await {
+        Ok(reply) => reply,
+        Err(e) if is_lease_gone(&e) => return Ok((Found::LeaseGone, false)),
+        Err(e) => return Err(conn.error(e, "granting")),
+    };
+    if reply.succeeded() {
+        return Ok((Found::First(header_revision(reply.header())?), false));
+    }
+    let responses = reply.op_responses();
+    let Some(own) = first_kv(responses.get(1)) else {
+        return Err(Error::UnexpectedReply(
+            "etcd grant: the key the transaction wrote is gone".into(),
+        ));
+    };
+    let revision = own.create_revision();
+    if first_kv(responses.get(2)).is_some_and(|o| o.key() == key.as_bytes()) {
+        return Ok((Found::First(revision), true));
+    }
+    Ok((
+        Found::Queued {
+            revision,
+            predecessor: predecessor_of(responses.get(3), key, revision),
+        },
+        true,
+    ))
+}
+
+/// The two newest keys under `prefix` by create revision.
+fn last_two(prefix: &str) -> TxnOp {
+    TxnOp::get(
+        prefix,
+        Some(
+            GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(2)
+                .with_keys_only(),
+        ),
+    )
+}
+
+/// The key just before ours in `newest` (the two newest keys), when ours
+/// (created at `revision`) is the newest; else unknown (the waiter reads
+/// the queue).
+fn predecessor_of(newest: Option<&TxnOpResponse>, key: &str, revision: i64) -> Option<String> {
+    let Some(TxnOpResponse::Get(get)) = newest else {
+        return None;
+    };
+    let kvs = get.kvs();
+    let ours_newest = kvs
+        .first()
+        .is_some_and(|kv| kv.key() == key.as_bytes() && kv.create_revision() == revision);
+    if !ours_newest {
+        return None;
+    }
+    kvs.get(1)
+        .and_then(|kv| kv.key_str().ok())
+        .map(str::to_owned)
 }
 
 /// Attaches `key` to `lease` (the holder's, once a waiter is first), if

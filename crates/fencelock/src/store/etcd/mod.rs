@@ -26,7 +26,7 @@ pub(crate) use errors::{is_lease_gone, is_transient};
 pub(crate) use fenced::{KeyWrite, Stored, read_key, write_key};
 #[cfg(feature = "testing")]
 pub(crate) use grant::grant_txn_for_tests;
-pub(crate) use grant::{Found, attach, lease_seconds, queue_txn, try_txn};
+pub(crate) use grant::{Found, attach, lease_seconds, queue_txn, try_or_queue_txn, try_txn};
 pub(crate) use held::{HeldKey, Status};
 pub(crate) use keys::{check_key_space, holder_key, in_lock_space, lock_prefix, validate_name};
 pub(crate) use queue::{Look, look, watch_deletion};

@@ -144,11 +144,12 @@ fn etcd_a_dropped_acquire_removes_its_key_and_flush_waits_for_it() -> Result<()>
     Ok(())
 }
 
-/// A waiter's key sits on a short waiter lease (2 s granted, whatever the
-/// ttl) while it waits, and moves to the holder's lease of the full ttl
-/// when it is first: the same key, the same create revision, so the fence
-/// is that revision; the waiter lease is revoked. A lock that is free
-/// costs one lease, as before.
+/// A waiter's key sits on the client's short waiter session (2 s granted,
+/// whatever the ttl) while it waits, and moves to the holder's session of
+/// the full ttl when it is first: the same key, the same create revision,
+/// so the fence is that revision. The client has two leases, whatever its
+/// number of locks and waiters: its holder session and its waiter session,
+/// which expires once nobody waits.
 #[test]
 fn etcd_waiters_queue_on_a_short_lease_and_hold_on_the_ttl() -> Result<()> {
     let cluster = EtcdCluster::single();
@@ -160,9 +161,10 @@ fn etcd_waiters_queue_on_a_short_lease_and_hold_on_the_ttl() -> Result<()> {
         let first = client.acquire("q", &opts).await?;
         assert_eq!(
             admin.leases().await?.leases().len(),
-            1,
-            "a free lock: one lease"
+            2,
+            "the client's holder and waiter sessions"
         );
+        let first_lease = keys_of(&cluster, "q").await?[0].2;
         let (c2, o2) = (client.clone(), opts.clone());
         let second = tokio::spawn(async move { c2.acquire("q", &o2).await });
         let (key, revision, waiter_lease) =
@@ -188,8 +190,13 @@ fn etcd_waiters_queue_on_a_short_lease_and_hold_on_the_ttl() -> Result<()> {
             .await?
             .context("the holder's lease")?;
         assert_eq!(granted, 30, "the holder's key is on the ttl's lease");
+        assert_eq!(
+            keys_of(&cluster, "q").await?[0].2,
+            first_lease,
+            "the holder's session is the first holder's"
+        );
         poll_async(
-            "the waiter lease to be revoked",
+            "the waiter session to expire once nobody waits",
             Duration::from_secs(5),
             || async {
                 Ok(lease_ttl(&mut admin.clone(), waiter_lease)
