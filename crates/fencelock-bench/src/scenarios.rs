@@ -242,11 +242,20 @@ pub(crate) async fn cycles(setup: &Setup, scenario: &str, tasks: usize) -> Resul
     // connection would run (a multi-threaded one adds a cross-thread
     // wake-up to every reply), every contestant on the same one.
     let (setup, scenario) = (setup.clone(), scenario.to_string());
+    on_current_thread(move |rt| rt.block_on(cycles_on(&setup, &scenario, tasks))).await
+}
+
+/// Runs `work` on a blocking thread with a single-threaded runtime of its
+/// own, as a program driving its connections from one thread would.
+async fn on_current_thread<T: Send + 'static>(
+    work: impl FnOnce(&tokio::runtime::Runtime) -> Result<T> + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(cycles_on(&setup, &scenario, tasks))
+        work(
+            &tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+        )
     })
     .await?
 }
@@ -266,14 +275,8 @@ pub enum CyclePath {
 /// Exactly `n` uncontended cycles of `path` on one connection, after the
 /// same 20 warm-up cycles as the scenarios, on a single-threaded runtime.
 pub(crate) async fn count(setup: &Setup, path: CyclePath, n: u64) -> Result<()> {
-    let (setup, path) = (setup.clone(), path);
-    tokio::task::spawn_blocking(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(count_on(&setup, path, n))
-    })
-    .await?
+    let setup = setup.clone();
+    on_current_thread(move |rt| rt.block_on(count_on(&setup, path, n))).await
 }
 
 async fn count_on(setup: &Setup, path: CyclePath, n: u64) -> Result<()> {
@@ -819,14 +822,8 @@ async fn counters_across_a_restart(
 const HELD_TASKS: usize = 64;
 
 pub(crate) async fn held(setup: &Setup, leases: usize, ttl: Duration) -> Result<Held> {
-    let (setup, ttl) = (setup.clone(), ttl);
-    tokio::task::spawn_blocking(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(held_on(&setup, leases, ttl))
-    })
-    .await?
+    let setup = setup.clone();
+    on_current_thread(move |rt| rt.block_on(held_on(&setup, leases, ttl))).await
 }
 
 async fn held_on(setup: &Setup, leases: usize, ttl: Duration) -> Result<Held> {
