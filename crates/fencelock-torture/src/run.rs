@@ -357,7 +357,7 @@ pub async fn run<T: Topology>(
     )?;
     let lock_keys: Vec<String> = names
         .iter()
-        .map(|n| fencelock::LockKeys::new(&prefix, layout, n).map(|k| k.lock))
+        .map(|n| fencelock::LockKeys::new(&prefix, layout, n).map(|k| k.lock().to_owned()))
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| Error::usage(e.to_string()))?;
     let mut workers = Vec::new();

@@ -35,22 +35,13 @@ impl KeyLayout {
     }
 }
 
-/// The Redis keys of one lock name.
+/// The Redis keys of one lock name: the lock key, and the keys derived from
+/// it by a suffix (in both layouts), built only when asked for: an
+/// acquisition and its release send the lock key alone, and the scripts
+/// derive the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockKeys {
-    /// The key holding the lease (value `TOKEN:FENCE`, or the bare token in
-    /// the guide layout, with a PX expiry).
-    pub lock: String,
-    /// The key holding the last fence issued for the name.
-    pub fence: String,
-    /// The wait queue of the notify and fair wait modes (a sorted set).
-    pub queue: String,
-    /// The waiters' leases (a sorted set next to the queue).
-    pub waiters: String,
-    /// Prefix of the per-client wake-up channels: a release wakes the head
-    /// waiter (queue member `CLIENT:WAITER:…`) by publishing `WAITER` on
-    /// `wake_prefix + CLIENT`.
-    pub wake_prefix: String,
+    lock: String,
 }
 
 impl LockKeys {
@@ -61,20 +52,51 @@ impl LockKeys {
     /// [`Error::InvalidName`] for an empty, oversized or malformed name.
     pub fn new(prefix: &str, layout: KeyLayout, name: &str) -> Result<Self> {
         validate_name(name, layout)?;
-        // Concatenated rather than formatted: every acquire builds these
-        // five keys, and `format!` costs several times a copy.
+        // Concatenated rather than formatted: every acquire builds this key,
+        // and `format!` costs several times a copy.
         let lock = match layout {
             KeyLayout::HashTagged => [prefix, "{", name, "}"].concat(),
             KeyLayout::Guide => [prefix, name].concat(),
         };
-        // Every other key is the lock key and a suffix, in both layouts.
-        Ok(LockKeys {
-            fence: [&*lock, ":fence"].concat(),
-            queue: [&*lock, ":queue"].concat(),
-            waiters: [&*lock, ":waiters"].concat(),
-            wake_prefix: [&*lock, ":wake:"].concat(),
-            lock,
-        })
+        Ok(LockKeys { lock })
+    }
+
+    /// The key holding the lease (value `TOKEN:FENCE`, or the bare token in
+    /// the guide layout, with a PX expiry).
+    pub fn lock(&self) -> &str {
+        &self.lock
+    }
+
+    /// The key holding the last fence issued for the name.
+    pub fn fence(&self) -> String {
+        self.suffixed(":fence")
+    }
+
+    /// The wait queue of the notify and fair wait modes (a sorted set).
+    pub fn queue(&self) -> String {
+        self.suffixed(":queue")
+    }
+
+    /// The waiters' leases (a sorted set next to the queue).
+    pub fn waiters(&self) -> String {
+        self.suffixed(":waiters")
+    }
+
+    /// Prefix of the per-client wake-up channels: a release wakes the head
+    /// waiter (queue member `CLIENT:WAITER:…`) by publishing `WAITER` on
+    /// `wake_prefix() + CLIENT`.
+    pub fn wake_prefix(&self) -> String {
+        self.suffixed(":wake:")
+    }
+
+    /// The keys whose lock key is `lock` (etcd's: the prefix of its
+    /// holders' keys; it has no other keys).
+    pub(crate) fn from_lock_key(lock: String) -> Self {
+        LockKeys { lock }
+    }
+
+    fn suffixed(&self, suffix: &str) -> String {
+        [&*self.lock, suffix].concat()
     }
 }
 
@@ -123,10 +145,18 @@ pub(crate) fn key_text_problem(text: &str, max_len: usize) -> Option<&'static st
     if text.len() > max_len {
         return Some("it is too long");
     }
-    if text.chars().any(char::is_control) {
+    // ASCII text (the common case, checked on every acquire) has no
+    // invisible characters, and its control characters are its control bytes.
+    let ascii = text.is_ascii();
+    let control = if ascii {
+        text.bytes().any(|b| b.is_ascii_control())
+    } else {
+        text.chars().any(char::is_control)
+    };
+    if control {
         return Some("it contains control characters (a newline, a tab, …)");
     }
-    if text.chars().any(is_invisible) {
+    if !ascii && text.chars().any(is_invisible) {
         return Some(
             "it contains an invisible or direction-changing character (zero-width, or a bidirectional control such as U+202E)",
         );
@@ -141,6 +171,18 @@ const GUIDE_SUFFIXES: [&str; 3] = [":fence", ":queue", ":waiters"];
 
 /// Checks a lock name in `layout`.
 pub(crate) fn validate_name(name: &str, layout: KeyLayout) -> Result<()> {
+    // The common case, checked on every acquire in one pass: a printable
+    // ASCII name without braces in the default layout. Anything else takes
+    // the checks below, which name what is wrong.
+    if layout == KeyLayout::HashTagged
+        && !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| (0x20..0x7f).contains(&b) && b != b'{' && b != b'}')
+    {
+        return Ok(());
+    }
     let reject = |reason| {
         Err(Error::InvalidName {
             name: name.chars().take(64).collect(),
@@ -157,7 +199,7 @@ pub(crate) fn validate_name(name: &str, layout: KeyLayout) -> Result<()> {
         return reject(problem);
     }
     match layout {
-        KeyLayout::HashTagged if name.contains(['{', '}']) => {
+        KeyLayout::HashTagged if name.bytes().any(|b| b == b'{' || b == b'}') => {
             // A brace inside the hash tag would move the two keys of one lock
             // to different Cluster slots.
             reject("braces are not allowed in names in the hash-tagged layout")
@@ -223,14 +265,48 @@ pub(crate) fn glob_escape(s: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The one-pass check of the common case says yes only where the full
+    /// checks do, and the names it leaves to them get their reasons.
+    #[test]
+    fn the_fast_check_agrees_with_the_full_checks() {
+        let long = "n".repeat(MAX_NAME_LEN);
+        let too_long = "n".repeat(MAX_NAME_LEN + 1);
+        let names = [
+            "invoice:42",
+            "a b",
+            "~",
+            long.as_str(),
+            too_long.as_str(),
+            "",
+            "tab\there",
+            "del\u{7f}",
+            "unit\u{1f}sep",
+            "{tagged}",
+            "half}",
+            "café",
+            "rtl\u{202e}",
+            "zero\u{200b}width",
+        ];
+        for name in names {
+            let full = key_text_problem(name, MAX_NAME_LEN).is_none()
+                && !name.is_empty()
+                && !name.contains(['{', '}']);
+            assert_eq!(
+                validate_name(name, KeyLayout::HashTagged).is_ok(),
+                full,
+                "{name:?}"
+            );
+        }
+    }
+
     #[test]
     fn layouts_derive_the_documented_keys() -> Result<()> {
         let k = LockKeys::new("lock:", KeyLayout::HashTagged, "invoice:42")?;
         assert_eq!(k.lock, "lock:{invoice:42}");
-        assert_eq!(k.fence, "lock:{invoice:42}:fence");
+        assert_eq!(k.fence(), "lock:{invoice:42}:fence");
         let g = LockKeys::new("lock:", KeyLayout::Guide, "invoice:42")?;
         assert_eq!(g.lock, "lock:invoice:42");
-        assert_eq!(g.fence, "lock:invoice:42:fence");
+        assert_eq!(g.fence(), "lock:invoice:42:fence");
         Ok(())
     }
 

@@ -41,13 +41,30 @@
 //! such hashes a fixed family (`.metrics_family("invoice-data")`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
+
+use metrics::{Counter, Histogram, Key, Label, Metadata, Recorder};
 
 use tokio::time::Instant;
 
 use crate::error::{Error, LossReason};
+
+/// Awaits `$fut` inside `$span`, wrapped in `tracing`'s `Instrumented`
+/// only when the span is enabled. With no subscriber that wants the span
+/// (the common case: spans at debug level), the wrapper is nothing but one
+/// more move of the whole call future, several kilobytes on every acquire.
+macro_rules! in_span {
+    ($span:expr, $fut:expr) => {
+        if $span.is_disabled() {
+            $fut.await
+        } else {
+            ::tracing::Instrument::instrument($fut, $span.clone()).await
+        }
+    };
+}
+pub(crate) use in_span;
 
 /// Counter: acquisition calls by final outcome.
 pub const ACQUIRE_ATTEMPTS: &str = "fencelock_acquire_attempts_total";
@@ -149,8 +166,8 @@ impl Stats {
     }
 }
 
-/// Shared, cheap-to-clone storage of [`Stats`]: one mutex-guarded map per
-/// kind. A [`LockClient`](crate::LockClient) owns one (shared by its leases
+/// Shared, cheap-to-clone storage of [`Stats`]: one entry per family. A
+/// [`LockClient`](crate::LockClient) owns one (shared by its leases
 /// and by the [`FencedHash`](crate::FencedHash)es it creates); pass
 /// [`LockClient::stats_handle`](crate::LockClient::stats_handle) to a
 /// `FencedTable` (`with_stats`) to count its writes there too.
@@ -161,9 +178,18 @@ pub struct StatsHandle {
 
 #[derive(Debug, Default)]
 struct StatsInner {
-    locks: HashMap<String, LockStats>,
+    locks: HashMap<String, Arc<LockFamily>, foldhash::fast::RandomState>,
     resources: HashMap<String, ResourceStats>,
+    /// Lock families whose metric handles are cached (at most
+    /// [`CACHED_FAMILIES`]).
+    cached: usize,
 }
+
+/// Most lock families per client whose metric handles are cached: beyond
+/// them (a name scheme with a family per name, say), each event registers
+/// its metric with the recorder again, as the `metrics` macros do, rather
+/// than keep handles for millions of families.
+const CACHED_FAMILIES: usize = 4096;
 
 impl StatsHandle {
     /// Empty stats.
@@ -178,7 +204,7 @@ impl StatsHandle {
             locks: inner
                 .locks
                 .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, v)| (k.clone(), v.counters.snapshot()))
                 .collect(),
             resources: inner
                 .resources
@@ -188,12 +214,17 @@ impl StatsHandle {
         }
     }
 
-    fn lock(&self, family: &str, update: impl FnOnce(&mut LockStats)) {
+    /// The entry of lock family `family` (created on first use).
+    pub(crate) fn lock_family(&self, family: &str) -> Arc<LockFamily> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        match inner.locks.get_mut(family) {
-            Some(s) => update(s),
-            None => update(inner.locks.entry(family.to_owned()).or_default()),
+        if let Some(entry) = inner.locks.get(family) {
+            return entry.clone();
         }
+        let cache = inner.cached < CACHED_FAMILIES;
+        inner.cached += usize::from(cache);
+        let entry = Arc::new(LockFamily::new(family, cache));
+        inner.locks.insert(family.to_owned(), entry.clone());
+        entry
     }
 
     fn resource(&self, family: &str, update: impl FnOnce(&mut ResourceStats)) {
@@ -209,32 +240,221 @@ fn record_outcome(outcome: &'static str) {
     tracing::Span::current().record("outcome", outcome);
 }
 
-/// Records one acquisition call's final outcome (and its wait when acquired).
+/// The final outcomes of an acquisition call, in [`LockHandles::attempts`]
+/// order.
+const ATTEMPT_OUTCOMES: [&str; 4] = ["acquired", "contended", "timed_out", "error"];
+/// Renewal outcomes, in [`LockHandles::renewals`] order.
+const RENEWAL_OUTCOMES: [&str; 2] = ["ok", "failed"];
+/// Loss reasons, in [`LockHandles::lost`] order.
+const LOSS_REASONS: [&str; 3] = ["expired", "taken_over", "deadline_passed"];
+
+/// Where the metrics of this crate are registered from (what the `metrics`
+/// macros would pass).
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+/// One lock family of a client: its counters for [`Stats`], and its metric
+/// handles, registered with the recorder once instead of on every event
+/// (registering hashes the name and labels, and an exporter looks them up
+/// in its registry). Acquisitions look the family up once; their leases
+/// keep it.
+#[derive(Debug)]
+pub(crate) struct LockFamily {
+    label: String,
+    counters: LockCounters,
+    /// `None`: beyond [`CACHED_FAMILIES`], nothing is cached.
+    handles: Option<Mutex<Cached>>,
+}
+
+/// The counters of [`LockStats`], updated without a lock.
+#[derive(Debug, Default)]
+struct LockCounters {
+    attempts: [AtomicU64; 4],
+    renewals: [AtomicU64; 2],
+    lost: AtomicU64,
+    releases_not_ours: AtomicU64,
+    worst_renewal_lag_ns: AtomicU64,
+}
+
+impl LockCounters {
+    fn snapshot(&self) -> LockStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LockStats {
+            acquired: get(&self.attempts[0]),
+            contended: get(&self.attempts[1]),
+            timed_out: get(&self.attempts[2]),
+            errors: get(&self.attempts[3]),
+            renewals_ok: get(&self.renewals[0]),
+            renewals_failed: get(&self.renewals[1]),
+            lost: get(&self.lost),
+            releases_not_ours: get(&self.releases_not_ours),
+            worst_renewal_lag: Duration::from_nanos(get(&self.worst_renewal_lag_ns)),
+        }
+    }
+}
+
+/// The handles of one family, registered with one recorder, each on its
+/// first use (so a series appears in an exporter only once it happened).
+#[derive(Default)]
+struct LockHandles {
+    attempts: [OnceLock<Counter>; 4],
+    wait: OnceLock<Histogram>,
+    hold: OnceLock<Histogram>,
+    renewals: [OnceLock<Counter>; 2],
+    lost: [OnceLock<Counter>; 3],
+    releases_not_ours: OnceLock<Counter>,
+    renewal_lag: OnceLock<Histogram>,
+}
+
+/// The handles of a family and the recorder they were registered with (its
+/// address: the `metrics` facade names a recorder by reference only). A
+/// program may install its exporter after connecting, and tests set local
+/// recorders: when the current recorder is another one, the handles are
+/// registered again. A local recorder that ends while the client lives and
+/// a new one at the same address would keep the first one's handles; give
+/// each local recorder its own client.
+struct Cached {
+    recorder: usize,
+    handles: LockHandles,
+}
+
+impl std::fmt::Debug for Cached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cached")
+            .field("recorder", &self.recorder)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A metric of a lock family: how to find its handle and how to register it.
+enum Metric {
+    Attempts(usize),
+    Wait,
+    Hold,
+    Renewals(usize),
+    Lost(usize),
+    ReleasesNotOurs,
+    RenewalLag,
+}
+
+impl Metric {
+    fn name(&self) -> &'static str {
+        match self {
+            Metric::Attempts(_) => ACQUIRE_ATTEMPTS,
+            Metric::Wait => ACQUIRE_WAIT,
+            Metric::Hold => HOLD,
+            Metric::Renewals(_) => RENEWALS,
+            Metric::Lost(_) => LEASES_LOST,
+            Metric::ReleasesNotOurs => RELEASES_NOT_OURS,
+            Metric::RenewalLag => RENEWAL_LAG,
+        }
+    }
+
+    /// The key of this metric for family `label`.
+    fn key(&self, label: &str) -> Key {
+        let lock = Label::new("lock", label.to_owned());
+        let labels = match *self {
+            Metric::Attempts(i) => vec![lock, Label::new("outcome", ATTEMPT_OUTCOMES[i])],
+            Metric::Renewals(i) => vec![lock, Label::new("outcome", RENEWAL_OUTCOMES[i])],
+            Metric::Lost(i) => vec![lock, Label::new("reason", LOSS_REASONS[i])],
+            _ => vec![lock],
+        };
+        Key::from_parts(self.name(), labels)
+    }
+}
+
+impl LockFamily {
+    fn new(label: &str, cache: bool) -> Self {
+        LockFamily {
+            label: label.to_owned(),
+            counters: LockCounters::default(),
+            handles: cache.then(|| {
+                Mutex::new(Cached {
+                    recorder: 0,
+                    handles: LockHandles::default(),
+                })
+            }),
+        }
+    }
+
+    /// Adds one to counter `metric` of the current recorder.
+    fn count(&self, metric: Metric) {
+        metrics::with_recorder(|recorder| {
+            let Some(cached) = &self.handles else {
+                return recorder
+                    .register_counter(&metric.key(&self.label), &METADATA)
+                    .increment(1);
+            };
+            let cached = self.current(cached, recorder);
+            let slot = match metric {
+                Metric::Attempts(i) => &cached.handles.attempts[i],
+                Metric::Renewals(i) => &cached.handles.renewals[i],
+                Metric::Lost(i) => &cached.handles.lost[i],
+                _ => &cached.handles.releases_not_ours,
+            };
+            slot.get_or_init(|| recorder.register_counter(&metric.key(&self.label), &METADATA))
+                .increment(1);
+        });
+    }
+
+    /// Records `value` into histogram `metric` of the current recorder.
+    fn observe(&self, metric: Metric, value: Duration) {
+        metrics::with_recorder(|recorder| {
+            let Some(cached) = &self.handles else {
+                return recorder
+                    .register_histogram(&metric.key(&self.label), &METADATA)
+                    .record(value);
+            };
+            let cached = self.current(cached, recorder);
+            let slot = match metric {
+                Metric::Wait => &cached.handles.wait,
+                Metric::Hold => &cached.handles.hold,
+                _ => &cached.handles.renewal_lag,
+            };
+            slot.get_or_init(|| recorder.register_histogram(&metric.key(&self.label), &METADATA))
+                .record(value);
+        });
+    }
+
+    /// The cached handles, emptied first if they belong to another recorder
+    /// than `recorder`.
+    fn current<'a>(
+        &self,
+        cached: &'a Mutex<Cached>,
+        recorder: &dyn Recorder,
+    ) -> MutexGuard<'a, Cached> {
+        let id = std::ptr::from_ref(recorder).cast::<()>() as usize;
+        let mut cached = cached.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.recorder != id {
+            *cached = Cached {
+                recorder: id,
+                handles: LockHandles::default(),
+            };
+        }
+        cached
+    }
+}
+
+/// Records one acquisition call's final outcome on its `span` (and, when
+/// acquired, its `wait`).
 pub(crate) fn acquire<T>(
-    stats: &StatsHandle,
-    family: &str,
+    family: &LockFamily,
+    span: &tracing::Span,
     result: &Result<T, Error>,
-    started: Instant,
+    wait: Duration,
 ) {
     let outcome = match result {
-        Ok(_) => "acquired",
-        Err(Error::Contended { .. }) => "contended",
-        Err(Error::Timeout { .. }) => "timed_out",
-        Err(_) => "error",
+        Ok(_) => 0,
+        Err(Error::Contended { .. }) => 1,
+        Err(Error::Timeout { .. }) => 2,
+        Err(_) => 3,
     };
-    record_outcome(outcome);
-    let lock = family.to_owned();
-    ::metrics::counter!(ACQUIRE_ATTEMPTS, "lock" => lock.clone(), "outcome" => outcome)
-        .increment(1);
+    span.record("outcome", ATTEMPT_OUTCOMES[outcome]);
+    family.count(Metric::Attempts(outcome));
     if result.is_ok() {
-        ::metrics::histogram!(ACQUIRE_WAIT, "lock" => lock).record(started.elapsed());
+        family.observe(Metric::Wait, wait);
     }
-    stats.lock(family, |s| match outcome {
-        "acquired" => s.acquired += 1,
-        "contended" => s.contended += 1,
-        "timed_out" => s.timed_out += 1,
-        _ => s.errors += 1,
-    });
+    family.counters.attempts[outcome].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Records an unsafe deployment setting found at connect.
@@ -260,23 +480,22 @@ pub(crate) fn fenced_write(stats: Option<&StatsHandle>, resource: &str, accepted
     }
 }
 
-/// The metrics side of one lease: its family, the client's stats, the grant
-/// instant (for the hold time) and the once-only flags.
+/// The metrics side of one lease: its family, the grant instant (for the
+/// hold time) and the once-only flags.
 #[derive(Debug)]
 pub(crate) struct LeaseMetrics {
-    family: String,
-    stats: StatsHandle,
+    family: Arc<LockFamily>,
     granted: Instant,
     hold_recorded: AtomicBool,
     lag_warned: AtomicBool,
 }
 
 impl LeaseMetrics {
-    pub(crate) fn new(family: String, stats: StatsHandle) -> Self {
+    /// The metrics of a lease of `family` held since `granted`.
+    pub(crate) fn new(family: Arc<LockFamily>, granted: Instant) -> Self {
         LeaseMetrics {
             family,
-            stats,
-            granted: Instant::now(),
+            granted,
             hold_recorded: AtomicBool::new(false),
             lag_warned: AtomicBool::new(false),
         }
@@ -285,49 +504,48 @@ impl LeaseMetrics {
     /// The hold ended (release, drop or loss); recorded once per lease.
     pub(crate) fn hold_ended(&self) {
         if !self.hold_recorded.swap(true, Ordering::Relaxed) {
-            ::metrics::histogram!(HOLD, "lock" => self.family.clone())
-                .record(self.granted.elapsed());
+            self.family.observe(Metric::Hold, self.granted.elapsed());
         }
     }
 
     /// One renewal's outcome.
     pub(crate) fn renewal(&self, ok: bool) {
-        let outcome = if ok { "ok" } else { "failed" };
-        record_outcome(outcome);
-        ::metrics::counter!(RENEWALS, "lock" => self.family.clone(), "outcome" => outcome)
-            .increment(1);
-        self.stats.lock(&self.family, |s| match ok {
-            true => s.renewals_ok += 1,
-            false => s.renewals_failed += 1,
-        });
+        let i = usize::from(!ok);
+        record_outcome(RENEWAL_OUTCOMES[i]);
+        self.family.count(Metric::Renewals(i));
+        self.family.counters.renewals[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The lease was declared lost (called once per lease).
     pub(crate) fn lost(&self, reason: LossReason) {
-        let reason = match reason {
-            LossReason::Expired => "expired",
-            LossReason::TakenOver => "taken_over",
-            LossReason::DeadlinePassed => "deadline_passed",
+        let i = match reason {
+            LossReason::Expired => 0,
+            LossReason::TakenOver => 1,
+            LossReason::DeadlinePassed => 2,
         };
-        ::metrics::counter!(LEASES_LOST, "lock" => self.family.clone(), "reason" => reason)
-            .increment(1);
-        self.stats.lock(&self.family, |s| s.lost += 1);
+        self.family.count(Metric::Lost(i));
+        self.family.counters.lost.fetch_add(1, Ordering::Relaxed);
         self.hold_ended();
     }
 
     /// A release found the lock no longer ours.
     pub(crate) fn release_not_ours(&self) {
-        ::metrics::counter!(RELEASES_NOT_OURS, "lock" => self.family.clone()).increment(1);
-        self.stats.lock(&self.family, |s| s.releases_not_ours += 1);
+        self.family.count(Metric::ReleasesNotOurs);
+        self.family
+            .counters
+            .releases_not_ours
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// The keeper woke `lag` late; warns once per lease when the lag exceeds
     /// a third of `ttl`.
     pub(crate) fn renewal_lag(&self, name: &str, lag: Duration, ttl: Duration) {
-        ::metrics::histogram!(RENEWAL_LAG, "lock" => self.family.clone()).record(lag);
-        self.stats.lock(&self.family, |s| {
-            s.worst_renewal_lag = s.worst_renewal_lag.max(lag);
-        });
+        self.family.observe(Metric::RenewalLag, lag);
+        let ns = u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX);
+        self.family
+            .counters
+            .worst_renewal_lag_ns
+            .fetch_max(ns, Ordering::Relaxed);
         if lag > ttl / 3 && !self.lag_warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 lock = %name,
@@ -367,6 +585,47 @@ mod tests {
         assert_eq!(family("plain"), "plain");
         assert_eq!(family(":x"), ":x");
         assert_eq!(family("invoice:42:data"), "invoice:42");
+    }
+
+    /// Counter values by lock label in `recorder`'s snapshot.
+    fn counts(snapshotter: &metrics_util::debugging::Snapshotter) -> BTreeMap<String, u64> {
+        let mut counts = BTreeMap::new();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            if let metrics_util::debugging::DebugValue::Counter(n) = value {
+                let lock = key.key().labels().find(|l| l.key() == "lock");
+                *counts
+                    .entry(lock.map_or_else(String::new, |l| l.value().to_owned()))
+                    .or_default() += n;
+            }
+        }
+        counts
+    }
+
+    #[test]
+    fn families_beyond_the_cache_still_reach_the_recorder_and_the_stats() {
+        let stats = StatsHandle::new();
+        let families: Vec<Arc<LockFamily>> = (0..=CACHED_FAMILIES)
+            .map(|i| stats.lock_family(&format!("f{i}")))
+            .collect();
+        let (first, last) = (&families[0], &families[CACHED_FAMILIES]);
+        assert!(first.handles.is_some() && last.handles.is_none());
+        // The same family again is the same entry.
+        assert!(Arc::ptr_eq(first, &stats.lock_family("f0")));
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            for family in [first, last] {
+                acquire::<()>(family, &tracing::Span::none(), &Ok(()), Duration::ZERO);
+                acquire::<()>(family, &tracing::Span::none(), &Ok(()), Duration::ZERO);
+            }
+        });
+        let counts = counts(&snapshotter);
+        let last_label = format!("f{CACHED_FAMILIES}");
+        assert_eq!(counts.get("f0"), Some(&2), "{counts:?}");
+        assert_eq!(counts.get(last_label.as_str()), Some(&2), "{counts:?}");
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.lock("f0").map(|s| s.acquired), Some(2));
+        assert_eq!(snapshot.lock(&last_label).map(|s| s.acquired), Some(2));
     }
 
     #[test]

@@ -31,7 +31,7 @@ Exit code 0 whether held or free; read `held` in --json output.";
 pub(crate) async fn exec(global: &GlobalOptions, args: &StatusArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
     let layout = global.layout.into();
-    let key = client.keys(&args.name, layout)?.lock;
+    let key = client.keys(&args.name, layout)?.lock().to_owned();
     let state = client.inspect(&args.name, layout).await?;
     // Waiters: every etcd waiter; on Redis the notify and fair queue (left
     // out if the user may not read it).

@@ -130,7 +130,7 @@ async fn snapshot(
         };
         rows.push(Row {
             name,
-            key: keys.lock,
+            key: keys.lock().to_owned(),
             holder,
             fence: fence.map(|f| f.get()),
             remaining,

@@ -192,7 +192,7 @@ impl ControlLock {
     ) -> Result<Option<(Fence, String)>, String> {
         let mut conn = self.conn.clone();
         let set: Option<String> = redis::cmd("SET")
-            .arg(&keys.lock)
+            .arg(keys.lock())
             .arg(token)
             .arg("NX")
             .arg("PX")
@@ -211,7 +211,7 @@ impl ControlLock {
             tokio::time::sleep(self.opts.ttl_value().saturating_mul(3) / 2).await;
         }
         let fence: u64 = redis::cmd("INCR")
-            .arg(&keys.fence)
+            .arg(keys.fence())
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
@@ -238,7 +238,7 @@ impl ControlLock {
         tokio::spawn(renew(
             self.conn.clone(),
             self.variant,
-            keys.lock.clone(),
+            keys.lock().to_owned(),
             value.clone(),
             state.clone(),
             stop.clone(),
@@ -381,7 +381,7 @@ impl ControlLease {
             &*RELEASE
         };
         let reply: redis::RedisResult<i64> = script
-            .key(&self.keys.lock)
+            .key(self.keys.lock())
             .arg(&self.value)
             .invoke_async(&mut self.conn.clone())
             .await;

@@ -144,7 +144,7 @@ pub(super) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> R
     let id = uuid::Uuid::new_v4().simple().to_string();
     let keys = LockKeys::new(prefix, opts.layout, &format!("fencelock-doctor-{id}"))?;
     // Under the prefix, and no other lock's key in either layout.
-    let resource = format!("{}:probe", keys.lock);
+    let resource = format!("{}:probe", keys.lock());
     let opts = opts.clone().ttl(PROBE_TTL);
     let mut report = ProbeReport {
         channels: Some(format!("&{}*", glob_escape(prefix))),
@@ -153,7 +153,7 @@ pub(super) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> R
 
     report.note(
         conn.cmd::<String>(
-            &keys.lock,
+            keys.lock(),
             // The inspect script's source: `SCRIPT LOAD` is probed even when
             // the server has every script cached already.
             redis::cmd("SCRIPT")
@@ -172,7 +172,7 @@ pub(super) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> R
             redis::cmd("SCAN")
                 .arg(0)
                 .arg("MATCH")
-                .arg(glob_escape(&keys.lock))
+                .arg(glob_escape(keys.lock()))
                 .arg("COUNT")
                 .arg(10),
         )
@@ -180,20 +180,20 @@ pub(super) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> R
         Need::Feature(TOP),
     )?;
     report.note(
-        conn.cmd::<u64>(&keys.queue, redis::cmd("ZCARD").arg(&keys.queue))
+        conn.cmd::<u64>(&keys.queue(), redis::cmd("ZCARD").arg(keys.queue()))
             .await,
         Need::Feature(TOP),
     )?;
 
     let probe_keys = [
-        keys.lock.as_str(),
-        &keys.fence,
-        &keys.queue,
-        &keys.waiters,
+        keys.lock(),
+        &keys.fence(),
+        &keys.queue(),
+        &keys.waiters(),
         &resource,
     ];
     let deleted = report.note(
-        conn.cmd::<u64>(&keys.lock, redis::cmd("DEL").arg(&probe_keys[..]))
+        conn.cmd::<u64>(keys.lock(), redis::cmd("DEL").arg(&probe_keys[..]))
             .await,
         Need::Locks(LOCKS),
     )?;
@@ -226,7 +226,7 @@ async fn locks(
         Some(other) => {
             report.failures.push(format!(
                 "the probe lock {} was not granted ({other:?})",
-                keys.lock
+                keys.lock()
             ));
             return Ok(None);
         }
@@ -235,14 +235,14 @@ async fn locks(
     let value = lock_value(&holder, fence, opts.layout);
     report.note(
         conn.run(&Extend {
-            key: &keys.lock,
+            key: keys.lock(),
             value: &value,
             ttl: opts.ttl,
         })
         .await,
         Need::Locks(LOCKS),
     )?;
-    report.note(conn.run(&Inspect { keys }).await, Need::Locks(STATUS))?;
+    report.note(conn.run(&Inspect::of(keys)).await, Need::Locks(STATUS))?;
     let member = QueueMember {
         client: id.to_owned(),
         waiter: 1,
@@ -261,7 +261,7 @@ async fn locks(
     };
     report.note(
         conn.run(&Release {
-            lock: &keys.lock,
+            lock: keys.lock(),
             mint,
             pass_on,
             value: &value,

@@ -91,7 +91,7 @@ impl Granted {
             fence: Fence::new(fence.get().saturating_add(opts.fence_base(0))),
             ttl: opts.ttl,
             hold: Hold::Redis(RedisHold {
-                lock: keys.lock.clone(),
+                lock: keys.lock().to_owned(),
                 value: wire::lock_value(token, fence, opts.layout),
                 token_len: token.len(),
                 mint: Mint::new(opts),

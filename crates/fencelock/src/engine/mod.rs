@@ -43,11 +43,10 @@ pub(crate) mod timing;
 
 use std::time::Duration;
 
-use tracing::Instrument;
-
 use crate::audit::Audit;
 use crate::error::{Error, Result};
 use crate::keys::{KeyLayout, LockKeys};
+use crate::metrics::in_span;
 use crate::options::LockOptions;
 use crate::store::redis::{BatchGroup, RedisConn};
 use crate::store::{Checked, ConnSettings};
@@ -225,9 +224,9 @@ impl Engine {
     pub(crate) async fn extend(&self, granted: &Granted) -> Result<Checked> {
         let span = tracing::debug_span!("renew", lock = %granted.name, fence = %granted.fence);
         match self {
-            Engine::Redis(r) => r.extend(granted).instrument(span).await,
+            Engine::Redis(r) => in_span!(span, r.extend(granted)),
             #[cfg(feature = "etcd")]
-            Engine::Etcd(e) => e.extend(granted).instrument(span).await,
+            Engine::Etcd(e) => in_span!(span, e.extend(granted)),
         }
     }
 
@@ -274,9 +273,9 @@ impl Engine {
     pub(crate) async fn release(&self, granted: &Granted) -> Result<Checked> {
         let span = tracing::debug_span!("release", lock = %granted.name, fence = %granted.fence, outcome = tracing::field::Empty);
         let reply = match self {
-            Engine::Redis(r) => r.release(granted).instrument(span.clone()).await,
+            Engine::Redis(r) => in_span!(span, r.release(granted)),
             #[cfg(feature = "etcd")]
-            Engine::Etcd(e) => e.release(granted).instrument(span.clone()).await,
+            Engine::Etcd(e) => in_span!(span, e.release(granted)),
         }?;
         span.record(
             "outcome",

@@ -105,7 +105,7 @@ impl LeaseHandle {
 
     /// True once the lease has been declared lost.
     pub fn is_lost(&self) -> bool {
-        self.state.lost.is_cancelled()
+        self.state.is_lost()
     }
 
     /// Why the lease was lost, once it was.
@@ -120,14 +120,14 @@ impl LeaseHandle {
     /// # Cancel safety
     /// Cancel safe: dropping the future has no effect on the lease.
     pub fn lost(&self) -> WaitForCancellationFuture<'_> {
-        self.state.lost.cancelled()
+        self.state.lost().cancelled()
     }
 
     /// A token cancelled when the lease is lost, to hand to code that takes a
     /// [`CancellationToken`]. Cancelling the returned token yourself does not
     /// affect the lease.
     pub fn loss_token(&self) -> CancellationToken {
-        self.state.lost.child_token()
+        self.state.lost().child_token()
     }
 
     /// [`LeaseHandle::extend`] as a future that owns a handle (`Send +
@@ -196,9 +196,10 @@ impl Lease {
         keeper: &Arc<Keeper>,
         renew_every: Option<Duration>,
         renew_now: bool,
+        now: Instant,
     ) -> Self {
         let state = Arc::new(state);
-        let id = keeper.register(state.clone(), Instant::now(), renew_every, renew_now);
+        let id = keeper.register(state.clone(), now, renew_every, renew_now);
         Lease {
             handle: LeaseHandle { state },
             keeper: keeper.clone(),

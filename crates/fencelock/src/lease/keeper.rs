@@ -86,7 +86,7 @@ pub(crate) struct Keeper {
 #[derive(Debug, Default)]
 struct Registry {
     next_id: u64,
-    leases: HashMap<u64, Entry>,
+    leases: HashMap<u64, Entry, foldhash::fast::RandomState>,
     /// `(when, lease id)`: when each lease next needs the keeper.
     timers: BTreeSet<(Instant, u64)>,
     /// When the keeper task wakes by itself next (`None`: only when woken).
@@ -244,7 +244,6 @@ impl Keeper {
         loop {
             let settled = self.settled.notified();
             tokio::pin!(settled);
-            settled.as_mut().enable();
             {
                 let mut reg = self.lock();
                 match reg.leases.get_mut(&id) {
@@ -258,6 +257,10 @@ impl Keeper {
                         reg.unschedule(id);
                     }
                 }
+                // Enabled under the registry's lock: a batch settles (and
+                // notifies) only after taking it, so its reply is not missed.
+                // The common case, no renewal in flight, never waits.
+                settled.as_mut().enable();
             }
             settled.await;
         }
@@ -311,7 +314,16 @@ impl Keeper {
             let group = (state.engine.batch_group(&state.grant), state.grant.ttl);
             batches.entry(group).or_default().push((id, state));
         }
-        let next = reg.timers.first().map(|(at, _)| *at);
+        // With no lease left, the wake-up planned before stays planned (if
+        // it is still ahead): a lease registered meanwhile whose time comes
+        // later then needs no wake-up of its own, and a client that takes
+        // and releases locks one after another wakes its keeper about once
+        // per renewal interval, not once per lease. An early wake-up finds
+        // nothing to do and plans again.
+        let next = match reg.timers.first() {
+            Some((at, _)) => Some(*at),
+            None => reg.sleeping_until.filter(|until| *until > now),
+        };
         reg.sleeping_until = next;
         drop(reg);
         for ((_, ttl), mut batch) in batches {

@@ -19,12 +19,11 @@ mod state;
 use std::sync::Arc;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use crate::engine::{Acquired, Engine, Waiting};
 use crate::error::Result;
 use crate::keys::LockKeys;
-use crate::metrics::{LeaseMetrics, StatsHandle};
+use crate::metrics::{LeaseMetrics, LockFamily, StatsHandle, in_span};
 use crate::options::LockOptions;
 
 pub use guard::{Lease, LeaseHandle, ReleaseOutcome};
@@ -79,11 +78,7 @@ impl Leases {
         opts: &LockOptions,
     ) -> Result<Lease> {
         let (span, started) = (acquire_span(name), Instant::now());
-        let acquired = self
-            .engine
-            .try_acquire(name, &keys, opts)
-            .instrument(span.clone())
-            .await;
+        let acquired = in_span!(span, self.engine.try_acquire(name, &keys, opts));
         self.recorded(&span, name, opts, acquired, started)
     }
 
@@ -96,11 +91,7 @@ impl Leases {
         waiting: Waiting<'_>,
     ) -> Result<Lease> {
         let (span, started) = (acquire_span(name), Instant::now());
-        let acquired = self
-            .engine
-            .acquire(name, &keys, opts, waiting)
-            .instrument(span.clone())
-            .await;
+        let acquired = in_span!(span, self.engine.acquire(name, &keys, opts, waiting));
         self.recorded(&span, name, opts, acquired, started)
     }
 
@@ -119,23 +110,28 @@ impl Leases {
         acquired: Result<Acquired>,
         started: Instant,
     ) -> Result<Lease> {
-        let result = acquired.map(|acquired| self.start(acquired, opts));
+        // One look-up of the family per call; its leases keep it. One clock
+        // reading for the end of the wait and the start of the hold.
+        let family = self.stats.lock_family(opts.family_of(name));
+        let now = Instant::now();
+        let result = acquired.map(|acquired| self.start(acquired, opts, family.clone(), now));
         if let Ok(lease) = &result {
             span.record("fence", lease.fence().get());
         }
-        // Entered, so the outcome lands on this call's span (the metrics
-        // record it on the current one).
-        let _entered = span.enter();
-        crate::metrics::acquire(&self.stats, opts.family_of(name), &result, started);
+        crate::metrics::acquire(&family, span, &result, now - started);
         result
     }
 
-    /// Hands a grant to the keeper (renewal and deadline watchdog).
-    fn start(&self, acquired: Acquired, opts: &LockOptions) -> Lease {
-        let metrics = LeaseMetrics::new(
-            opts.family_of(&acquired.granted.name).to_owned(),
-            self.stats.clone(),
-        );
+    /// Hands a grant to the keeper (renewal and deadline watchdog); `now`
+    /// is when the hold starts.
+    fn start(
+        &self,
+        acquired: Acquired,
+        opts: &LockOptions,
+        family: Arc<LockFamily>,
+        now: Instant,
+    ) -> Lease {
+        let metrics = LeaseMetrics::new(family, now);
         let state = LeaseState::new(
             self.engine.clone(),
             acquired.granted,
@@ -147,6 +143,7 @@ impl Leases {
             &self.keeper,
             opts.renewal_interval(),
             acquired.renew_now,
+            now,
         )
     }
 }

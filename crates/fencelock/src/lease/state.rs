@@ -23,7 +23,11 @@ pub(crate) struct LeaseState {
     pub(crate) grant: Granted,
     /// Local monotonic deadline: when the lease must be assumed gone.
     deadline: Mutex<Instant>,
-    pub(crate) lost: CancellationToken,
+    /// The loss signal, made on first use: a lease nobody watches (most are
+    /// released before anything asks) never allocates one. Made by
+    /// [`LeaseState::mark_lost`] too, so a watcher that came first is
+    /// cancelled and one that comes later finds it cancelled.
+    lost: OnceLock<CancellationToken>,
     pub(crate) loss: OnceLock<LossReason>,
     /// Metrics and stats of this lease (family, hold time, once-only flags).
     pub(crate) metrics: LeaseMetrics,
@@ -40,10 +44,20 @@ impl LeaseState {
             engine,
             grant,
             deadline: Mutex::new(deadline),
-            lost: CancellationToken::new(),
+            lost: OnceLock::new(),
             loss: OnceLock::new(),
             metrics,
         }
+    }
+
+    /// The loss signal, cancelled once the lease is declared lost.
+    pub(crate) fn lost(&self) -> &CancellationToken {
+        self.lost.get_or_init(CancellationToken::new)
+    }
+
+    /// Whether the lease was declared lost.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.loss.get().is_some()
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -62,7 +76,7 @@ impl LeaseState {
         if self.loss.set(reason).is_ok() {
             tracing::warn!(lock = %self.grant.name, fence = %self.grant.fence, %reason, "lease lost");
             self.metrics.lost(reason);
-            self.lost.cancel();
+            self.lost().cancel();
             if reason == LossReason::DeadlinePassed {
                 self.engine.deadline_passed(&self.grant);
             }

@@ -82,7 +82,7 @@ async fn a_user_with_the_readme_rule_runs_every_operation() -> Result<()> {
             POLL_DEADLINE,
             || {
                 let tried = server.script_calls() > scripts_before;
-                let queued = server.query::<i64>(&["ZCARD", &keys.queue]) == 1;
+                let queued = server.query::<i64>(&["ZCARD", &keys.queue()]) == 1;
                 (tried && (mode == WaitMode::Poll || queued)).then_some(())
             },
         )
@@ -206,8 +206,8 @@ async fn refusal(server: &RedisServer, url: &str, attempt: Attempt) -> Result<Er
         Attempt::ReleaseToWaiter => {
             let lease = client.try_acquire(name, &opts).await?;
             let member = "someone:1:notify:10000:100:0b5e7a9c-0000-4000-8000-000000000001";
-            server.cmd(&["ZADD", &keys.queue, "1", member]);
-            server.cmd(&["ZADD", &keys.waiters, "99999999999999", member]);
+            server.cmd(&["ZADD", &keys.queue(), "1", member]);
+            server.cmd(&["ZADD", &keys.waiters(), "99999999999999", member]);
             lease.release().await.map(drop)
         }
         Attempt::Wait | Attempt::WaitThenGrant => {
@@ -215,7 +215,7 @@ async fn refusal(server: &RedisServer, url: &str, attempt: Attempt) -> Result<Er
                 Attempt::Wait => "30000",
                 _ => "300",
             };
-            server.cmd(&["SET", &keys.lock, "someone:1", "PX", ttl]);
+            server.cmd(&["SET", keys.lock(), "someone:1", "PX", ttl]);
             let waiting = opts
                 .wait_mode(WaitMode::Notify)
                 .wait(Duration::from_secs(5));
@@ -367,8 +367,8 @@ const FAIR_WAITER: &str = "someone:1:fair:10000:100:0b5e7a9c-0000-4000-8000-0000
 
 /// Queues [`FAIR_WAITER`] on lock `keys`, its waiter lease far ahead.
 fn queue_fair_waiter(server: &RedisServer, keys: &fencelock::LockKeys) {
-    server.cmd(&["ZADD", &keys.queue, "1", FAIR_WAITER]);
-    server.cmd(&["ZADD", &keys.waiters, "99999999999999", FAIR_WAITER]);
+    server.cmd(&["ZADD", &keys.queue(), "1", FAIR_WAITER]);
+    server.cmd(&["ZADD", &keys.waiters(), "99999999999999", FAIR_WAITER]);
 }
 
 /// The README's rule with the keys of lock `name` only, its fence key
@@ -376,10 +376,10 @@ fn queue_fair_waiter(server: &RedisServer, keys: &fencelock::LockKeys) {
 pub(crate) fn rule_with_read_only_fence(keys: &fencelock::LockKeys) -> Vec<String> {
     let mut rule = rule_without("~lock:*");
     rule.extend([
-        format!("~{}", keys.lock),
-        format!("~{}", keys.queue),
-        format!("~{}", keys.waiters),
-        format!("%R~{}", keys.fence),
+        format!("~{}", keys.lock()),
+        format!("~{}", keys.queue()),
+        format!("~{}", keys.waiters()),
+        format!("%R~{}", keys.fence()),
     ]);
     rule
 }
@@ -398,7 +398,7 @@ async fn a_grant_whose_fence_cannot_be_stored_leaves_no_lock_behind() -> Result<
         let keys = fencelock::LockKeys::new("lock:", layout, "job")?;
         let url = server.acl_user("app", &rule_with_read_only_fence(&keys));
         let client = LockClient::connect(&url).await?;
-        server.cmd(&["SET", &keys.fence, "5"]);
+        server.cmd(&["SET", &keys.fence(), "5"]);
         let opts = client.options().layout(layout);
         for (what, opts) in [
             ("clock", opts.clone()),
@@ -409,13 +409,13 @@ async fn a_grant_whose_fence_cannot_be_stored_leaves_no_lock_behind() -> Result<
                 Ok(lease) => bail!("{layout:?} {what}: granted fence {}", lease.fence()),
                 Err(e) => e,
             };
-            let named = format!("access the key {:?}", keys.fence);
+            let named = format!("access the key {:?}", keys.fence());
             ensure!(
                 matches!(&e, Error::NoPermission { detail, .. } if *detail == named),
                 "{layout:?} {what}: expected NoPermission naming the fence key, got {e:?}"
             );
-            let lock: Option<String> = server.query(&["GET", &keys.lock]);
-            let fence: Option<String> = server.query(&["GET", &keys.fence]);
+            let lock: Option<String> = server.query(&["GET", keys.lock()]);
+            let fence: Option<String> = server.query(&["GET", &keys.fence()]);
             ensure!(
                 lock.is_none() && fence.as_deref() == Some("5"),
                 "{layout:?} {what}: after the refusal the lock key holds {lock:?}, the fence key {fence:?}"
@@ -440,12 +440,12 @@ async fn a_release_that_may_not_store_the_hand_over_fence_releases_and_wakes() -
     let lease = client.try_acquire("job", &client.options()).await?;
     queue_fair_waiter(&server, &keys);
     server.acl_user("app", &rule_with_read_only_fence(&keys));
-    let fence_before: Option<String> = server.query(&["GET", &keys.fence]);
+    let fence_before: Option<String> = server.query(&["GET", &keys.fence()]);
     let outcome = lease.release().await?;
     ensure!(outcome.is_released(), "{outcome:?}");
-    let lock: Option<String> = server.query(&["GET", &keys.lock]);
-    let queued: Vec<String> = server.query(&["ZRANGE", &keys.queue, "0", "-1"]);
-    let fence: Option<String> = server.query(&["GET", &keys.fence]);
+    let lock: Option<String> = server.query(&["GET", keys.lock()]);
+    let queued: Vec<String> = server.query(&["ZRANGE", &keys.queue(), "0", "-1"]);
+    let fence: Option<String> = server.query(&["GET", &keys.fence()]);
     ensure!(
         lock.is_none() && queued == [FAIR_WAITER] && fence == fence_before,
         "lock {lock:?}, queue {queued:?}, fence {fence:?} (was {fence_before:?})"
@@ -465,13 +465,13 @@ async fn a_user_without_zcard_still_releases() -> Result<()> {
     let alone = client.try_acquire("job", &client.options()).await?;
     ensure!(alone.release().await?.is_released(), "released alone");
     ensure!(
-        server.query::<i64>(&["EXISTS", &keys.lock]) == 0,
+        server.query::<i64>(&["EXISTS", keys.lock()]) == 0,
         "lock left"
     );
     let lease = client.try_acquire("job", &client.options()).await?;
     queue_fair_waiter(&server, &keys);
     ensure!(lease.release().await?.is_released(), "released to a waiter");
-    let held: Option<String> = server.query(&["GET", &keys.lock]);
+    let held: Option<String> = server.query(&["GET", keys.lock()]);
     ensure!(
         held.as_deref()
             .is_some_and(|v| v.starts_with("0b5e7a9c-0000-4000-8000-000000000001:")),

@@ -83,7 +83,8 @@ async fn fences_and_exclusion(fault: Option<BatchFault>) -> Result<()> {
     for i in 0..OWN {
         let lock = client
             .keys(&format!("own:{i}"), KeyLayout::HashTagged)?
-            .lock;
+            .lock()
+            .to_owned();
         let _: () = raw.set(format!("{lock}:fence"), AHEAD).await?;
     }
     let opts = LockOptions::default().wait_mode(WaitMode::Poll);
@@ -265,7 +266,11 @@ async fn mixed_grants(fault: Option<BatchFault>) -> Result<()> {
     break_batched_grants(&client, fault);
     let other = LockClient::connect(&server.url()).await?;
     let opts = LockOptions::default().wait(Duration::ZERO);
-    let key = |name: &str| client.keys(name, KeyLayout::HashTagged).map(|k| k.lock);
+    let key = |name: &str| {
+        client
+            .keys(name, KeyLayout::HashTagged)
+            .map(|k| k.lock().to_owned())
+    };
     let _held = other.try_acquire("held", &opts).await?;
     server.cmd(&["RPUSH", &key("list-lock")?, "x"]);
     server.cmd(&["RPUSH", &format!("{}:fence", key("list-fence")?), "x"]);
@@ -359,7 +364,7 @@ async fn mixed_grants(fault: Option<BatchFault>) -> Result<()> {
 }
 
 fn key_of(client: &LockClient, name: &str) -> Result<String> {
-    Ok(client.keys(name, KeyLayout::HashTagged)?.lock)
+    Ok(client.keys(name, KeyLayout::HashTagged)?.lock().to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,7 +399,7 @@ async fn heavy_a_batched_grant_whose_fence_cannot_be_stored_leaves_no_lock() -> 
     let mut rule = crate::acl::rule_with_read_only_fence(&keys);
     rule.extend(["~lock:{plug:*".to_owned(), "~lock:{ok:*".to_owned()]);
     let client = LockClient::connect(&server.acl_user("app", &rule)).await?;
-    server.cmd(&["SET", &keys.fence, "5"]);
+    server.cmd(&["SET", &keys.fence(), "5"]);
     let opts = LockOptions::default().wait(Duration::ZERO);
     let names: Vec<String> = ["job", "ok:1", "ok:2"].map(String::from).into();
     let before = calls(&server);
@@ -404,14 +409,14 @@ async fn heavy_a_batched_grant_whose_fence_cannot_be_stored_leaves_no_lock() -> 
             .await;
     let plugged = plugged(plugs).await?;
     let used = calls(&server) - before;
-    let named = format!("access the key {:?}", keys.fence);
+    let named = format!("access the key {:?}", keys.fence());
     ensure!(
         matches!(&grants[0], Err(Error::NoPermission { detail, .. }) if *detail == named),
         "job: {}",
         outcome(&grants[0])
     );
-    let lock: Option<String> = server.query(&["GET", &keys.lock]);
-    let fence: Option<String> = server.query(&["GET", &keys.fence]);
+    let lock: Option<String> = server.query(&["GET", keys.lock()]);
+    let fence: Option<String> = server.query(&["GET", &keys.fence()]);
     ensure!(
         lock.is_none() && fence.as_deref() == Some("5"),
         "after the refusal the lock key holds {lock:?}, the fence key {fence:?}"

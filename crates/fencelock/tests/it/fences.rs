@@ -66,7 +66,7 @@ async fn clock_fences_keep_increasing_across_restarts_without_persistence() -> a
             // counter, keeps the next fences above the old ones.
             let _con = connect(&server).await?;
             for name in names {
-                let fence_key = client.keys(name, KeyLayout::HashTagged)?.fence;
+                let fence_key = client.keys(name, KeyLayout::HashTagged)?.fence();
                 assert!(
                     !server.exists(&fence_key),
                     "{fence_key} survived a restart without persistence"
@@ -195,7 +195,7 @@ async fn clock_fences_survive_fence_key_deletion_and_expiry() -> anyhow::Result<
     let TestRedis { server, client } = TestRedis::start().await?;
     let mut con = connect(&server).await?;
     let opts = cycle_opts(&client, FenceMode::Clock);
-    let fence_key = client.keys("jobs", KeyLayout::HashTagged)?.fence;
+    let fence_key = client.keys("jobs", KeyLayout::HashTagged)?.fence();
 
     let mut fences = vec![grant_once(&client, "jobs", &opts).await?];
     for round in 0..20 {
@@ -248,7 +248,7 @@ async fn fence_key_ttl_depends_on_mode_and_layout() -> anyhow::Result<()> {
     for (name, mode, layout, expires) in cases {
         let opts = cycle_opts(&client, mode).layout(layout);
         grant_once(&client, name, &opts).await?;
-        let fence_key = client.keys(name, layout)?.fence;
+        let fence_key = client.keys(name, layout)?.fence();
         let ttl = server.pttl(&fence_key);
         if expires {
             let retention = i64::try_from(FENCE_RETENTION.as_millis())?;
@@ -283,8 +283,8 @@ async fn sixteen_digit_fences_are_not_rounded() -> anyhow::Result<()> {
         let lease = client.acquire("ledger", &opts).await?;
         let (fence, value) = check(&lease);
         assert_eq!(fence.len(), 16, "clock fence {fence} should have 16 digits");
-        assert_eq!(server.get(&keys.lock), Some(value));
-        assert_eq!(server.get(&keys.fence), Some(fence.clone()));
+        assert_eq!(server.get(keys.lock()), Some(value));
+        assert_eq!(server.get(&keys.fence()), Some(fence.clone()));
         match client.inspect("ledger", KeyLayout::HashTagged).await? {
             LockState::Held {
                 fence: f, holder, ..
@@ -310,17 +310,20 @@ async fn sixteen_digit_fences_are_not_rounded() -> anyhow::Result<()> {
     // Deterministic: a fence key ahead of the clock makes the next fence
     // last + 1, a 16-digit number with non-zero low digits.
     let _: () = redis::cmd("SET")
-        .arg(&keys.fence)
+        .arg(keys.fence())
         .arg("8765432109876543")
         .query_async(&mut con)
         .await?;
     let lease = client.acquire("ledger", &opts).await?;
     assert_eq!(lease.fence(), Fence::new(8_765_432_109_876_544));
     assert_eq!(
-        server.get(&keys.lock),
+        server.get(keys.lock()),
         Some(format!("{}:8765432109876544", lease.token()))
     );
-    assert_eq!(server.get(&keys.fence).as_deref(), Some("8765432109876544"));
+    assert_eq!(
+        server.get(&keys.fence()).as_deref(),
+        Some("8765432109876544")
+    );
     assert_eq!(
         hash.write(lease.fence(), lease.token(), "w").await?,
         WriteOutcome::Accepted

@@ -43,7 +43,10 @@ fn mode_arg(mode: FenceMode) -> &'static str {
 async fn run_guide_scenario(mode: FenceMode) -> anyhow::Result<()> {
     let TestRedis { server, client } = TestRedis::start().await?;
     let _con = connect(&server).await?;
-    let lock_key = client.keys("invoice:42", KeyLayout::HashTagged)?.lock;
+    let lock_key = client
+        .keys("invoice:42", KeyLayout::HashTagged)?
+        .lock()
+        .to_owned();
     let resource = "invoice:42:data";
 
     // A: a separate process, renewal on, 300 ms lease.
@@ -215,8 +218,8 @@ async fn guide_layout_interoperates_with_guide_workers() -> anyhow::Result<()> {
         .ttl(Duration::from_secs(10))
         .wait(Duration::ZERO);
     let keys = client.keys("invoice:7", KeyLayout::Guide)?;
-    assert_eq!(keys.lock, "lock:invoice:7");
-    assert_eq!(keys.fence, "lock:invoice:7:fence");
+    assert_eq!(keys.lock(), "lock:invoice:7");
+    assert_eq!(keys.fence(), "lock:invoice:7:fence");
 
     // The guide worker holds: fencelock is contended.
     assert!(guide.acquire(10_000).await?);
@@ -232,7 +235,7 @@ async fn guide_layout_interoperates_with_guide_workers() -> anyhow::Result<()> {
     let lease = client.try_acquire("invoice:7", &opts).await?;
     assert_eq!(lease.fence(), Fence::new(2));
     assert_eq!(
-        server.get(&keys.lock).as_deref(),
+        server.get(keys.lock()).as_deref(),
         Some(lease.token()),
         "guide layout stores the bare token"
     );

@@ -191,3 +191,48 @@ async fn heavy_hanging_batches_delay_no_lease_past_its_own_deadline() -> Result<
     }
     Ok(())
 }
+
+/// The keeper plans its next wake-up when a lease is taken, and keeps that
+/// plan when the lease is released before it: a client that takes and
+/// releases locks one after another then wakes its keeper about once per
+/// renewal interval instead of once per lease. A lease taken meanwhile that
+/// needs the keeper later than planned is found at the planned wake-up and
+/// renewed on time; one that needs it sooner wakes it. Both kinds here hold
+/// well past their ttl and stay ours. Negative control: a keeper that
+/// forgot leases taken while it slept (no wake-up, no plan) would let the
+/// second lease expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_taken_after_released_ones_are_renewed_on_time() -> Result<()> {
+    let TestRedis { server, client } = TestRedis::start().await?;
+    let short = LockOptions::default().ttl(Duration::from_millis(300));
+    let long = LockOptions::default().ttl(Duration::from_millis(1200));
+    // Quick cycles first: the keeper's plan is the released leases'.
+    for i in 0..50 {
+        let lease = client.acquire(&format!("cycle:{i}"), &short).await?;
+        ensure!(lease.release().await? == ReleaseOutcome::Released);
+    }
+    // Needs the keeper later than planned (its first renewal at 400 ms).
+    let later = client.acquire("later", &long).await?;
+    // And a cycle of a long lease, then a short one that needs it sooner.
+    let lease = client.acquire("cycle:long", &long).await?;
+    ensure!(lease.release().await? == ReleaseOutcome::Released);
+    let sooner = client.acquire("sooner", &short).await?;
+    let held_until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < held_until {
+        for (lease, name) in [(&later, "later"), (&sooner, "sooner")] {
+            ensure!(
+                !lease.is_lost(),
+                "{name} was lost: {:?}",
+                lease.loss_reason()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (lease, name) in [(later, "later"), (sooner, "sooner")] {
+        let pttl = server.pttl(lease.key());
+        ensure!(pttl > 0, "{name}: the key's ttl is {pttl}");
+        ensure!(lease.release().await? == ReleaseOutcome::Released, "{name}");
+    }
+    drop(server);
+    Ok(())
+}

@@ -65,7 +65,7 @@ async fn release_after_expiry_and_takeover_reports_taken_over_and_spares_the_new
     let f = Fixture::start().await?;
     let a = f.hold(Duration::from_millis(100)).await?;
     poll_until("A's lock key expired", Duration::from_secs(3), || {
-        !f.server.exists(&f.keys.lock)
+        !f.server.exists(f.keys.lock())
     })
     .await?;
     let b = f
@@ -76,9 +76,9 @@ async fn release_after_expiry_and_takeover_reports_taken_over_and_spares_the_new
         )
         .await?;
     ensure!(b.fence() > a.fence());
-    let b_value = f.server.get(&f.keys.lock);
+    let b_value = f.server.get(f.keys.lock());
     ensure!(b_value == Some(format!("{}:{}", b.token(), b.fence())));
-    let b_pttl_before: i64 = f.server.query(&["PTTL", &f.keys.lock]);
+    let b_pttl_before: i64 = f.server.query(&["PTTL", f.keys.lock()]);
 
     ensure!(a.is_lost(), "A's local deadline passed: it must be lost");
     ensure!(a.loss_reason() == Some(LossReason::DeadlinePassed));
@@ -87,8 +87,8 @@ async fn release_after_expiry_and_takeover_reports_taken_over_and_spares_the_new
         outcome == ReleaseOutcome::NotOurs(LossReason::TakenOver),
         "stale release returned {outcome:?}"
     );
-    ensure!(f.server.get(&f.keys.lock) == b_value, "B's value changed");
-    let b_pttl_after: i64 = f.server.query(&["PTTL", &f.keys.lock]);
+    ensure!(f.server.get(f.keys.lock()) == b_value, "B's value changed");
+    let b_pttl_after: i64 = f.server.query(&["PTTL", f.keys.lock()]);
     ensure!(
         b_pttl_after > 0 && b_pttl_after <= b_pttl_before,
         "B's PTTL went from {b_pttl_before} to {b_pttl_after}"

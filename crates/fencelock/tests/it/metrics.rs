@@ -53,6 +53,11 @@ fn recorded<T>(test: impl Future<Output = Result<T>>) -> Result<(T, Seen)> {
         .enable_all()
         .build()?;
     let out = metrics::with_local_recorder(&recorder, || runtime.block_on(test))?;
+    Ok((out, seen(&snapshotter)))
+}
+
+/// What a debugging recorder's `snapshotter` holds now.
+fn seen(snapshotter: &metrics_util::debugging::Snapshotter) -> Seen {
     let mut seen = Seen::default();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let key = key.key();
@@ -72,7 +77,49 @@ fn recorded<T>(test: impl Future<Output = Result<T>>) -> Result<(T, Seen)> {
             DebugValue::Gauge(_) => {}
         }
     }
-    Ok((out, seen))
+    seen
+}
+
+/// A client caches its metric handles per family and recorder: events go
+/// to whichever recorder is current when they happen, also when it changes
+/// while the client lives (an exporter installed after connecting, tests
+/// with recorders of their own), and back again. A cache that ignored
+/// which recorder its handles came from would count the second recorder's
+/// events in the first.
+#[test]
+fn a_client_records_into_whichever_recorder_is_current() -> Result<()> {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let client = runtime.block_on(LockClient::connect(&server.url()))?;
+    let cycle = || {
+        runtime.block_on(async {
+            let lease = client.acquire("report:1", &opts(5000)).await?;
+            ensure!(lease.release().await? == ReleaseOutcome::Released);
+            Ok(())
+        })
+    };
+    // First with no recorder at all (the facade's no-op one).
+    cycle()?;
+    let (a, b) = (DebuggingRecorder::new(), DebuggingRecorder::new());
+    let (seen_a, seen_b) = (a.snapshotter(), b.snapshotter());
+    metrics::with_local_recorder(&a, cycle)?;
+    metrics::with_local_recorder(&b, cycle)?;
+    metrics::with_local_recorder(&b, cycle)?;
+    metrics::with_local_recorder(&a, cycle)?;
+    let acquired = format!("{ACQUIRE_ATTEMPTS}{{lock=report,outcome=acquired}}");
+    let hold = format!("{HOLD}{{lock=report}}");
+    // A snapshot drains a debugging recorder's counters: read each once.
+    let (seen_a, seen_b) = (seen(&seen_a), seen(&seen_b));
+    for seen in [&seen_a, &seen_b] {
+        assert_eq!(seen.counter(&acquired), 2, "{seen:?}");
+        assert_eq!(seen.samples(&hold).len(), 2, "{seen:?}");
+    }
+    // The client's own stats count every cycle, whichever recorder.
+    let stats = client.stats();
+    assert_eq!(stats.lock("report").map(|s| s.acquired), Some(5));
+    Ok(())
 }
 
 fn opts(ttl_ms: u64) -> LockOptions {

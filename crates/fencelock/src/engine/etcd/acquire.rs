@@ -265,7 +265,7 @@ async fn attempt(
     let holder = crate::holder::holder_id(&token);
     let acquisition = sessions.next_acquisition();
     let session = sessions.holder(conn, ttl).await?;
-    let prefix = &keys.lock;
+    let prefix = &keys.lock();
     let short_waiter = wait && ttl > WAITER_LEASE;
     let key = holder_key(prefix, session.id, acquisition);
     // A waiter with a ttl longer than the waiter lease tries on the holder's

@@ -252,13 +252,11 @@ impl EtcdEngine {
     /// fields are empty (etcd needs no fence key, queue or channel).
     pub(crate) fn keys(&self, prefix: &str, name: &str) -> Result<LockKeys> {
         validate_name(name)?;
-        Ok(LockKeys {
-            lock: lock_prefix(self.conn.namespace(), prefix, name),
-            fence: String::new(),
-            queue: String::new(),
-            waiters: String::new(),
-            wake_prefix: String::new(),
-        })
+        Ok(LockKeys::from_lock_key(lock_prefix(
+            self.conn.namespace(),
+            prefix,
+            name,
+        )))
     }
 
     /// The keys of lock `name` for a call: the guide layout does not exist
@@ -286,7 +284,7 @@ impl EtcdEngine {
         keys: &LockKeys,
         defaults: &LockOptions,
     ) -> Result<LockState> {
-        let Some(holder) = self.conn.holder(&keys.lock).await? else {
+        let Some(holder) = self.conn.holder(keys.lock()).await? else {
             return Ok(LockState::Free { last_fence: None });
         };
         let fence = u64::try_from(holder.revision)
@@ -302,7 +300,7 @@ impl EtcdEngine {
 
     /// How many wait behind the holder of lock `keys`.
     pub(crate) async fn waiters(&self, keys: &LockKeys) -> Result<u64> {
-        self.conn.waiters(&keys.lock).await
+        self.conn.waiters(keys.lock()).await
     }
 
     /// The names of the locks under `prefix` (after the URL's namespace)

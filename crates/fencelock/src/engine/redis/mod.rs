@@ -159,7 +159,7 @@ impl RedisEngine {
     ) -> Result<LockState> {
         let base = defaults.fence_base(0);
         let epoch = |f: Fence| Fence::new(f.get().saturating_add(base));
-        let reply = self.conn.run(&Inspect { keys }).await?;
+        let reply = self.conn.run(&Inspect::of(keys)).await?;
         let last_fence = reply
             .last_fence
             .and_then(|f| f.parse::<Fence>().ok())
@@ -183,7 +183,7 @@ impl RedisEngine {
     /// How many waiters are queued for lock `keys`.
     pub(crate) async fn waiters(&self, keys: &LockKeys) -> Result<u64> {
         self.conn
-            .cmd(&keys.queue, redis::cmd("ZCARD").arg(&keys.queue))
+            .cmd(&keys.queue(), redis::cmd("ZCARD").arg(keys.queue()))
             .await
     }
 

@@ -188,12 +188,16 @@ struct Busy<K: Kind> {
     queued: Vec<Waiting<K>>,
 }
 
+/// The busy groups of a lane (a fast hasher: every call looks its group up
+/// and most leave it again).
+type Groups<K> = HashMap<Option<Slot>, Busy<K>, foldhash::fast::RandomState>;
+
 /// The calls of one kind of one client (see the module docs): per group,
 /// present while calls of the group are in flight, how many and the calls
 /// queued behind them.
 pub(super) struct Lane<K: Kind> {
     kind: K,
-    groups: Mutex<HashMap<Option<Slot>, Busy<K>>>,
+    groups: Mutex<Groups<K>>,
 }
 
 impl<K: Kind> std::fmt::Debug for Lane<K> {
@@ -218,13 +222,13 @@ impl<K: Kind + Default> Lane<K> {
     fn new() -> Arc<Self> {
         Arc::new(Lane {
             kind: K::default(),
-            groups: Mutex::new(HashMap::new()),
+            groups: Mutex::new(HashMap::default()),
         })
     }
 }
 
 impl<K: Kind> Lane<K> {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Option<Slot>, Busy<K>>> {
+    fn lock(&self) -> MutexGuard<'_, Groups<K>> {
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -298,20 +302,27 @@ impl<K: Kind> Lane<K> {
     /// one call fewer in flight.
     fn take(&self, group: Option<Slot>) -> Next<K> {
         let mut groups = self.lock();
-        let Some(busy) = groups.get_mut(&group) else {
+        // One look-up: a lone caller (nothing queued) passes here on every
+        // call.
+        let Entry::Occupied(mut busy) = groups.entry(group) else {
             return Next::Idle;
         };
-        let queue = &mut busy.queued;
+        let queue = &mut busy.get_mut().queued;
         // Callers that gave up are not sent.
         queue.retain(|w| !w.reply.is_closed());
-        let mut batch: Vec<Waiting<K>> = queue.drain(..queue.len().min(MAX_BATCH)).collect();
-        if batch.len() >= 2 {
-            return Next::Batch(batch);
+        if queue.len() >= 2 {
+            return Next::Batch(queue.drain(..queue.len().min(MAX_BATCH)).collect());
         }
         // At most one was queued, and nothing is now: the call that
         // replied leaves the group (the one queued goes alone, uncounted).
-        leave(&mut groups, group);
-        match batch.pop() {
+        let one = queue.pop();
+        let left = busy.get().in_flight.saturating_sub(1);
+        if left == 0 {
+            busy.remove();
+        } else {
+            busy.get_mut().in_flight = left;
+        }
+        match one {
             Some(one) => Next::One(one),
             None => Next::Idle,
         }
@@ -340,7 +351,7 @@ impl<K: Kind> Lane<K> {
 /// One call of `group` leaves flight: with none left, the group is idle
 /// and removed (dropping anything still queued, whose callers then go
 /// alone).
-fn leave<K: Kind>(groups: &mut HashMap<Option<Slot>, Busy<K>>, group: Option<Slot>) {
+fn leave<K: Kind>(groups: &mut Groups<K>, group: Option<Slot>) {
     if let Entry::Occupied(mut busy) = groups.entry(group) {
         let left = busy.get().in_flight.saturating_sub(1);
         if left == 0 {
@@ -438,7 +449,7 @@ impl Coalescer {
         self.grants
             .call(
                 conn,
-                conn.batch_group(&call.keys.lock),
+                conn.batch_group(call.keys.lock()),
                 || GrantItem::from(call),
                 || conn.run(call),
             )

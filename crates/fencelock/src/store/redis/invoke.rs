@@ -74,7 +74,7 @@ impl RedisConn {
         pipe.cmd("EVALSHA")
             .arg(lua.script.get_hash())
             .arg(keys.len())
-            .arg(&keys)
+            .arg(&*keys)
             .arg(call);
         // WAIT 0 would wait forever: at least 1 ms.
         pipe.cmd("WAIT")
@@ -104,7 +104,7 @@ impl RedisConn {
 #[cfg(feature = "testing")]
 pub(crate) fn invocation<C: ScriptCall>(call: &C) -> redis::ScriptInvocation<'static> {
     let mut invocation = call.script().script.prepare_invoke();
-    for key in call.keys() {
+    for key in call.keys().iter() {
         invocation.key(key);
     }
     invocation.arg(call);
@@ -116,11 +116,13 @@ pub(crate) fn invocation<C: ScriptCall>(call: &C) -> redis::ScriptInvocation<'st
 /// then copies them all into a command like this one).
 fn evalsha<C: ScriptCall>(call: &C) -> redis::Cmd {
     let keys = call.keys();
-    let mut cmd = redis::Cmd::with_capacity(16, 128);
+    // Room for a grant's arguments (SHA, key, token, …): a command that
+    // outgrows its buffer reallocates it on every call.
+    let mut cmd = redis::Cmd::with_capacity(16, 256);
     cmd.arg("EVALSHA")
         .arg(call.script().script.get_hash())
         .arg(keys.len());
-    for key in keys {
+    for key in keys.iter() {
         cmd.arg(key);
     }
     cmd.arg(call);

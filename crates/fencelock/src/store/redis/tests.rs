@@ -68,12 +68,12 @@ async fn the_release_script_wakes_over_sharded_pub_sub() -> Result<()> {
         token: "0b5e7a9c-0000-4000-8000-000000000001".into(),
     }
     .to_string();
-    server.cmd(&["ZADD", &keys.queue, "99999999999999999", &member]);
-    server.cmd(&["ZADD", &keys.waiters, "99999999999999", &member]);
+    server.cmd(&["ZADD", &keys.queue(), "99999999999999999", &member]);
+    server.cmd(&["ZADD", &keys.waiters(), "99999999999999", &member]);
     let value = super::wire::lock_value("holder", fence, KeyLayout::HashTagged);
     let released = conn
         .run(&Release {
-            lock: &keys.lock,
+            lock: keys.lock(),
             mint,
             pass_on: PassOn {
                 publish: Publish::SPublish,

@@ -169,7 +169,7 @@ pub(crate) async fn release_to_waiter(
 
 /// The wait queue of the lock with `keys`, head first.
 pub(crate) fn queue(server: &RedisServer, keys: &LockKeys) -> Vec<String> {
-    server.query(&["ZRANGE", &keys.queue, "0", "-1"])
+    server.query(&["ZRANGE", &keys.queue(), "0", "-1"])
 }
 
 /// Waits until the queue of the lock with `keys` holds exactly `n` members

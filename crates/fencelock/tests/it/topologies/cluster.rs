@@ -40,9 +40,9 @@ async fn cluster_locks_spread_over_every_shard_and_wake_ups_are_sharded() -> Res
     for i in 0..60 {
         let name = format!("job:{i}");
         let keys = client.keys(&name, KeyLayout::HashTagged)?;
-        let owner = cluster.owner_of_key(&keys.lock);
+        let owner = cluster.owner_of_key(keys.lock());
         ensure!(
-            owner == cluster.owner_of_key(&keys.fence),
+            owner == cluster.owner_of_key(&keys.fence()),
             "{name}: keys in two slots"
         );
         owners.insert(owner);
@@ -117,7 +117,7 @@ async fn cluster_locks_spread_over_every_shard_and_wake_ups_are_sharded() -> Res
             tokio::spawn(async move { waiter.acquire(&name, &wait).await })
         };
         // Until the waiter is queued, a release would find nobody to wake.
-        let queue = client.keys(&name, KeyLayout::HashTagged)?.queue;
+        let queue = client.keys(&name, KeyLayout::HashTagged)?.queue();
         let node = cluster.owner_of_key(&queue);
         let give_up = Instant::now() + Duration::from_secs(10);
         while cluster.node(node).query::<i64>(&["ZCARD", &queue]) == 0 {
@@ -183,7 +183,7 @@ async fn heavy_cluster_slot_migration_of_a_held_lock_keeps_the_lease() -> Result
     let lease = client
         .acquire("moving", &client.options().ttl(Duration::from_millis(600)))
         .await?;
-    let slot = RedisCluster::slot_of_key(&keys.lock);
+    let slot = RedisCluster::slot_of_key(keys.lock());
     let from = cluster.owner_of_slot(slot);
     let to = cluster
         .masters()
@@ -202,8 +202,8 @@ async fn heavy_cluster_slot_migration_of_a_held_lock_keeps_the_lease() -> Result
         !lease.is_lost(),
         "the lease was lost during the slot migration"
     );
-    ensure!(cluster.node(to).query::<i64>(&["EXISTS", &keys.lock]) == 1);
+    ensure!(cluster.node(to).query::<i64>(&["EXISTS", keys.lock()]) == 1);
     ensure!(lease.release().await? == ReleaseOutcome::Released);
-    ensure!(cluster.node(to).query::<i64>(&["EXISTS", &keys.lock]) == 0);
+    ensure!(cluster.node(to).query::<i64>(&["EXISTS", keys.lock()]) == 0);
     Ok(())
 }

@@ -86,7 +86,7 @@ pub(super) async fn wait_behind_a_two_second_holder(mode: WaitMode) -> Result<Wa
         "fence {} after {h_fence}",
         lease.fence()
     );
-    ensure!(f.server.get(&f.keys.lock) == Some(format!("{}:{}", lease.token(), lease.fence())));
+    ensure!(f.server.get(f.keys.lock()) == Some(format!("{}:{}", lease.token(), lease.fence())));
     ensure!(lease.release().await? == ReleaseOutcome::Released);
     Ok(Waited {
         scripts,
@@ -161,7 +161,7 @@ async fn release_by_a_user_without_pubsub_permission_succeeds_with_waiters_queue
     ensure!(
         matches!(released, Ok(ReleaseOutcome::Released)),
         "the release returned {released:?} (lock key now {:?})",
-        server.get(&keys.lock)
+        server.get(keys.lock())
     );
     let (lease, _) = granted(task, POLL_DEADLINE).await?;
     ensure!(lease.fence() > h_fence);

@@ -98,7 +98,7 @@ async fn heavy_fair_sigkilled_head_blocks_the_next_waiter_only_for_its_waiter_le
     // Kill the head right after it renewed its place, so its waiter lease is
     // surely live when the holder releases a moment later.
     let score = |server: &RedisServer| -> Option<String> {
-        server.query(&["ZSCORE", &f.keys.waiters, &dead_member])
+        server.query(&["ZSCORE", &f.keys.waiters(), &dead_member])
     };
     let first = score(&f.server);
     poll("a renewal of the worker's place", POLL_DEADLINE, || {
@@ -109,7 +109,7 @@ async fn heavy_fair_sigkilled_head_blocks_the_next_waiter_only_for_its_waiter_le
     dead.kill();
     let (h_fence, released_at) = release(h).await?;
     let handed = handed_over(&f.server, &f.keys, &dead_token)?;
-    let provisional = f.server.pttl(&f.keys.lock);
+    let provisional = f.server.pttl(f.keys.lock());
     ensure!(
         provisional <= wlease.as_millis() as i64,
         "the dead head's provisional lease is {provisional} ms"
@@ -160,7 +160,7 @@ async fn heavy_fair_waiter_that_times_out_leaves_the_queue() -> Result<()> {
         || {
             let gone = !f.queue().contains(&quitter_member)
                 && f.server
-                    .query::<Option<String>>(&["ZSCORE", &f.keys.waiters, &quitter_member])
+                    .query::<Option<String>>(&["ZSCORE", &f.keys.waiters(), &quitter_member])
                     .is_none();
             gone.then_some(())
         },
@@ -190,7 +190,7 @@ async fn heavy_fair_try_acquire_respects_the_queue_and_poll_jumps_it() -> Result
     let head = f.spawn_waiter(&waiter_opts(WaitMode::Fair, Duration::from_secs(30)));
     let q = f.queued(1).await?;
     // Free the lock behind everyone's back: no release, so no hand-over.
-    ensure!(f.server.query::<i64>(&["DEL", &f.keys.lock]) == 1);
+    ensure!(f.server.query::<i64>(&["DEL", f.keys.lock()]) == 1);
 
     let fair = LockOptions::default().wait_mode(WaitMode::Fair);
     match f.holder.try_acquire(&f.name, &fair).await {
@@ -200,7 +200,7 @@ async fn heavy_fair_try_acquire_respects_the_queue_and_poll_jumps_it() -> Result
         other => bail!("a fair try_acquire of a reserved lock returned {other:?}"),
     }
     ensure!(
-        f.server.get(&f.keys.lock).is_none(),
+        f.server.get(f.keys.lock()).is_none(),
         "the refused try changed the lock"
     );
     ensure!(f.queue() == q, "the refused try changed the queue");
@@ -238,14 +238,14 @@ async fn fair_cancelled_waiter_leaves_the_queue() -> Result<()> {
         "the cancelled waiter to leave the queue",
         Duration::from_secs(2),
         || {
-            let waiters: i64 = f.server.query(&["ZCARD", &f.keys.waiters]);
+            let waiters: i64 = f.server.query(&["ZCARD", &f.keys.waiters()]);
             (f.queue().is_empty() && waiters == 0).then_some(())
         },
     )
     .await?;
     ensure!(h.release().await? == ReleaseOutcome::Released);
     ensure!(
-        f.server.get(&f.keys.lock).is_none(),
+        f.server.get(f.keys.lock()).is_none(),
         "the release handed the lock to a cancelled waiter"
     );
     Ok(())
@@ -281,7 +281,7 @@ async fn heavy_fair_long_lease_head_keeps_its_place_after_a_short_lease_waiter_l
     // the head's own 30 s lease.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let still_queued = f.queue() == [head.clone()];
-    let queue_pttl = f.server.pttl(&f.keys.queue);
+    let queue_pttl = f.server.pttl(&f.keys.queue());
     let (h_fence, released_at) = release(h).await?;
     // The head's own retry is 10 s away: only the hand-over explains a
     // grant within 2 s.

@@ -103,13 +103,13 @@ async fn heavy_fair_handed_over_lease_is_renewed_to_the_full_ttl_at_once() -> Re
         poll(
             "the handed-over lease renewed",
             Duration::from_secs(1),
-            || (f.server.pttl(&keys.lock) > 9000).then_some(()),
+            || (f.server.pttl(keys.lock()) > 9000).then_some(()),
         )
         .await
-        .with_context(|| format!("{renewal:?}: PTTL {}", f.server.pttl(&keys.lock)))?;
+        .with_context(|| format!("{renewal:?}: PTTL {}", f.server.pttl(keys.lock())))?;
         // Past the provisional lease (on purpose): still held, not lost.
         tokio::time::sleep(wlease + Duration::from_millis(100)).await;
-        ensure!(f.server.get(&keys.lock) == Some(handed.clone()));
+        ensure!(f.server.get(keys.lock()) == Some(handed.clone()));
         ensure!(!lease.is_lost(), "{renewal:?}: {:?}", lease.loss_reason());
         ensure!(
             lease.remaining() > Duration::from_secs(5),
@@ -117,7 +117,7 @@ async fn heavy_fair_handed_over_lease_is_renewed_to_the_full_ttl_at_once() -> Re
             lease.remaining()
         );
         ensure!(lease.release().await? == ReleaseOutcome::Released);
-        ensure!(f.server.get(&keys.lock).is_none());
+        ensure!(f.server.get(keys.lock()).is_none());
     }
     Ok(())
 }
@@ -154,7 +154,7 @@ async fn heavy_fair_handover_with_a_lost_message_is_picked_up_by_the_retry() -> 
         "the waiter reports fence {} but the lock value is {handed:?}",
         lease.fence()
     );
-    ensure!(f.server.get(&f.keys.lock) == Some(handed));
+    ensure!(f.server.get(f.keys.lock()) == Some(handed));
     ensure!(lease.fence() > h_fence);
     ensure!(lease.release().await? == ReleaseOutcome::Released);
     Ok(())
@@ -210,7 +210,7 @@ async fn handover_wake_ups_are_trusted_only_above_the_fence_seen_at_the_last_ref
         "a wake-up with the fence seen at the refusal was trusted: {:?}",
         task.await
     );
-    ensure!(f.server.get(&f.keys.lock) == Some(format!("{}:{}", h.token(), h.fence())));
+    ensure!(f.server.get(f.keys.lock()) == Some(format!("{}:{}", h.token(), h.fence())));
     ensure!(f.queue() == vec![member.clone()]);
 
     // A real hand-over: granted at once, with a fence above.
@@ -234,7 +234,7 @@ async fn handover_wake_ups_are_trusted_only_above_the_fence_seen_at_the_last_ref
         lease.is_lost().then_some(())
     })
     .await?;
-    ensure!(f.server.get(&f.keys.lock) == Some(format!("{}:{}", h.token(), h.fence())));
+    ensure!(f.server.get(f.keys.lock()) == Some(format!("{}:{}", h.token(), h.fence())));
     ensure!(h.release().await? == ReleaseOutcome::Released);
     Ok(())
 }
@@ -259,10 +259,10 @@ async fn notify_release_hands_the_lock_to_a_head_that_waited_10_ms_and_only_wake
         let h = client
             .try_acquire("job", &holder_opts(Duration::from_secs(10)))
             .await?;
-        server.cmd(&["ZADD", &keys.queue, &arrived_us.to_string(), &member]);
-        server.cmd(&["ZADD", &keys.waiters, &lease_end, &member]);
+        server.cmd(&["ZADD", &keys.queue(), &arrived_us.to_string(), &member]);
+        server.cmd(&["ZADD", &keys.waiters(), &lease_end, &member]);
         let (h_fence, _) = release(h).await?;
-        let value = server.get(&keys.lock);
+        let value = server.get(keys.lock());
         let barger = client
             .try_acquire("job", &LockOptions::default().wait(Duration::ZERO))
             .await;
@@ -292,7 +292,7 @@ async fn notify_release_hands_the_lock_to_a_head_that_waited_10_ms_and_only_wake
             );
             let barger = barger.context("the free lock was refused to a barging worker")?;
             ensure!(barger.release().await? == ReleaseOutcome::Released);
-            server.cmd(&["DEL", &keys.queue, &keys.waiters]);
+            server.cmd(&["DEL", &keys.queue(), &keys.waiters()]);
         }
     }
     Ok(())

@@ -53,7 +53,7 @@ const WAKE_BOUND: Duration = Duration::from_millis(100);
 /// `keys`) to the waiter with `token`.
 fn handed_over(server: &RedisServer, keys: &LockKeys, token: &str) -> Result<String> {
     let value = server
-        .get(&keys.lock)
+        .get(keys.lock())
         .context("the release handed the lock to nobody")?;
     ensure!(
         value.starts_with(&format!("{token}:")),

@@ -59,7 +59,7 @@ async fn granted_after_a_silent_delete(
 ) -> Result<(Lease, Instant, Instant)> {
     let task = f.spawn_waiter(&waiter_opts(WaitMode::Notify, wlease));
     f.queued(1).await?;
-    ensure!(f.server.query::<i64>(&["DEL", &f.keys.lock]) == 1);
+    ensure!(f.server.query::<i64>(&["DEL", f.keys.lock()]) == 1);
     let deleted_at = Instant::now();
     let (lease, granted_at) = granted(task, POLL_DEADLINE).await?;
     Ok((lease, granted_at, deleted_at))
@@ -302,7 +302,7 @@ async fn heavy_notify_sigkilled_head_delays_the_next_waiter_at_most_a_third_of_i
     tokio::time::sleep(Duration::from_millis(20)).await;
     let (h_fence, released_at) = release(h).await?;
     handed_over(&f.server, &f.keys, &dead_token)?;
-    let provisional = f.server.pttl(&f.keys.lock);
+    let provisional = f.server.pttl(f.keys.lock());
     ensure!(
         provisional <= NOTIFY_HANDOVER_LEASE.as_millis() as i64,
         "the dead head's provisional lease is {provisional} ms"

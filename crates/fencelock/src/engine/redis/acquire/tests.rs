@@ -39,8 +39,8 @@ async fn a_retried_grant_returns_the_same_fence() -> Result<()> {
         let first = engine
             .grant(&name, &keys, &token, &opts, Standing::default(), &mut None)
             .await?;
-        let fence_key_before: Option<String> = server.query(&["GET", &keys.fence]);
-        server.cmd(&["PEXPIRE", &keys.lock, "1000"]);
+        let fence_key_before: Option<String> = server.query(&["GET", &keys.fence()]);
+        server.cmd(&["PEXPIRE", keys.lock(), "1000"]);
         let again = engine
             .grant(&name, &keys, &token, &opts, Standing::default(), &mut None)
             .await?;
@@ -48,9 +48,9 @@ async fn a_retried_grant_returns_the_same_fence() -> Result<()> {
             first.granted.fence, again.granted.fence,
             "{layout:?} {mode:?}"
         );
-        let fence_key_after: Option<String> = server.query(&["GET", &keys.fence]);
+        let fence_key_after: Option<String> = server.query(&["GET", &keys.fence()]);
         assert_eq!(fence_key_before, fence_key_after, "no new fence minted");
-        let pttl: i64 = server.query(&["PTTL", &keys.lock]);
+        let pttl: i64 = server.query(&["PTTL", keys.lock()]);
         assert!(pttl > 4000, "the retry restarted the lease (pttl {pttl})");
         let other = engine
             .grant(

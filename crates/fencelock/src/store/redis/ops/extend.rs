@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
-use super::ScriptCall;
+use super::{Keys, ScriptCall, write_millis};
 use crate::store::Checked;
 use crate::store::redis::scripts::{self, Lua};
 
@@ -21,7 +21,7 @@ pub(crate) struct Extend<'a> {
 impl ToRedisArgs for Extend<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         out.write_arg(self.value.as_bytes());
-        out.write_arg_fmt(self.ttl.as_millis());
+        write_millis(out, self.ttl);
     }
 }
 
@@ -32,8 +32,8 @@ impl ScriptCall for Extend<'_> {
         &scripts::EXTEND
     }
 
-    fn keys(&self) -> Vec<&str> {
-        vec![self.key]
+    fn keys(&self) -> Keys<'_> {
+        Keys::One([self.key])
     }
 }
 
@@ -49,7 +49,7 @@ pub(crate) struct ExtendMany<'a> {
 
 impl ToRedisArgs for ExtendMany<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        out.write_arg_fmt(self.ttl.as_millis());
+        write_millis(out, self.ttl);
         for (_, value) in self.leases {
             out.write_arg(value.as_bytes());
         }
@@ -67,8 +67,8 @@ impl ScriptCall for ExtendMany<'_> {
         &scripts::EXTEND_MANY
     }
 
-    fn keys(&self) -> Vec<&str> {
-        self.leases.iter().map(|(key, _)| *key).collect()
+    fn keys(&self) -> Keys<'_> {
+        Keys::Many(self.leases.iter().map(|(key, _)| *key).collect())
     }
 }
 

@@ -3,7 +3,7 @@
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
-use super::ScriptCall;
+use super::{Keys, ScriptCall};
 use crate::fence::Fence;
 use crate::store::redis::scripts::{self, Lua};
 
@@ -54,8 +54,8 @@ impl ScriptCall for FencedWrite<'_> {
         &scripts::FENCED_WRITE
     }
 
-    fn keys(&self) -> Vec<&str> {
-        vec![self.key]
+    fn keys(&self) -> Keys<'_> {
+        Keys::One([self.key])
     }
 }
 

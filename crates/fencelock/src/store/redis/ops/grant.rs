@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
-use super::{Batched, Mint, ScriptCall};
+use super::{Batched, Keys, Mint, ScriptCall, write_millis};
 use crate::fence::Fence;
 use crate::keys::LockKeys;
 use crate::options::{FenceMode, WaitMode};
@@ -32,12 +32,12 @@ impl ToRedisArgs for Grant<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         self.mint.write(out);
         out.write_arg(self.token.as_bytes());
-        out.write_arg_fmt(self.ttl.as_millis());
+        write_millis(out, self.ttl);
         out.write_arg(self.wait_mode.as_arg().as_bytes());
         // The queue arguments only for an attempt that may queue.
         if let Some(member) = self.member {
             out.write_arg_fmt(member);
-            out.write_arg_fmt(self.waiter_lease.as_millis());
+            write_millis(out, self.waiter_lease);
             out.write_arg(if self.queued { b"1" } else { b"0" });
         }
     }
@@ -50,8 +50,8 @@ impl ScriptCall for Grant<'_> {
         &scripts::GRANT
     }
 
-    fn keys(&self) -> Vec<&str> {
-        vec![&self.keys.lock]
+    fn keys(&self) -> Keys<'_> {
+        Keys::One([self.keys.lock()])
     }
 }
 
@@ -81,6 +81,10 @@ pub(crate) enum GrantReply {
 
 impl FromRedisValue for GrantReply {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        // Granted: the fence alone (`grant.lua`).
+        if let Value::Int(fence) = v {
+            return GrantReply::from_code(1, fence, None);
+        }
         let mut fields: Vec<Value> = FromRedisValue::from_redis_value(v)?;
         if !(2..=3).contains(&fields.len()) {
             return Err(format!("grant returned {} fields, not 2 or 3", fields.len()).into());
@@ -139,7 +143,7 @@ pub(crate) struct GrantItem {
 impl From<&Grant<'_>> for GrantItem {
     fn from(grant: &Grant<'_>) -> Self {
         GrantItem {
-            lock: grant.keys.lock.clone(),
+            lock: grant.keys.lock().to_owned(),
             mint: grant.mint,
             token: grant.token.to_owned(),
             ttl: grant.ttl,
@@ -162,7 +166,7 @@ impl ToRedisArgs for GrantMany<'_> {
         for item in self.items {
             item.mint.write(out);
             out.write_arg(item.token.as_bytes());
-            out.write_arg_fmt(item.ttl.as_millis());
+            write_millis(out, item.ttl);
         }
     }
 
@@ -178,8 +182,8 @@ impl ScriptCall for GrantMany<'_> {
         self.script
     }
 
-    fn keys(&self) -> Vec<&str> {
-        self.items.iter().map(|item| item.lock.as_str()).collect()
+    fn keys(&self) -> Keys<'_> {
+        Keys::Many(self.items.iter().map(|item| item.lock.as_str()).collect())
     }
 }
 

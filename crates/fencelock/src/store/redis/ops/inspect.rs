@@ -5,14 +5,25 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
-use super::ScriptCall;
+use super::{Keys, ScriptCall};
 use crate::keys::LockKeys;
 use crate::store::redis::scripts::{self, Lua};
 
 /// An atomic snapshot of a lock (`inspect.lua`).
 #[derive(Debug)]
 pub(crate) struct Inspect<'a> {
-    pub(crate) keys: &'a LockKeys,
+    lock: &'a str,
+    fence: String,
+}
+
+impl<'a> Inspect<'a> {
+    /// The snapshot of lock `keys`.
+    pub(crate) fn of(keys: &'a LockKeys) -> Self {
+        Inspect {
+            lock: keys.lock(),
+            fence: keys.fence(),
+        }
+    }
 }
 
 impl ToRedisArgs for Inspect<'_> {
@@ -30,8 +41,8 @@ impl ScriptCall for Inspect<'_> {
         &scripts::INSPECT
     }
 
-    fn keys(&self) -> Vec<&str> {
-        vec![&self.keys.lock, &self.keys.fence]
+    fn keys(&self) -> Keys<'_> {
+        Keys::Two([self.lock, &self.fence])
     }
 }
 

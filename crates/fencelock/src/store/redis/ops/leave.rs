@@ -3,7 +3,7 @@
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
-use super::{Mint, PassOn, ScriptCall};
+use super::{Keys, Mint, PassOn, ScriptCall};
 use crate::keys::LockKeys;
 use crate::store::redis::scripts::{self, Lua};
 use crate::store::redis::wire::QueueMember;
@@ -33,8 +33,8 @@ impl ScriptCall for Leave<'_> {
         &scripts::LEAVE
     }
 
-    fn keys(&self) -> Vec<&str> {
-        vec![&self.keys.lock]
+    fn keys(&self) -> Keys<'_> {
+        Keys::One([self.keys.lock()])
     }
 }
 

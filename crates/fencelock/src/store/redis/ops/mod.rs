@@ -57,13 +57,34 @@ pub(crate) trait ScriptCall: ToRedisArgs {
 
     /// The keys it touches, in the script's KEYS order (the first one picks
     /// the Cluster slot; the others share it).
-    fn keys(&self) -> Vec<&str>;
+    fn keys(&self) -> Keys<'_>;
 
     /// Whether the call is sent behind a `PING`, in the same write, so that
     /// a waiter it wakes is answered before the caller (see
     /// [`Release::wake_first`]).
     fn wake_first(&self) -> bool {
         false
+    }
+}
+
+/// The KEYS of a call: one or two without an allocation (every call on one
+/// lock), or many (a batch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Keys<'a> {
+    One([&'a str; 1]),
+    Two([&'a str; 2]),
+    Many(Vec<&'a str>),
+}
+
+impl<'a> std::ops::Deref for Keys<'a> {
+    type Target = [&'a str];
+
+    fn deref(&self) -> &[&'a str] {
+        match self {
+            Keys::One(keys) => keys,
+            Keys::Two(keys) => keys,
+            Keys::Many(keys) => keys,
+        }
     }
 }
 
@@ -104,7 +125,13 @@ impl Mint {
             KeyLayout::HashTagged => 't',
             _ => 'b',
         };
-        out.write_arg_fmt(format_args!("{mode}{format}{}", self.retention.as_millis()));
+        let mut arg = [0u8; 2 + 20];
+        arg[0] = mode as u8;
+        arg[1] = format as u8;
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(millis(self.retention)).as_bytes();
+        arg[2..2 + digits.len()].copy_from_slice(digits);
+        out.write_arg(&arg[..2 + digits.len()]);
     }
 }
 
@@ -131,11 +158,29 @@ impl PassOn {
             Publish::Publish => "PUBLISH",
             Publish::SPublish => "SPUBLISH",
         };
-        out.write_arg_fmt(format_args!(
-            "{publish} {}",
-            STARVATION_THRESHOLD.as_micros()
-        ));
+        let mut arg = [0u8; 9 + 20];
+        arg[..publish.len()].copy_from_slice(publish.as_bytes());
+        arg[publish.len()] = b' ';
+        let mut digits = itoa::Buffer::new();
+        let digits = digits
+            .format(u64::try_from(STARVATION_THRESHOLD.as_micros()).unwrap_or(u64::MAX))
+            .as_bytes();
+        let len = publish.len() + 1 + digits.len();
+        arg[publish.len() + 1..len].copy_from_slice(digits);
+        out.write_arg(&arg[..len]);
     }
+}
+
+/// `d` in whole milliseconds, as the scripts read durations.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Writes `d` as one argument in whole milliseconds. Integers are written
+/// through `itoa` (as redis-rs writes its own), not the formatting
+/// machinery, which costs several times more on every call.
+pub(super) fn write_millis<W: ?Sized + RedisWrite>(out: &mut W, d: Duration) {
+    out.write_arg(itoa::Buffer::new().format(millis(d)).as_bytes());
 }
 
 /// What a batch script did with one of its items.

@@ -3,7 +3,7 @@
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
-use super::{Batched, Mint, PassOn, ScriptCall};
+use super::{Batched, Keys, Mint, PassOn, ScriptCall};
 use crate::store::Checked;
 use crate::store::redis::scripts::{self, Lua};
 
@@ -42,8 +42,8 @@ impl ScriptCall for Release<'_> {
         &scripts::RELEASE
     }
 
-    fn keys(&self) -> Vec<&str> {
-        vec![self.lock]
+    fn keys(&self) -> Keys<'_> {
+        Keys::One([self.lock])
     }
 
     fn wake_first(&self) -> bool {
@@ -95,8 +95,8 @@ impl ScriptCall for ReleaseMany<'_> {
         &scripts::RELEASE_MANY
     }
 
-    fn keys(&self) -> Vec<&str> {
-        self.items.iter().map(|item| item.lock.as_str()).collect()
+    fn keys(&self) -> Keys<'_> {
+        Keys::Many(self.items.iter().map(|item| item.lock.as_str()).collect())
     }
 }
 

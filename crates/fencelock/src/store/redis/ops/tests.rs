@@ -63,12 +63,12 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
     };
     assert_eq!(args(&unqueued), ["ct86400000", "t", "5000", "notify"]);
     // The lock key alone: the scripts derive the others from it.
-    assert_eq!(grant.keys(), [keys.lock.as_str()]);
+    assert_eq!(*grant.keys(), [keys.lock()]);
     let pass_on = PassOn {
         publish: Publish::Publish,
     };
     let release = Release {
-        lock: &keys.lock,
+        lock: keys.lock(),
         mint,
         pass_on,
         value: "t:7",
@@ -85,18 +85,20 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
         args(&leave),
         ["nt0", "PUBLISH 10000", "c:1:fair:5000:1000:t", "t"]
     );
-    assert_eq!(release.keys(), [keys.lock.as_str()]);
-    assert_eq!(leave.keys(), [keys.lock.as_str()]);
+    assert_eq!(*release.keys(), [keys.lock()]);
+    assert_eq!(*leave.keys(), [keys.lock()]);
     Ok(())
 }
 
 #[test]
 fn replies_decode_every_code() {
     let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+    // Granted: the fence alone; a negative one is no fence.
     assert_eq!(
-        GrantReply::from_redis_value(pair(1, 42)).ok(),
+        GrantReply::from_redis_value(Value::Int(42)).ok(),
         Some(GrantReply::Granted(Fence::new(42)))
     );
+    assert!(GrantReply::from_redis_value(Value::Int(-1)).is_err());
     assert_eq!(
         GrantReply::from_redis_value(pair(0, 250)).ok(),
         Some(GrantReply::Held {
@@ -183,7 +185,7 @@ fn batch_calls_write_their_items_in_order() -> crate::Result<()> {
         args(&many),
         ["ct86400000", "t1", "5000", "cb0", "t2", "5000"]
     );
-    assert_eq!(many.keys(), [a.lock.as_str(), b.lock.as_str()]);
+    assert_eq!(*many.keys(), [a.lock(), b.lock()]);
     assert!(grant(&a, "t").batchable());
     let member = QueueMember {
         client: "c".into(),
@@ -220,12 +222,12 @@ fn batch_calls_write_their_items_in_order() -> crate::Result<()> {
         wake_first: false,
     };
     let items = [
-        ReleaseItem::from(&release(&a.lock, "t1:7")),
-        ReleaseItem::from(&release(&b.lock, "t2")),
+        ReleaseItem::from(&release(a.lock(), "t1:7")),
+        ReleaseItem::from(&release(b.lock(), "t2")),
     ];
     let many = ReleaseMany { items: &items };
     assert_eq!(args(&many), ["t1:7", "t2"]);
-    assert_eq!(many.keys(), [a.lock.as_str(), b.lock.as_str()]);
+    assert_eq!(*many.keys(), [a.lock(), b.lock()]);
     Ok(())
 }
 

@@ -11,8 +11,9 @@ local waiter_lease = tonumber(ARGV[6])  -- ms a queued waiter keeps its place
 -- common, uncontended case).
 local queued = member ~= '' and ARGV[7] == '1'
 --
--- Returns {1, fence} when granted (a retry with the same token gets the same
--- grant back), {0, pttl, last} when held by another, {2, 0, last} when free
+-- Returns the fence, a bare integer, when granted (a retry with the same
+-- token gets the same grant back; an integer costs the client less to read
+-- than an array), {0, pttl, last} when held by another, {2, 0, last} when free
 -- but reserved for the head of a fair queue, where `last` is the fence stored
 -- now (nil: none): a hand-over wake-up with a higher fence was made after
 -- this attempt. Refused notify/fair callers are queued (or keep their place,
@@ -36,7 +37,7 @@ if wait_mode ~= 'fair' and not queued then
     -- deleting it restores what was there.
     undo = LOCK
     store_fence(fence)
-    return {1, fence}
+    return fence
   end
 else
   held = call('GET', LOCK)
@@ -85,7 +86,7 @@ if mine then
   -- measures from.
   call('PEXPIRE', LOCK, ttl_ms)
   if queued then dequeue(member) end
-  return {1, mine}
+  return mine
 end
 
 if held then
@@ -104,4 +105,4 @@ end
 local fence = mint(last, now)
 call('SET', LOCK, lock_value(token, fence), 'PX', ttl_ms)
 if queued then dequeue(member) end
-return {1, fence}
+return fence

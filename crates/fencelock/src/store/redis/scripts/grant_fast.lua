@@ -32,7 +32,7 @@ do
         -- Taken (SET replied nil: the key was absent). The fence key held a
         -- string or nothing, so this SET cannot meet a wrong type.
         local stored = fast_store_fence(KEYS[1], fs, mint)
-        if not (type(stored) == 'table' and stored.err) then return {1, f} end
+        if not (type(stored) == 'table' and stored.err) then return f end
         -- The fence could not be stored (an ACL that lets the user write
         -- the lock key only): undo the grant (SET NX found the key absent)
         -- and fall through: grant.lua tries again, undoes again and names
