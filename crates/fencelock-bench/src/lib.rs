@@ -26,6 +26,7 @@
 //! | `scenarios` | uncontended and many ([`Cycles`]), contended (per wait mode), held: each measured in one function, with its typed result |
 //! | `floor` | the references: the fenced floor, the unfenced reference, PING, the handoff floor |
 //! | `conn` | plain connections of the library's type (TLS, Cluster routed to the lock's node) |
+//! | `placement` | [`Placement`]: the client on Redis's CPU or on another, pinned when the bench started its own server |
 //! | `measure` | INFO counters, `redis-benchmark`, process CPU and heap, statistics |
 //! | `report` | [`Report`], [`Header`], [`Record`], [`Measurement`] |
 //! | `render` | [`Renderer`] and [`Report::render`]: the human table and the JSON lines, the only place either is written |
@@ -40,6 +41,7 @@ mod error;
 mod etcd;
 mod floor;
 mod measure;
+mod placement;
 mod plot;
 mod render;
 mod report;
@@ -55,6 +57,7 @@ pub use error::{Error, ErrorKind, Result};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdContended, EtcdMany, EtcdReport, EtcdUncontended, run_etcd};
 pub use measure::Spread;
+pub use placement::Placement;
 pub use render::{Format, Renderer};
 pub use report::{Header, Measurement, Record, Report};
 pub use scenarios::{Contended, Contestant, CyclePath, Cycles, Held, mode_name};
@@ -111,6 +114,11 @@ pub struct Config {
     pub leases: Vec<usize>,
     /// The ttl of `held`'s leases.
     pub held_ttl: Duration,
+    /// The pid of a redis-server this run may pin (one the caller started
+    /// for it): `uncontended` and `many` are then measured once with the
+    /// client on that server's CPU and once on another ([`Placement`]).
+    /// `None`: nothing is pinned, and the records say so.
+    pub pin_redis: Option<u32>,
 }
 
 impl Config {
@@ -139,6 +147,7 @@ impl Config {
             tasks: 64,
             leases: vec![1000],
             held_ttl: Duration::from_secs(10),
+            pin_redis: None,
         }
     }
 
@@ -239,6 +248,21 @@ pub async fn count_cycles(config: &Config, path: CyclePath, n: u64) -> Result<()
         .map_err(|e| e.shown_for(&config.url))
 }
 
+/// Where `uncontended` and `many` run their client: both regimes with the
+/// server of [`Config::pin_redis`] pinned to its CPU, else unpinned; and a
+/// note when a regime could not be measured.
+fn placements(config: &Config) -> Result<(Vec<Placement>, Option<String>)> {
+    let allowed = placement::allowed_cpus()?;
+    let Some(pid) = config.pin_redis else {
+        return Ok((vec![Placement::Unpinned { allowed }], None));
+    };
+    let (regimes, note) = placement::regimes(&allowed);
+    if let Some(cpu) = regimes.first().and_then(Placement::redis_cpu) {
+        placement::pin_process(pid, cpu)?;
+    }
+    Ok((regimes, note))
+}
+
 /// The setup of one run of `config`, with a new run id.
 fn setup_of(config: &Config) -> Setup {
     Setup {
@@ -265,24 +289,28 @@ pub async fn run(config: &Config, observer: &mut impl Observer) -> Result<Report
 async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<Report> {
     config.check()?;
     let setup = setup_of(config);
+    let (placements, placement_note) = placements(config)?;
     let mut report = Report::new(Header {
         redis: config.url.shown().to_string(),
         duration: config.duration,
         rounds: config.rounds,
+        placement_note,
     });
     observer.updated(&report);
     let cycles_time = config.duration * 4 * config.rounds as u32;
     for (step, scenario) in config.scenarios.iter().enumerate() {
         match scenario {
             Scenario::Uncontended => {
-                let r = measure(
-                    observer,
-                    "uncontended",
-                    cycles_time,
-                    scenarios::cycles(&setup, "uncontended", 1),
-                )
-                .await?;
-                add(&mut report, observer, step, Measurement::Uncontended(r));
+                for placement in &placements {
+                    let r = measure(
+                        observer,
+                        "uncontended",
+                        cycles_time,
+                        scenarios::cycles(&setup, "uncontended", 1, placement),
+                    )
+                    .await?;
+                    add(&mut report, observer, step, Measurement::Uncontended(r));
+                }
             }
             Scenario::Contended => {
                 let mut per_mode: Vec<Vec<Contended>> =
@@ -319,14 +347,16 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                 }
             }
             Scenario::Many => {
-                let r = measure(
-                    observer,
-                    "many",
-                    cycles_time,
-                    scenarios::cycles(&setup, "many", config.tasks),
-                )
-                .await?;
-                add(&mut report, observer, step, Measurement::Many(r));
+                for placement in &placements {
+                    let r = measure(
+                        observer,
+                        "many",
+                        cycles_time,
+                        scenarios::cycles(&setup, "many", config.tasks, placement),
+                    )
+                    .await?;
+                    add(&mut report, observer, step, Measurement::Many(r));
+                }
             }
             Scenario::Held => {
                 for &leases in &config.leases {

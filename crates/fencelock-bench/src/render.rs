@@ -115,6 +115,9 @@ fn header_text(out: &mut String, header: &Header) {
         header.rounds,
         header.duration.as_secs_f64()
     );
+    if let Some(note) = &header.placement_note {
+        let _ = writeln!(out, "note: {note}");
+    }
 }
 
 /// Before the first record of a block.
@@ -224,9 +227,10 @@ fn cycles_text(out: &mut String, scenario: &str, r: &Cycles) {
     };
     let _ = writeln!(
         out,
-        "{scenario}: {what}, acquire + release ({} mode, {})",
+        "{scenario}: {what}, acquire + release ({} mode, {}; {})",
         mode_name(r.mode),
-        r.topology.name()
+        r.topology.name(),
+        r.placement.describe()
     );
     let _ = writeln!(
         out,
@@ -444,6 +448,9 @@ fn cycles_json(scenario: &str, r: &Cycles) -> Vec<(String, Value)> {
     let mut fields = named(vec![
         ("scenario", scenario.into()),
         ("topology", r.topology.name().into()),
+        ("placement", r.placement.name().into()),
+        ("client_cpu", r.placement.client_cpu().into()),
+        ("redis_cpu", r.placement.redis_cpu().into()),
         ("mode", mode_name(r.mode).into()),
         ("tasks", r.tasks.into()),
         ("rounds", r.rounds.into()),
@@ -546,6 +553,7 @@ mod tests {
 
     use super::*;
     use crate::conn::Topology;
+    use crate::placement::Placement;
     use crate::report::Record;
 
     fn contestant(per_s: f64, first: f64, second: f64, cpu: f64) -> Contestant {
@@ -576,6 +584,10 @@ mod tests {
         };
         Cycles {
             topology: Topology::Cluster,
+            placement: Placement::OtherCpu {
+                cpu: 1,
+                redis_cpu: 0,
+            },
             mode: WaitMode::Notify,
             tasks: 1,
             rounds: 5,
@@ -598,6 +610,7 @@ mod tests {
             redis: "redis+cluster://:***@127.0.0.1:7000".into(),
             duration: Duration::from_millis(2000),
             rounds: 5,
+            placement_note: None,
         });
         let held = Held {
             topology: Topology::Standalone,
@@ -625,7 +638,7 @@ mod tests {
     fn cycles_show_every_reference_and_their_ratios() {
         let text = report().render(Format::Text);
         assert!(text.starts_with("fencelock bench on redis+cluster://:***@127.0.0.1:7000: 5 round(s) of 2 s per contestant"), "{text}");
-        assert!(text.contains("uncontended: one task, one name, one connection, acquire + release (notify mode, cluster)"), "{text}");
+        assert!(text.contains("uncontended: one task, one name, one connection, acquire + release (notify mode, cluster; client on CPU 1, Redis on CPU 0)"), "{text}");
         for row in ["fencelock", "floor", "unfenced", "PING"] {
             assert!(text.contains(&format!("\n  {row} ")), "{row}: {text}");
         }
@@ -645,6 +658,8 @@ mod tests {
         let u = &lines[0];
         assert_eq!(u["scenario"], "uncontended");
         assert_eq!(u["topology"], "cluster");
+        assert_eq!(u["placement"], "other_cpu");
+        assert_eq!((&u["client_cpu"], &u["redis_cpu"]), (&1.into(), &0.into()));
         assert_eq!(u["rounds"], 5);
         assert_eq!(u["cycles_per_s"], 9000.0);
         assert_eq!(u["unfenced_cycles_per_s"], 11000.0);

@@ -26,6 +26,9 @@ pub struct Header {
     pub duration: Duration,
     /// Rounds of each scenario.
     pub rounds: usize,
+    /// Why a placement of the client (see [`crate::Placement`]) was not
+    /// measured, if one was not.
+    pub placement_note: Option<String>,
 }
 
 /// One measured record.

@@ -21,6 +21,7 @@ use crate::floor::{self, Cycler};
 use crate::measure::{
     ServerCounters, Spread, heap_bytes, jain, process_cpu, quantile, redis_benchmark_ping, spread,
 };
+use crate::placement::{self, Placement};
 use crate::url::RedisUrl;
 
 /// Settings shared by the scenarios of one run.
@@ -104,6 +105,8 @@ impl Contestant {
 pub struct Cycles {
     /// The deployment measured.
     pub topology: Topology,
+    /// Where the measuring thread ran relative to Redis.
+    pub placement: Placement,
     /// The wait mode of fencelock's lock options.
     pub mode: WaitMode,
     /// Tasks, each on a name of its own (1 for `uncontended`).
@@ -237,27 +240,50 @@ async fn slice(cyclers: &mut Vec<Cycler>, length: Duration, probe: &mut RefConn)
 
 /// `uncontended` (`tasks` = 1) or `many`: fencelock and its references on
 /// names of their own, interleaved in slices, `setup.rounds` times.
-pub(crate) async fn cycles(setup: &Setup, scenario: &str, tasks: usize) -> Result<Cycles> {
+pub(crate) async fn cycles(
+    setup: &Setup,
+    scenario: &str,
+    tasks: usize,
+    placement: &Placement,
+) -> Result<Cycles> {
     // Measured on a single-threaded runtime, as a program driving one
     // connection would run (a multi-threaded one adds a cross-thread
     // wake-up to every reply), every contestant on the same one.
-    let (setup, scenario) = (setup.clone(), scenario.to_string());
-    on_current_thread(move |rt| rt.block_on(cycles_on(&setup, &scenario, tasks))).await
+    let (setup, scenario, placement) = (setup.clone(), scenario.to_string(), placement.clone());
+    let pin = placement.client_cpu();
+    on_current_thread(pin, move |rt| {
+        rt.block_on(cycles_on(&setup, &scenario, tasks, placement))
+    })
+    .await
 }
 
-/// Runs `work` on a blocking thread with a single-threaded runtime of its
-/// own, as a program driving its connections from one thread would.
+/// Runs `work` on a thread of its own with a single-threaded runtime of its
+/// own, as a program driving its connections from one thread would; pinned
+/// to CPU `pin` if given (a thread of its own: a pinned thread of the
+/// blocking pool would stay pinned for whatever it runs next).
 async fn on_current_thread<T: Send + 'static>(
+    pin: Option<usize>,
     work: impl FnOnce(&tokio::runtime::Runtime) -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    tokio::task::spawn_blocking(move || {
-        work(
-            &tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?,
-        )
-    })
-    .await?
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("fencelock-bench".into())
+        .spawn(move || {
+            let run = || {
+                if let Some(cpu) = pin {
+                    placement::pin_this_thread(cpu)?;
+                }
+                work(
+                    &tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?,
+                )
+            };
+            let _ = tx.send(run());
+        })
+        .map_err(|e| Error::failed(format!("cannot start the measuring thread: {e}")))?;
+    rx.await
+        .map_err(|_| Error::failed("the measuring thread ended without a result"))?
 }
 
 /// Which path [`crate::count_cycles`] runs.
@@ -276,7 +302,7 @@ pub enum CyclePath {
 /// same 20 warm-up cycles as the scenarios, on a single-threaded runtime.
 pub(crate) async fn count(setup: &Setup, path: CyclePath, n: u64) -> Result<()> {
     let setup = setup.clone();
-    on_current_thread(move |rt| rt.block_on(count_on(&setup, path, n))).await
+    on_current_thread(None, move |rt| rt.block_on(count_on(&setup, path, n))).await
 }
 
 async fn count_on(setup: &Setup, path: CyclePath, n: u64) -> Result<()> {
@@ -307,7 +333,12 @@ async fn count_on(setup: &Setup, path: CyclePath, n: u64) -> Result<()> {
     Ok(())
 }
 
-async fn cycles_on(setup: &Setup, scenario: &str, tasks: usize) -> Result<Cycles> {
+async fn cycles_on(
+    setup: &Setup,
+    scenario: &str,
+    tasks: usize,
+    placement: Placement,
+) -> Result<Cycles> {
     let opener = setup.opener().await?;
     let client = setup.client().await?;
     let opts = client.options();
@@ -420,6 +451,7 @@ async fn cycles_on(setup: &Setup, scenario: &str, tasks: usize) -> Result<Cycles
     };
     Ok(Cycles {
         topology: opener.topology,
+        placement,
         mode: opts.wait_mode_value(),
         tasks,
         rounds,
@@ -823,7 +855,7 @@ const HELD_TASKS: usize = 64;
 
 pub(crate) async fn held(setup: &Setup, leases: usize, ttl: Duration) -> Result<Held> {
     let setup = setup.clone();
-    on_current_thread(move |rt| rt.block_on(held_on(&setup, leases, ttl))).await
+    on_current_thread(None, move |rt| rt.block_on(held_on(&setup, leases, ttl))).await
 }
 
 async fn held_on(setup: &Setup, leases: usize, ttl: Duration) -> Result<Held> {

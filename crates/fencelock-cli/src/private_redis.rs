@@ -68,6 +68,11 @@ pub(crate) struct PrivateRedis {
 }
 
 impl PrivateRedis {
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.server.lock().unwrap_or_else(|p| p.into_inner()).pid()
+    }
+
     /// Starts redis-server and waits until it answers.
     pub(crate) async fn start() -> anyhow::Result<Self> {
         Self::start_with(Options::default()).await

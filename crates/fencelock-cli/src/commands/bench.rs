@@ -63,6 +63,12 @@ pub(crate) struct BenchArgs {
     /// (scripts/client-cost); Redis only.
     #[arg(long, value_name = "N", conflicts_with_all = ["scenario", "plot", "json"])]
     pub(crate) cycles: Option<u64>,
+    /// Leave the private redis-server and the measuring thread where the
+    /// OS puts them. By default the bench pins its own server to one CPU and
+    /// measures uncontended and many twice: with the client on that CPU and
+    /// on another (a server given by --url is never pinned).
+    #[arg(long)]
+    pub(crate) no_pin: bool,
     /// The path --cycles runs.
     #[arg(long, value_enum, default_value_t = PathArg::Fencelock, requires = "cycles")]
     pub(crate) path: PathArg,
@@ -91,6 +97,7 @@ Examples:
   fencelock bench --scenario contended --plot waits.svg
   fencelock --url etcd://127.0.0.1:2379 bench --duration 5s
   fencelock bench --cycles 2000 --path floor
+  fencelock bench --scenario uncontended --no-pin
 
 On etcd every wait mode waits in the same queue: contended is measured once
 (--mode and --plot are for Redis).
@@ -172,7 +179,14 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &BenchArgs) -> anyhow::Re
         PrivateRedis::unless_given(crate::connect::given_url(global).as_deref()).await?;
     let result = match args.cycles {
         Some(n) => count(config(global, args, url), args.path, n).await,
-        None => run_on(config(global, args, url), args).await,
+        None => {
+            let mut config = config(global, args, url);
+            config.pin_redis = private
+                .as_ref()
+                .filter(|_| !args.no_pin)
+                .map(PrivateRedis::pid);
+            run_on(config, args).await
+        }
     };
     if let Some(p) = private {
         p.stop().await;

@@ -149,6 +149,12 @@ fn check_floor(obj: &Map<String, Value>, ping_field: &str) {
 /// latencies in µs ordered, and the Redis CPU per cycle of each.
 fn check_cycles(obj: &Map<String, Value>, tasks: u64) {
     assert_eq!(count(obj, "tasks"), tasks, "{obj:?}");
+    // --no-pin (or a server given by URL): nothing pinned, and so said.
+    assert_eq!(text(obj, "placement"), "unpinned", "{obj:?}");
+    assert!(
+        field(obj, "client_cpu").is_null() && field(obj, "redis_cpu").is_null(),
+        "{obj:?}"
+    );
     assert_eq!(text(obj, "topology"), "standalone", "{obj:?}");
     assert_eq!(count(obj, "rounds"), 1, "{obj:?}");
     positive(obj, "cycles_per_s");
@@ -203,6 +209,7 @@ fn check_cycles(obj: &Map<String, Value>, tasks: u64) {
 fn heavy_bench_json_prints_one_object_per_scenario_and_mode() {
     let (out, stdout, stderr) = run(&[
         "bench",
+        "--no-pin",
         "--duration",
         "400ms",
         "--repeat",
@@ -270,12 +277,70 @@ fn heavy_bench_json_prints_one_object_per_scenario_and_mode() {
     );
 }
 
+/// By default the bench pins its own redis-server to the first CPU this
+/// process may use and measures uncontended (and many) twice: with the
+/// client on Redis's CPU, then on the next allowed CPU; each record says
+/// which. With one CPU allowed (`taskset` leaves one) only the same-CPU
+/// regime is measured, and the header says why the other is missing.
+#[test]
+fn heavy_bench_pins_its_own_server_and_measures_both_placements() {
+    let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .expect("this process's CPU affinity");
+    let cpus: Vec<usize> = (0..nix::sched::CpuSet::count())
+        .filter(|&c| allowed.is_set(c).unwrap_or(false))
+        .collect();
+    let args = [
+        "bench",
+        "--scenario",
+        "uncontended",
+        "--duration",
+        "150ms",
+        "--repeat",
+        "1",
+        "--json",
+    ];
+    let (out, stdout, stderr) = run(&args);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let objects = json_lines(&stdout);
+    let placements: Vec<(&str, u64, u64)> = objects
+        .iter()
+        .map(|o| {
+            (
+                text(o, "placement"),
+                count(o, "client_cpu"),
+                count(o, "redis_cpu"),
+            )
+        })
+        .collect();
+    let (redis, other) = (cpus[0] as u64, cpus.get(1).map(|&c| c as u64));
+    let mut expected = vec![("same_cpu", redis, redis)];
+    expected.extend(other.map(|other| ("other_cpu", other, redis)));
+    assert_eq!(placements, expected, "{stdout}");
+
+    // One CPU: the same-CPU regime, and the note.
+    let mut cmd = std::process::Command::new("taskset");
+    cmd.args(["-c", &cpus[0].to_string(), crate::support::BIN])
+        .args(args.iter().filter(|a| **a != "--json"))
+        .env_remove("FENCELOCK_URL")
+        .env_remove("FENCELOCK_REDIS_URL");
+    let out = cmd.output().expect("runs fencelock under taskset");
+    let text_out = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text_out}");
+    assert!(
+        text_out.contains("the other-CPU regime was skipped")
+            && text_out.contains(&format!("client on Redis's CPU {}", cpus[0]))
+            && !text_out.contains("client on CPU"),
+        "{text_out}"
+    );
+}
+
 /// `--repeat 3`: every ratio is the median of three rounds, between the
 /// smallest and the largest, which the object carries beside it.
 #[test]
 fn heavy_bench_repeat_reports_the_median_and_spread_of_the_rounds() {
     let (out, stdout, stderr) = run(&[
         "bench",
+        "--no-pin",
         "--scenario",
         "uncontended",
         "--duration",
@@ -363,6 +428,7 @@ fn heavy_bench_plot_writes_an_svg_with_a_curve_per_mode_and_panel() {
     let svg_arg = svg_path.to_str().expect("utf-8 temp path");
     let (out, stdout, stderr) = run(&[
         "bench",
+        "--no-pin",
         "--scenario",
         "contended",
         "--duration",
