@@ -26,6 +26,18 @@
 //! The renewal lag is how late the client's keeper sent a renewal against its schedule:
 //! event-loop stalls, blocking calls, GC-like pauses of this process.
 //!
+//! ## Handles, cached per family and recorder
+//!
+//! A client keeps one entry per lock family ([`StatsHandle`]): its counters
+//! for [`Stats`] (atomics), and the family's metric handles, registered
+//! with the current recorder on first use and kept, so that recording an
+//! event hashes no label strings. The handles remember which recorder they
+//! came from (by address): when another recorder is current (an exporter
+//! installed after connecting, a test's local recorder), they are
+//! registered again. At most 4,096 families per client keep handles;
+//! events of the others register their metric each time, as the `metrics`
+//! macros do.
+//!
 //! ## Families: bounded labels
 //!
 //! Lock names such as `invoice:42` are unbounded, so the `lock` label is the
