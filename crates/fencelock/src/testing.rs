@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::store::redis::invocation;
-use crate::store::redis::ops::{Extend, ExtendMany, Grant, Mint};
+use crate::store::redis::ops::{Extend, ExtendMany, Grant, GrantReply, Mint};
 use crate::{Fence, LockClient, LockKeys, LockOptions};
 
 pub use crate::store::redis::BatchFault;
@@ -34,6 +34,19 @@ pub fn grant_invocation(
         waiter_lease: opts.waiter_lease,
         queued: false,
     })
+}
+
+/// The fence a [`grant_invocation`]'s `reply` granted, or `None` for a
+/// refusal (held, or reserved for the head of a fair queue).
+///
+/// # Errors
+/// The reply is none a grant script gives.
+pub fn granted_fence(reply: redis::Value) -> std::result::Result<Option<Fence>, String> {
+    use redis::FromRedisValue;
+    match GrantReply::from_redis_value(reply).map_err(|e| e.to_string())? {
+        GrantReply::Granted(fence) => Ok(Some(fence)),
+        GrantReply::Held { .. } | GrantReply::ReservedForHead { .. } => Ok(None),
+    }
 }
 
 /// How many grant (or release) calls of one client, of one Cluster slot,

@@ -162,23 +162,16 @@ impl ControlLock {
 
     /// fencelock's grant script (poll mode): the one atomic grant.
     async fn grant(&self, keys: &LockKeys, token: &str) -> Result<Option<(Fence, String)>, String> {
-        // {1, fence} when granted; a refusal carries a third field (the
-        // fence stored then).
-        let reply: Vec<redis::Value> =
-            fencelock::testing::grant_invocation(keys, token, &self.opts)
-                .invoke_async(&mut self.conn.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-        Ok(match reply.as_slice() {
-            [redis::Value::Int(1), redis::Value::Int(fence)] => {
-                let fence = Fence::new(u64::try_from(*fence).unwrap_or(0));
-                Some((
-                    fence,
-                    fencelock::testing::lock_value(token, fence, self.opts.layout_value()),
-                ))
-            }
-            _ => None,
-        })
+        let reply: redis::Value = fencelock::testing::grant_invocation(keys, token, &self.opts)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(fencelock::testing::granted_fence(reply)?.map(|fence| {
+            (
+                fence,
+                fencelock::testing::lock_value(token, fence, self.opts.layout_value()),
+            )
+        }))
     }
 
     /// NEGATIVE CONTROL `two-command-acquire`: the guide's `SET NX PX`, then

@@ -1,6 +1,6 @@
 -- Release, common cases first (after fast_helpers.lua; prepended to
 -- common.lua, prelude.lua and release.lua): the lock is ours, and
---   - nobody waits: compare and delete (GET, ZRANGE of the queue, DEL);
+--   - nobody waits: compare and delete (GET, ZCARD of the queue, DEL);
 --   - with clock fences, the head waiter's lease has not ended: it is woken
 --     (a notify head: DEL, PUBLISH) or handed the lock (a fair head, or a
 --     notify head that has waited the starvation threshold: the fence
@@ -16,14 +16,19 @@
 -- stored a fence (the full script mints a higher one; fences need only
 -- grow) or dropped the head's waiter lease (the full script then finds the
 -- head dead and dequeues it, as it would have, naming what fails).
--- ZRANGE, not TYPE: a queue key of another type, or a user without
--- `+zrange`, errs and so takes the full script, which names a wrong type.
+-- ZCARD first: the release of a lock nobody waits for needs nothing more,
+-- and ZRANGE … WITHSCORES costs Redis (measured from Lua on Redis 7.0)
+-- several times what ZCARD does, about a third of a lone release. ZCARD and
+-- ZRANGE, not TYPE: a queue key of another type, or a user without `+zcard`
+-- or `+zrange`, errs and so takes the full script, which names a wrong type.
 do
   local lock, value = KEYS[1], ARGV[3]
-  local first = redis.pcall('GET', lock) == value and redis.pcall('ZRANGE', lock .. ':queue', 0, 0, 'WITHSCORES')
-  local listed = type(first) == 'table' and not first.err
-  local head = listed and first[1]
-  if listed and not head then
+  local queue = lock .. ':queue'
+  local waiting = redis.pcall('GET', lock) == value and redis.pcall('ZCARD', queue)
+  local first = type(waiting) == 'number' and waiting > 0
+    and redis.pcall('ZRANGE', queue, 0, 0, 'WITHSCORES')
+  local head = type(first) == 'table' and not first.err and first[1]
+  if waiting == 0 then
     if redis.pcall('DEL', lock) == 1 then return 1 end
   elseif head and string.byte(ARGV[1], 1) == MINT_CLOCK then
     local client, waiter, wmode, ttl, handover, token =
@@ -54,7 +59,7 @@ do
           local stored = fast_store_fence(lock, fs, ARGV[1])
           if not (type(stored) == 'table' and stored.err)
             and redis.pcall('ZREM', waiters, head) == 1
-            and redis.pcall('ZREM', lock .. ':queue', head) == 1 then
+            and redis.pcall('ZREM', queue, head) == 1 then
             local v = token
             if string.byte(ARGV[1], 2) == MINT_TAGGED then v = v .. ':' .. fs end
             local set = redis.pcall('SET', lock, v, 'PX', string.format('%d', px))
