@@ -338,41 +338,73 @@ impl std::fmt::Debug for Cached {
     }
 }
 
-/// A metric of a lock family: how to find its handle and how to register it.
-enum Metric {
+/// A counter of a lock family: its key, and its handle in [`LockHandles`].
+#[derive(Clone, Copy)]
+enum Counted {
     Attempts(usize),
-    Wait,
-    Hold,
     Renewals(usize),
     Lost(usize),
     ReleasesNotOurs,
-    RenewalLag,
 }
 
-impl Metric {
-    fn name(&self) -> &'static str {
+impl Counted {
+    fn key(self, label: &str) -> Key {
         match self {
-            Metric::Attempts(_) => ACQUIRE_ATTEMPTS,
-            Metric::Wait => ACQUIRE_WAIT,
-            Metric::Hold => HOLD,
-            Metric::Renewals(_) => RENEWALS,
-            Metric::Lost(_) => LEASES_LOST,
-            Metric::ReleasesNotOurs => RELEASES_NOT_OURS,
-            Metric::RenewalLag => RENEWAL_LAG,
+            Counted::Attempts(i) => key(
+                ACQUIRE_ATTEMPTS,
+                label,
+                Some(("outcome", ATTEMPT_OUTCOMES[i])),
+            ),
+            Counted::Renewals(i) => key(RENEWALS, label, Some(("outcome", RENEWAL_OUTCOMES[i]))),
+            Counted::Lost(i) => key(LEASES_LOST, label, Some(("reason", LOSS_REASONS[i]))),
+            Counted::ReleasesNotOurs => key(RELEASES_NOT_OURS, label, None),
         }
     }
 
-    /// The key of this metric for family `label`.
-    fn key(&self, label: &str) -> Key {
-        let lock = Label::new("lock", label.to_owned());
-        let labels = match *self {
-            Metric::Attempts(i) => vec![lock, Label::new("outcome", ATTEMPT_OUTCOMES[i])],
-            Metric::Renewals(i) => vec![lock, Label::new("outcome", RENEWAL_OUTCOMES[i])],
-            Metric::Lost(i) => vec![lock, Label::new("reason", LOSS_REASONS[i])],
-            _ => vec![lock],
-        };
-        Key::from_parts(self.name(), labels)
+    fn slot(self, handles: &LockHandles) -> &OnceLock<Counter> {
+        match self {
+            Counted::Attempts(i) => &handles.attempts[i],
+            Counted::Renewals(i) => &handles.renewals[i],
+            Counted::Lost(i) => &handles.lost[i],
+            Counted::ReleasesNotOurs => &handles.releases_not_ours,
+        }
     }
+}
+
+/// A histogram of a lock family: its key, and its handle in
+/// [`LockHandles`].
+#[derive(Clone, Copy)]
+enum Observed {
+    Wait,
+    Hold,
+    RenewalLag,
+}
+
+impl Observed {
+    fn key(self, label: &str) -> Key {
+        let name = match self {
+            Observed::Wait => ACQUIRE_WAIT,
+            Observed::Hold => HOLD,
+            Observed::RenewalLag => RENEWAL_LAG,
+        };
+        key(name, label, None)
+    }
+
+    fn slot(self, handles: &LockHandles) -> &OnceLock<Histogram> {
+        match self {
+            Observed::Wait => &handles.wait,
+            Observed::Hold => &handles.hold,
+            Observed::RenewalLag => &handles.renewal_lag,
+        }
+    }
+}
+
+/// The key of metric `name` for lock family `label`, with one more label
+/// if given.
+fn key(name: &'static str, label: &str, extra: Option<(&'static str, &'static str)>) -> Key {
+    let mut labels = vec![Label::new("lock", label.to_owned())];
+    labels.extend(extra.map(|(k, v)| Label::new(k, v)));
+    Key::from_parts(name, labels)
 }
 
 impl LockFamily {
@@ -390,41 +422,36 @@ impl LockFamily {
     }
 
     /// Adds one to counter `metric` of the current recorder.
-    fn count(&self, metric: Metric) {
+    fn count(&self, metric: Counted) {
         metrics::with_recorder(|recorder| {
-            let Some(cached) = &self.handles else {
-                return recorder
-                    .register_counter(&metric.key(&self.label), &METADATA)
-                    .increment(1);
-            };
-            let cached = self.current(cached, recorder);
-            let slot = match metric {
-                Metric::Attempts(i) => &cached.handles.attempts[i],
-                Metric::Renewals(i) => &cached.handles.renewals[i],
-                Metric::Lost(i) => &cached.handles.lost[i],
-                _ => &cached.handles.releases_not_ours,
-            };
-            slot.get_or_init(|| recorder.register_counter(&metric.key(&self.label), &METADATA))
-                .increment(1);
+            let register = || recorder.register_counter(&metric.key(&self.label), &METADATA);
+            match &self.handles {
+                Some(cached) => {
+                    let cached = self.current(cached, recorder);
+                    metric
+                        .slot(&cached.handles)
+                        .get_or_init(register)
+                        .increment(1);
+                }
+                None => register().increment(1),
+            }
         });
     }
 
     /// Records `value` into histogram `metric` of the current recorder.
-    fn observe(&self, metric: Metric, value: Duration) {
+    fn observe(&self, metric: Observed, value: Duration) {
         metrics::with_recorder(|recorder| {
-            let Some(cached) = &self.handles else {
-                return recorder
-                    .register_histogram(&metric.key(&self.label), &METADATA)
-                    .record(value);
-            };
-            let cached = self.current(cached, recorder);
-            let slot = match metric {
-                Metric::Wait => &cached.handles.wait,
-                Metric::Hold => &cached.handles.hold,
-                _ => &cached.handles.renewal_lag,
-            };
-            slot.get_or_init(|| recorder.register_histogram(&metric.key(&self.label), &METADATA))
-                .record(value);
+            let register = || recorder.register_histogram(&metric.key(&self.label), &METADATA);
+            match &self.handles {
+                Some(cached) => {
+                    let cached = self.current(cached, recorder);
+                    metric
+                        .slot(&cached.handles)
+                        .get_or_init(register)
+                        .record(value);
+                }
+                None => register().record(value),
+            }
         });
     }
 
@@ -462,9 +489,9 @@ pub(crate) fn acquire<T>(
         Err(_) => 3,
     };
     span.record("outcome", ATTEMPT_OUTCOMES[outcome]);
-    family.count(Metric::Attempts(outcome));
+    family.count(Counted::Attempts(outcome));
     if result.is_ok() {
-        family.observe(Metric::Wait, wait);
+        family.observe(Observed::Wait, wait);
     }
     family.counters.attempts[outcome].fetch_add(1, Ordering::Relaxed);
 }
@@ -516,7 +543,7 @@ impl LeaseMetrics {
     /// The hold ended (release, drop or loss); recorded once per lease.
     pub(crate) fn hold_ended(&self) {
         if !self.hold_recorded.swap(true, Ordering::Relaxed) {
-            self.family.observe(Metric::Hold, self.granted.elapsed());
+            self.family.observe(Observed::Hold, self.granted.elapsed());
         }
     }
 
@@ -524,7 +551,7 @@ impl LeaseMetrics {
     pub(crate) fn renewal(&self, ok: bool) {
         let i = usize::from(!ok);
         record_outcome(RENEWAL_OUTCOMES[i]);
-        self.family.count(Metric::Renewals(i));
+        self.family.count(Counted::Renewals(i));
         self.family.counters.renewals[i].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -535,14 +562,14 @@ impl LeaseMetrics {
             LossReason::TakenOver => 1,
             LossReason::DeadlinePassed => 2,
         };
-        self.family.count(Metric::Lost(i));
+        self.family.count(Counted::Lost(i));
         self.family.counters.lost.fetch_add(1, Ordering::Relaxed);
         self.hold_ended();
     }
 
     /// A release found the lock no longer ours.
     pub(crate) fn release_not_ours(&self) {
-        self.family.count(Metric::ReleasesNotOurs);
+        self.family.count(Counted::ReleasesNotOurs);
         self.family
             .counters
             .releases_not_ours
@@ -552,7 +579,7 @@ impl LeaseMetrics {
     /// The keeper woke `lag` late; warns once per lease when the lag exceeds
     /// a third of `ttl`.
     pub(crate) fn renewal_lag(&self, name: &str, lag: Duration, ttl: Duration) {
-        self.family.observe(Metric::RenewalLag, lag);
+        self.family.observe(Observed::RenewalLag, lag);
         let ns = u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX);
         self.family
             .counters
