@@ -13,6 +13,7 @@ use crate::commands::bench::BenchArgs;
 use crate::commands::demo::DemoArgs;
 use crate::commands::doctor::DoctorArgs;
 use crate::commands::read::ReadArgs;
+use crate::commands::revoke::RevokeArgs;
 use crate::commands::run::RunArgs;
 use crate::commands::status::StatusArgs;
 use crate::commands::top::TopArgs;
@@ -45,6 +46,7 @@ Examples:
   fencelock run nightly-report -- ./report.sh --date today
   fencelock run --no-wait migrate -- sqlx migrate run
   fencelock status nightly-report
+  fencelock revoke invoice-42 --resource invoice:42   # take it away, fence out its holder
   fencelock doctor              # is this Redis fit for locks?
   fencelock --url etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 run job -- ./job.sh
   fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"
@@ -56,6 +58,8 @@ Exit codes:
        (or its #! interpreter is missing), 127 not found, 75 lock not acquired
        (--conflict-exit-code), 76 lock lost while the command ran
   write, update, read --register: 0 done, 3 rejected as stale (nothing written)
+  revoke: 0 a holder deposed, 75 the lock was free (resources sealed all the
+       same), 4 done but fewer replicas than --replicas acknowledged it
   doctor: 0 every check passed, 1 warnings, 2 failures
   update: the command's own code if it failed, 65 its output is not text
   all: 64 usage, 69 Redis or etcd unreachable, 70 internal error, 78 bad configuration
@@ -72,6 +76,7 @@ pub(crate) enum Command {
     Read(ReadArgs),
     Write(WriteArgs),
     Update(UpdateArgs),
+    Revoke(RevokeArgs),
     Top(TopArgs),
     Doctor(DoctorArgs),
     Bench(BenchArgs),

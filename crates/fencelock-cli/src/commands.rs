@@ -13,6 +13,7 @@ pub(crate) mod bench;
 pub(crate) mod demo;
 pub(crate) mod doctor;
 pub(crate) mod read;
+pub(crate) mod revoke;
 pub(crate) mod run;
 pub(crate) mod status;
 pub(crate) mod top;

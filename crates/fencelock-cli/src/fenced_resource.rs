@@ -103,6 +103,14 @@ impl Resource {
         }
     }
 
+    /// The resource, for a revoke to seal.
+    pub(crate) fn sealable(&self) -> &dyn fencelock::Sealable {
+        match self {
+            Resource::Hash(h) => h,
+            Resource::Key(k) => k,
+        }
+    }
+
     pub(crate) async fn write(
         &self,
         fence: Fence,

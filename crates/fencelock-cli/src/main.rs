@@ -18,6 +18,7 @@
 //! | `commands/status.rs` | `fencelock status`: whether a lock is held, by whom, its fence and time left |
 //! | `commands/read.rs` | `fencelock read`: a fenced resource's value, optionally registering the caller's fence first |
 //! | `commands/write.rs` | `fencelock write`: a fenced write |
+//! | `commands/revoke.rs` | `fencelock revoke`: take a lock away and seal resources against its holder |
 //! | `commands/update.rs` | `fencelock update`: a fenced read-modify-write through a command |
 //! | `commands/top.rs` | `fencelock top`: a live view of the locks under a pattern (SCAN) |
 //! | `commands/doctor.rs` | `fencelock doctor`: the library's deployment audit, one line per check |
@@ -62,7 +63,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
-use crate::commands::{bench, demo, doctor, read, run, status, top, torture, update, write};
+use crate::commands::{
+    bench, demo, doctor, read, revoke, run, status, top, torture, update, write,
+};
 
 fn main() -> ExitCode {
     // `run` starts this binary again as the watchdog of its command: no
@@ -117,6 +120,7 @@ async fn dispatch(cli: &Cli) -> anyhow::Result<u8> {
         Command::Read(args) => read::exec(global, args).await,
         Command::Write(args) => write::exec(global, args).await,
         Command::Update(args) => update::exec(global, args).await,
+        Command::Revoke(args) => revoke::exec(global, args).await,
         Command::Top(args) => top::exec(global, args).await,
         Command::Doctor(args) => doctor::exec(global, args).await,
         Command::Bench(args) => bench::exec(global, args).await,

@@ -1,6 +1,7 @@
 //! The client façade: [`LockClient`], its builder, and what it offers —
 //! `try_acquire` / `acquire` / `with_lock` (leases from `crate::lease`,
-//! grants from `crate::engine`), `inspect`, fenced resources and stats. It
+//! grants from `crate::engine`), `revoke`, `inspect`, fenced resources and
+//! stats. It
 //! checks its input and delegates; which kind of store is behind it is the
 //! engine's business, never this file's.
 
@@ -15,7 +16,7 @@ use crate::keys::{KeyLayout, LockKeys, key_text_problem};
 use crate::lease::{Lease, LeaseHandle, Leases, ReleaseOutcome};
 use crate::metrics::{Stats, StatsHandle};
 use crate::options::LockOptions;
-use crate::resource::FencedHash;
+use crate::resource::{FencedHash, Revoked, Sealable, Sealed};
 use crate::store::ConnSettings;
 
 /// The default key prefix.
@@ -521,6 +522,128 @@ impl LockClient {
         self.engine()
             .audit(&self.inner.prefix, &self.inner.defaults)
             .await
+    }
+
+    /// Takes lock `name` away from whoever holds it — no token of the
+    /// holder needed — and seals `resources` at the revocation fence: from
+    /// the moment this returns, the deposed holder's writes to them are
+    /// refused, and every later holder's accepted.
+    ///
+    /// In order:
+    /// 1. **Depose**, in one atomic step: on Redis one script mints a fence
+    ///    above every fence issued for the name (and stores it, so every
+    ///    later grant's fence is above it), deletes the lock whoever holds
+    ///    it, and passes it on to the head waiter as a release does; on etcd
+    ///    one transaction deletes the holder's key, and the revocation fence
+    ///    lies just below the next key in the queue. Waiters keep their
+    ///    places.
+    /// 2. **Seal** each resource at the revocation fence ([`Sealable`]):
+    ///    every fence up to it is refused there from then on. A resource
+    ///    that a later holder wrote first is sealed by that holder's greater
+    ///    fence already ([`Sealed::outcome`] `Rejected`): the deposed
+    ///    holder is refused there too.
+    ///
+    /// The lock is not held while the resources are sealed: the revocation
+    /// fence is below every later holder's, so a seal and a later holder's
+    /// writes may land in either order, and a revoker that dies midway
+    /// leaves no lock behind.
+    ///
+    /// Without resources, the only effect on the deposed holder is its loss
+    /// signal at its next renewal (at most a third of its ttl later):
+    /// until then it may believe it holds the lock, and any resource not
+    /// sealed accepts its writes until a later holder writes there. The
+    /// lock being free is not an error ([`Revoked::deposed`] is `None`):
+    /// the resources are sealed all the same, against holders whose lease
+    /// ended but who may still write.
+    ///
+    /// `opts` must have the fence mode, fence epoch and layout of the
+    /// lock's holders; its replicas ([`LockOptions::wait_for_replicas`], on
+    /// Redis) are waited for after the revoke. The revoke is logged (a
+    /// `warn` event when it deposed a holder) and counted
+    /// ([`metrics::REVOKES`](crate::metrics::REVOKES)). On Redis it needs
+    /// the ACL permission `+unlink`, which no other operation needs: leave
+    /// it out of the workers' rule to keep them from revoking.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+    /// let invoice = client.fenced_hash("invoice:42:data")?;
+    /// let revoked = client
+    ///     .revoke("invoice:42", &client.options(), &[&invoice])
+    ///     .await?;
+    /// if let Some(deposed) = &revoked.deposed {
+    ///     println!("took the lock from {} at fence {}", deposed.holder, revoked.fence);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Bad input and connection errors as for [`LockClient::try_acquire`]
+    /// (nothing was changed); [`Error::NoPermission`] without `+unlink`
+    /// (nothing was changed); [`Error::RevokeIncomplete`] when the lock was
+    /// revoked but a resource could not be sealed (it names the resource);
+    /// [`Error::RevokeNotReplicated`] when fewer replicas than asked for
+    /// acknowledged the revoke (it was applied, and the resources sealed).
+    pub async fn revoke(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        resources: &[&dyn Sealable],
+    ) -> Result<Revoked> {
+        opts.validate()?;
+        let keys = self.lock_keys(name, opts.layout)?;
+        let revocation = self.engine().revoke(name, &keys, opts).await?;
+        let fence = revocation.fence;
+        crate::metrics::revoke(
+            self.inner.leases.stats(),
+            opts.family_of(name),
+            revocation.deposed.is_some(),
+        );
+        match &revocation.deposed {
+            Some(deposed) => {
+                tracing::warn!(lock = %name, %fence, holder = %deposed.holder, deposed_fence = ?deposed.fence, "lock revoked: its holder was deposed");
+            }
+            None => tracing::info!(lock = %name, %fence, "lock revoked: it was free"),
+        }
+        let outcomes =
+            futures_util::future::join_all(resources.iter().map(|r| r.seal(fence))).await;
+        let mut sealed = Vec::with_capacity(resources.len());
+        let mut failed = None;
+        for (resource, outcome) in resources.iter().zip(outcomes) {
+            match outcome {
+                Ok(outcome) => sealed.push(Sealed {
+                    resource: resource.resource(),
+                    outcome,
+                }),
+                Err(e) => {
+                    tracing::warn!(lock = %name, %fence, resource = %resource.resource(), error = %e, "revoke could not seal a resource");
+                    failed.get_or_insert((resource.resource(), e));
+                }
+            }
+        }
+        if let Some((resource, source)) = failed {
+            return Err(Error::RevokeIncomplete {
+                name: name.to_owned(),
+                fence,
+                resource,
+                source: Box::new(source),
+            });
+        }
+        if let Some((acked, wanted)) = revocation.replicas
+            && acked < wanted
+        {
+            return Err(Error::RevokeNotReplicated {
+                name: name.to_owned(),
+                fence,
+                acked,
+                wanted,
+            });
+        }
+        Ok(Revoked {
+            name: name.to_owned(),
+            fence,
+            deposed: revocation.deposed,
+            sealed,
+        })
     }
 
     /// Reads the current state of lock `name` (one atomic script). Fences

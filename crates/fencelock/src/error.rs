@@ -99,6 +99,45 @@ pub enum Error {
         wanted: u32,
     },
 
+    /// A revoke took the lock away (or found it free) and minted its
+    /// revocation fence, but could not seal one of the resources: until it
+    /// is sealed at `fence` (a seal is idempotent: `seal(fence)` on it
+    /// again), that resource may still accept the deposed holder's writes.
+    /// The other resources were sealed or tried; the error names the first
+    /// that failed.
+    #[error(
+        "lock {name:?} was revoked (revocation fence {fence}), but resource {resource:?} was not sealed: {source}; until it is sealed at fence {fence}, it may still accept the deposed holder's writes"
+    )]
+    RevokeIncomplete {
+        /// The lock name.
+        name: String,
+        /// The revocation fence.
+        fence: Fence,
+        /// The resource that was not sealed.
+        resource: String,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// A revoke was applied on the primary and its resources were sealed,
+    /// but fewer replicas than asked for acknowledged it in time: a
+    /// failover now could give the deposed holder its lock back (its writes
+    /// stay refused at the sealed resources).
+    #[error(
+        "lock {name:?} was revoked on the primary (revocation fence {fence}) and its resources were sealed, but only {acked} of {wanted} replicas acknowledged the revoke in time: a failover now could give the deposed holder its lock back (its writes stay refused at the sealed resources)"
+    )]
+    RevokeNotReplicated {
+        /// The lock name.
+        name: String,
+        /// The revocation fence.
+        fence: Fence,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
+
     /// The lease was lost while the holder still worked: renewal failed, the
     /// local deadline passed, or the lock was no longer ours at release.
     #[error("lock {name:?} (fence {fence}) was lost while held: {reason}")]
@@ -375,7 +414,9 @@ impl Error {
             Error::Timeout { .. } => {
                 Class::of(Kind::Contention, Retry::WhenFree { remaining: None })
             }
+            Error::RevokeIncomplete { source, .. } => source.class(),
             Error::GrantTooLate { .. }
+            | Error::RevokeNotReplicated { .. }
             | Error::NotReplicated { .. }
             | Error::WriteNotReplicated { .. } => Class::of(Kind::Other, Retry::AfterBackoff),
             Error::LockLost { .. } => Class::of(Kind::Loss, Retry::Never),

@@ -216,7 +216,7 @@ mod resource;
 mod store;
 
 pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, MAX_PREFIX_LEN};
-pub use engine::LockState;
+pub use engine::{Deposed, LockState};
 pub use error::{DriverError, Error, LossReason, Result, Retry};
 pub use fence::Fence;
 pub use holder::holder_id;
@@ -232,7 +232,10 @@ pub use options::{
 pub use resource::postgres::{
     FENCE_COLUMN, FencedRow, FencedTable, HOLDER_COLUMN, RowFence, RowKey, SetClause,
 };
-pub use resource::{Fenced, FencedHash, HashState, WriteOutcome, fence_accepts};
+pub use resource::{
+    Fenced, FencedHash, HashState, REVOKED_HOLDER, Revoked, SealFuture, Sealable, Sealed,
+    WriteOutcome, fence_accepts,
+};
 #[cfg(feature = "etcd")]
 pub use resource::{FencedKey, KeyState};
 /// The sqlx version fencelock's Postgres resource is built on (feature

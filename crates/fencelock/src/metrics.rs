@@ -17,6 +17,7 @@
 //! | [`RENEWALS`] `fencelock_renewals_total` | counter | `lock`, `outcome` = `ok` \| `failed` |
 //! | [`LEASES_LOST`] `fencelock_leases_lost_total` | counter | `lock`, `reason` = `expired` \| `taken_over` \| `deadline_passed` |
 //! | [`RELEASES_NOT_OURS`] `fencelock_releases_not_ours_total` | counter | `lock` |
+//! | [`REVOKES`] `fencelock_revokes_total` | counter (one per [`LockClient::revoke`](crate::LockClient::revoke) that reached the store) | `lock`, `outcome` = `deposed` \| `free` |
 //! | [`FENCED_WRITES`] `fencelock_fenced_writes_total` | counter | `resource`, `outcome` = `accepted` \| `rejected_stale` |
 //! | [`RENEWAL_LAG`] `fencelock_renewal_lag_seconds` | histogram | `lock` |
 //! | [`DEPLOYMENT_WARNINGS`] `fencelock_deployment_warnings_total` | counter (`evicting_maxmemory_policy`: once per connect; `server_clock_fast`: each time a server's clock moved further than this host's monotonic clock between two readings after renewals) | `warning` = `evicting_maxmemory_policy` \| `server_clock_fast` |
@@ -90,6 +91,8 @@ pub const RENEWALS: &str = "fencelock_renewals_total";
 pub const LEASES_LOST: &str = "fencelock_leases_lost_total";
 /// Counter: releases that found the lock no longer ours.
 pub const RELEASES_NOT_OURS: &str = "fencelock_releases_not_ours_total";
+/// Counter: revokes by outcome (a holder deposed, or the lock was free).
+pub const REVOKES: &str = "fencelock_revokes_total";
 /// Counter: fenced writes by resource and outcome.
 pub const FENCED_WRITES: &str = "fencelock_fenced_writes_total";
 /// Histogram: how late the renewal task woke against its schedule.
@@ -134,6 +137,8 @@ pub struct LockStats {
     pub releases_not_ours: u64,
     /// The worst renewal lag seen (zero without renewal samples).
     pub worst_renewal_lag: Duration,
+    /// Revokes made by this client (a holder deposed or not).
+    pub revokes: u64,
 }
 
 /// The counters of one resource family since start, in [`Stats`].
@@ -259,6 +264,8 @@ const ATTEMPT_OUTCOMES: [&str; 4] = ["acquired", "contended", "timed_out", "erro
 const RENEWAL_OUTCOMES: [&str; 2] = ["ok", "failed"];
 /// Loss reasons, in [`LockHandles::lost`] order.
 const LOSS_REASONS: [&str; 3] = ["expired", "taken_over", "deadline_passed"];
+/// Revoke outcomes, in [`LockHandles::revokes`] order.
+const REVOKE_OUTCOMES: [&str; 2] = ["deposed", "free"];
 
 /// Where the metrics of this crate are registered from (what the `metrics`
 /// macros would pass).
@@ -286,6 +293,7 @@ struct LockCounters {
     lost: AtomicU64,
     releases_not_ours: AtomicU64,
     worst_renewal_lag_ns: AtomicU64,
+    revokes: AtomicU64,
 }
 
 impl LockCounters {
@@ -301,6 +309,7 @@ impl LockCounters {
             lost: get(&self.lost),
             releases_not_ours: get(&self.releases_not_ours),
             worst_renewal_lag: Duration::from_nanos(get(&self.worst_renewal_lag_ns)),
+            revokes: get(&self.revokes),
         }
     }
 }
@@ -316,6 +325,7 @@ struct LockHandles {
     lost: [OnceLock<Counter>; 3],
     releases_not_ours: OnceLock<Counter>,
     renewal_lag: OnceLock<Histogram>,
+    revokes: [OnceLock<Counter>; 2],
 }
 
 /// The handles of a family and the recorder they were registered with (its
@@ -345,6 +355,7 @@ enum Counted {
     Renewals(usize),
     Lost(usize),
     ReleasesNotOurs,
+    Revokes(usize),
 }
 
 impl Counted {
@@ -358,6 +369,7 @@ impl Counted {
             Counted::Renewals(i) => key(RENEWALS, label, Some(("outcome", RENEWAL_OUTCOMES[i]))),
             Counted::Lost(i) => key(LEASES_LOST, label, Some(("reason", LOSS_REASONS[i]))),
             Counted::ReleasesNotOurs => key(RELEASES_NOT_OURS, label, None),
+            Counted::Revokes(i) => key(REVOKES, label, Some(("outcome", REVOKE_OUTCOMES[i]))),
         }
     }
 
@@ -367,6 +379,7 @@ impl Counted {
             Counted::Renewals(i) => &handles.renewals[i],
             Counted::Lost(i) => &handles.lost[i],
             Counted::ReleasesNotOurs => &handles.releases_not_ours,
+            Counted::Revokes(i) => &handles.revokes[i],
         }
     }
 }
@@ -494,6 +507,14 @@ pub(crate) fn acquire<T>(
         family.observe(Observed::Wait, wait);
     }
     family.counters.attempts[outcome].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Records one revoke of a lock of `family`; `deposed`: it took a
+/// holder's lock away (else the lock was free).
+pub(crate) fn revoke(stats: &StatsHandle, family: &str, deposed: bool) {
+    let family = stats.lock_family(family);
+    family.count(Counted::Revokes(usize::from(!deposed)));
+    family.counters.revokes.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Records an unsafe deployment setting found at connect.

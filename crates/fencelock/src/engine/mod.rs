@@ -29,6 +29,7 @@
 //! | `backoff` | backoff with jitter (poll mode) |
 //! | `cleanup` | [`Cleanups`](cleanup::Cleanups): the clean-ups of dropped acquisitions and leases, run in the background, and the wait for them |
 //! | `inspect` | [`LockState`], what `inspect` tells |
+//! | `revoke` | [`Revocation`], what a revoke did in the store, and the holder it [`Deposed`] |
 //! | `redis` | the recipe on Redis: `redis/acquire.rs` (attempts, the wait loop, hand-overs), `redis/wakeups.rs` (the waiters' wake-ups), `redis/mod.rs` (renew, release, inspect) |
 //! | `etcd` | the recipe on etcd (feature `etcd`): `etcd/acquire.rs` (the lease, the grant, the wait for the predecessor), `etcd/mod.rs` (renew, release, inspect) |
 
@@ -39,6 +40,7 @@ mod etcd;
 pub(crate) mod grant;
 mod inspect;
 mod redis;
+mod revoke;
 pub(crate) mod timing;
 
 use std::time::Duration;
@@ -52,6 +54,8 @@ use crate::store::redis::{BatchGroup, RedisConn};
 use crate::store::{Checked, ConnSettings};
 
 pub(crate) use grant::{Acquired, Granted};
+pub use revoke::Deposed;
+pub(crate) use revoke::Revocation;
 
 /// Who hears why a waiting acquisition's attempts failed while its wait
 /// goes on (see `LockClient::acquire_reporting`).
@@ -286,6 +290,24 @@ impl Engine {
             },
         );
         Ok(reply)
+    }
+
+    /// Takes lock `name` away from whoever holds it (no token needed):
+    /// deposes the holder, passes the lock on to the head waiter, and
+    /// returns the revocation fence (see [`Revocation`]). On Redis one
+    /// script; on etcd one transaction that deletes the holder's key.
+    pub(crate) async fn revoke(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        opts: &LockOptions,
+    ) -> Result<Revocation> {
+        let span = tracing::debug_span!("revoke", lock = %name);
+        match self {
+            Engine::Redis(r) => in_span!(span, r.revoke(keys, opts)),
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(e) => in_span!(span, e.revoke(keys, opts)),
+        }
     }
 
     /// The state of lock `keys`, fences in the epoch of `defaults`.

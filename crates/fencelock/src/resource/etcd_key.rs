@@ -9,7 +9,9 @@ use crate::keys::validate_resource_key;
 use crate::lease::LeaseHandle;
 use crate::metrics::StatsHandle;
 use crate::resource::{Fenced, WriteOutcome, check_holder};
-use crate::store::etcd::{EtcdConn, KeyWrite, Stored, in_lock_space, read_key, write_key};
+use crate::store::etcd::{
+    EtcdConn, KeyWrite, Stored, in_lock_space, read_key, seal_key, write_key,
+};
 
 /// How often a read-modify-write retries when the key changed between its
 /// read and its write.
@@ -164,6 +166,43 @@ impl FencedKey {
             v.map(str::to_owned).unwrap_or_default()
         })
         .await
+    }
+
+    /// Seals the key at `fence`: records `fence` with the holder
+    /// [`REVOKED_HOLDER`](crate::REVOKED_HOLDER) (the value is kept),
+    /// unless a greater fence is recorded already, so that every write with
+    /// a fence up to `fence` is refused from then on and every greater one
+    /// accepted. A revoke ([`LockClient::revoke`](crate::LockClient::revoke))
+    /// seals its resources at its revocation fence; an equal fence recorded
+    /// by a holder is sealed too (that holder is the one revoked). A key
+    /// that does not exist is created with an empty value.
+    ///
+    /// # Errors
+    /// etcd errors. A greater fence recorded already is
+    /// [`WriteOutcome::Rejected`] (the key is sealed by it as well).
+    pub async fn seal(&self, fence: Fence) -> Result<WriteOutcome> {
+        for _ in 0..MAX_RMW_ATTEMPTS {
+            let current = read_key(&self.conn, &self.full_key).await?;
+            if current.fence.is_some_and(|stored| stored > fence) {
+                return self.outcome(fence, KeyWrite::Stale(current));
+            }
+            let value = current.value.as_deref().unwrap_or_default();
+            if Box::pin(seal_key(
+                &self.conn,
+                &self.full_key,
+                fence,
+                value,
+                current.mod_revision,
+            ))
+            .await?
+            {
+                return self.outcome(fence, KeyWrite::Accepted);
+            }
+        }
+        Err(Error::InvalidOption(format!(
+            "{}: the key changed under every one of {MAX_RMW_ATTEMPTS} attempts to seal it",
+            self.key
+        )))
     }
 
     /// A read-modify-write that loses no update: reads the value, computes

@@ -16,16 +16,21 @@
 //! still holds its etcd lock). Anything else that can do a conditional
 //! write implements [`Fenced`]. Each takes fences from any backend: a
 //! Redis lock can guard an etcd key and an etcd lock a Redis hash.
+//!
+//! A revoke seals resources ([`Sealable`], `seal.rs`): every fence up to
+//! the revocation fence is refused there from then on.
 
 #[cfg(feature = "etcd")]
 mod etcd_key;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod redis_hash;
+mod seal;
 
 #[cfg(feature = "etcd")]
 pub use etcd_key::{FencedKey, KeyState};
 pub use redis_hash::{FencedHash, HashState};
+pub use seal::{REVOKED_HOLDER, Revoked, SealFuture, Sealable, Sealed};
 
 use std::future::Future;
 

@@ -109,6 +109,22 @@ impl FencedHash {
         self.call(fence, holder, Change::Register).await
     }
 
+    /// Seals the hash at `fence`: records `fence` with the holder
+    /// [`REVOKED_HOLDER`](crate::REVOKED_HOLDER) (the value is kept),
+    /// unless a greater fence is recorded already, so that every write with
+    /// a fence up to `fence` is refused from then on and every greater one
+    /// accepted. A revoke ([`LockClient::revoke`](crate::LockClient::revoke))
+    /// seals its resources at its revocation fence; an equal fence recorded
+    /// by a holder is sealed too (that holder is the one revoked). A hash
+    /// that does not exist is created with the fence and holder only.
+    ///
+    /// # Errors
+    /// As [`FencedHash::write`]. A greater fence recorded already is
+    /// [`WriteOutcome::Rejected`] (the hash is sealed by it as well).
+    pub async fn seal(&self, fence: Fence) -> Result<WriteOutcome> {
+        self.call(fence, "", Change::Seal).await
+    }
+
     /// Registers the fence, reads the value, computes the new one with
     /// `update` and writes it: a read-modify-write that loses no update to a
     /// stale holder.
@@ -155,7 +171,10 @@ impl FencedHash {
 
     #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.key, %fence, op = change.name(), outcome))]
     async fn call(&self, fence: Fence, holder: &str, change: Change<'_>) -> Result<WriteOutcome> {
-        check_holder(holder)?;
+        // A seal names no holder: it records REVOKED_HOLDER.
+        if !matches!(change, Change::Seal) {
+            check_holder(holder)?;
+        }
         let write = FencedWrite {
             key: &self.key,
             fence,

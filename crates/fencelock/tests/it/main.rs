@@ -29,6 +29,7 @@ mod owned;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod resource;
+mod revoke;
 mod support;
 mod topologies;
 mod two_command_race;

@@ -65,6 +65,10 @@
 //!   (then the key is deleted in the background: the session may live on
 //!   for the client's other locks). A session is never kept alive past its
 //!   own local deadline, so whatever is left on it goes with it.
+//! - **Revoke** deletes the holder's key, whoever holds it (one
+//!   transaction that compares its create revision), and reads the first
+//!   key left; the revocation fence lies just below that key's create
+//!   revision (see `EtcdEngine::revoke`).
 //! - **Release** deletes the key if it still has the holder's create
 //!   revision; a release that fails is sent again in the background while
 //!   the session may live. The session stays for the client's next lock.
@@ -88,12 +92,13 @@ pub(crate) use session::Session;
 use super::cleanup::Cleanups;
 use super::grant::{Acquired, EtcdHold, Granted};
 use super::inspect::LockState;
+use super::revoke::{Deposed, Revocation};
 use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, LockKeys};
 use crate::options::{ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, LockOptions};
 use crate::store::Checked;
-use crate::store::etcd::{EtcdConn, HeldKey, lock_prefix, validate_name};
+use crate::store::etcd::{EtcdConn, HeldKey, depose, lock_prefix, validate_name};
 
 /// The etcd side of one client: its connection and its sessions.
 #[derive(Debug)]
@@ -112,6 +117,36 @@ impl EtcdEngine {
             cleanups: Cleanups::default(),
             sessions: session::Sessions::default(),
         }
+    }
+
+    /// Deletes the holder key of lock `keys` (whoever holds it), which
+    /// lets the next key in the queue through, and returns the revocation
+    /// fence: just below the next holder's key (its create revision minus
+    /// one, at or above the deposed holder's), or the revision at which
+    /// the lock was seen free. The fence is not a new key's: a key created
+    /// now would queue behind the waiters, and its fence would lie above
+    /// theirs, so sealing at it would refuse the waiters too. Nothing
+    /// holds a fence between the deposed holder's and the next one's.
+    pub(crate) async fn revoke(&self, keys: &LockKeys, opts: &LockOptions) -> Result<Revocation> {
+        if opts.replication.is_some() {
+            return Err(Error::InvalidOption(
+                "waiting for replicas is for Redis: etcd commits every revoke to a majority of its members before it answers".into(),
+            ));
+        }
+        let deposal = Box::pin(depose(&self.conn, keys.lock())).await?;
+        let sealed_at = deposal.next.map_or(deposal.revision, |next| next - 1);
+        let deposed = match deposal.holder {
+            Some((holder, created)) => Some(Deposed {
+                holder,
+                fence: Some(acquire::fence_of(created, opts)?),
+            }),
+            None => None,
+        };
+        Ok(Revocation {
+            fence: acquire::fence_of(sealed_at, opts)?,
+            deposed,
+            replicas: None,
+        })
     }
 
     /// Takes lock `name` (its keys' prefix is `keys.lock`): once if `wait`

@@ -14,13 +14,14 @@ use tokio::sync::OnceCell;
 
 use super::grant::{Granted, RedisHold};
 use super::inspect::LockState;
+use super::revoke::{Deposed, Revocation};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::holder::holder_id;
 use crate::keys::{KeyLayout, LockKeys, lock_key_pattern, lock_name_of};
 use crate::options::LockOptions;
 use crate::store::Checked;
-use crate::store::redis::ops::{Extend, ExtendMany, Inspect, PassOn, Release};
+use crate::store::redis::ops::{Extend, ExtendMany, Inspect, Mint, PassOn, Release, Revoke};
 use crate::store::redis::{BatchGroup, Coalescer, RedisConn, Topology, wire};
 use server_clock::ServerClocks;
 use wakeups::Wakeups;
@@ -93,6 +94,39 @@ impl RedisEngine {
                 },
             )
             .await
+    }
+
+    /// Deposes whoever holds lock `keys`, mints the revocation fence and
+    /// passes the lock on (`revoke.lua`), waiting for the options'
+    /// replicas.
+    pub(crate) async fn revoke(&self, keys: &LockKeys, opts: &LockOptions) -> Result<Revocation> {
+        let call = Revoke {
+            lock: keys.lock(),
+            mint: Mint::new(opts),
+            pass_on: PassOn {
+                publish: self.conn.publish(),
+            },
+        };
+        let (reply, replicas) = match opts.replication {
+            Some(replication) => {
+                let (reply, acked) = self
+                    .conn
+                    .run_replicated(&call, replication.replicas, replication.timeout)
+                    .await?;
+                (reply, Some((acked, replication.replicas)))
+            }
+            None => (self.conn.run(&call).await?, None),
+        };
+        let base = opts.fence_base(0);
+        let epoch = |f: u64| Fence::new(f.saturating_add(base));
+        Ok(Revocation {
+            fence: epoch(reply.fence),
+            deposed: reply.holder.map(|holder| Deposed {
+                holder,
+                fence: reply.held_fence.map(epoch),
+            }),
+            replicas,
+        })
     }
 
     /// One compare-and-pexpire script call for a batch of leases of one

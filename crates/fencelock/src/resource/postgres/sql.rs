@@ -31,6 +31,32 @@ pub(super) struct Params {
 /// and `H` are the stored fence and holder as the statement names them, and
 /// `$f`, `$h` the parameters of the write's fence and holder.
 pub(super) fn rule_sql(stored_fence: &str, stored_holder: &str, params: Params) -> String {
+    rule_of(Rule::Fence, stored_fence, stored_holder, params)
+}
+
+/// Which rule a conditional update checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rule {
+    /// The fence rule ([`rule_sql`]).
+    Fence,
+    /// A revoke's seal: `(F IS NULL OR F <= $f)`, an equal fence from any
+    /// holder included (that holder is the one revoked).
+    Seal,
+}
+
+/// `rule` as an SQL condition, in parentheses (see [`rule_sql`]).
+pub(super) fn rule_of(
+    rule: Rule,
+    stored_fence: &str,
+    stored_holder: &str,
+    params: Params,
+) -> String {
+    if rule == Rule::Seal {
+        return format!(
+            "({stored_fence} IS NULL OR {stored_fence} <= ${})",
+            params.fence
+        );
+    }
     let (f, h) = (params.fence, params.holder);
     format!(
         "({stored_fence} IS NULL OR {stored_fence} < ${f} \
@@ -68,13 +94,13 @@ impl TableSql {
     /// update (`assignments`, possibly empty, then the fence and holder),
     /// and report what was found — columns `updated`, `found`, `fence`,
     /// `holder`.
-    pub(super) fn conditional_update(&self, assignments: &str, p: Params) -> String {
+    pub(super) fn conditional_update(&self, assignments: &str, p: Params, rule: Rule) -> String {
         let set = if assignments.is_empty() {
             String::new()
         } else {
             format!("{assignments}, ")
         };
-        let rule = rule_sql("fencelock_fence", "fencelock_holder", p);
+        let rule = rule_of(rule, "fencelock_fence", "fencelock_holder", p);
         // `fencelock_cur` locks the row and reads the fence it holds *now*
         // (in READ COMMITTED, FOR UPDATE waits for a concurrent writer and
         // returns the newest version), so the decision, the update and the
@@ -141,8 +167,9 @@ impl TableSql {
     }
 }
 
-/// Binds the key, the fence and the holder's public id (from its token)
-/// after the values already in `args`, and returns their parameter numbers.
+/// Binds the key, the fence and the holder's public id (from its token; a
+/// seal's [`REVOKED_HOLDER`](crate::REVOKED_HOLDER)) after the values
+/// already in `args`, and returns their parameter numbers.
 ///
 /// # Errors
 /// [`Error::Postgres`] if the key cannot be encoded.
@@ -150,12 +177,18 @@ pub(super) fn bind_row_params<K: RowKey>(
     args: &mut PgArguments,
     key: &K,
     fence: i64,
-    holder: &str,
+    holder: Option<&str>,
 ) -> Result<Params> {
     let n = args.len();
     add_arg(args, key)?;
     add_arg(args, fence)?;
-    add_arg(args, crate::holder::holder_id(holder))?;
+    add_arg(
+        args,
+        holder.map_or_else(
+            || crate::REVOKED_HOLDER.to_owned(),
+            crate::holder::holder_id,
+        ),
+    )?;
     Ok(Params {
         key: n + 1,
         fence: n + 2,
@@ -229,15 +262,15 @@ mod tests {
     fn every_write_statement_checks_the_rule_with_its_own_parameters() {
         let mut args = PgArguments::default();
         add_arg(&mut args, "closed").expect("encode");
-        let p = bind_row_params(&mut args, &42_i64, 7, "h").expect("encode");
+        let p = bind_row_params(&mut args, &42_i64, 7, Some("h")).expect("encode");
         assert_eq!((p.key, p.fence, p.holder, args.len()), (2, 3, 4, 4));
-        let update = invoices().conditional_update("\"status\" = $1", p);
+        let update = invoices().conditional_update("\"status\" = $1", p, Rule::Fence);
         assert!(
             update.contains(&rule_sql("fencelock_fence", "fencelock_holder", p)),
             "{update}"
         );
         assert!(update.contains("SET \"status\" = $1, lock_fence = $3, lock_holder = $4"));
-        let register = invoices().conditional_update("", p);
+        let register = invoices().conditional_update("", p, Rule::Fence);
         assert!(
             register.contains("SET lock_fence = $3, lock_holder = $4"),
             "{register}"

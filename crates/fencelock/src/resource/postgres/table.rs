@@ -5,7 +5,7 @@ use sqlx::postgres::{PgArguments, PgExecutor, PgPool};
 use sqlx::{AssertSqlSafe, Executor, Row};
 
 use super::ident::{quote_ident, quote_table};
-use super::sql::{COUNT_FENCE_COLUMNS, TableSql, bind_row_params, fence_param, stored_fence};
+use super::sql::{COUNT_FENCE_COLUMNS, Rule, TableSql, bind_row_params, fence_param, stored_fence};
 use super::{FENCE_COLUMN, HOLDER_COLUMN, RowKey, SetClause};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
@@ -298,8 +298,17 @@ impl FencedTable {
         set: &SetClause,
     ) -> Result<WriteOutcome> {
         let (assignments, args) = set.render()?;
-        self.conditional_update(executor, &key, fence, holder, &assignments, args, "update")
-            .await
+        check_holder(holder)?;
+        self.conditional_update(
+            executor,
+            &key,
+            fence,
+            Some(holder),
+            &assignments,
+            args,
+            "update",
+        )
+        .await
     }
 
     /// Records `fence` and `holder` on the row, on `executor` (`&pool`,
@@ -317,8 +326,40 @@ impl FencedTable {
         fence: Fence,
         holder: &str,
     ) -> Result<WriteOutcome> {
+        check_holder(holder)?;
         let no_values = PgArguments::default();
-        self.conditional_update(executor, &key, fence, holder, "", no_values, "register")
+        self.conditional_update(
+            executor,
+            &key,
+            fence,
+            Some(holder),
+            "",
+            no_values,
+            "register",
+        )
+        .await
+    }
+
+    /// Seals the row at `fence`, on `executor` (`&pool`, `&mut *conn` or
+    /// `&mut *tx`): records `fence` with the holder
+    /// [`REVOKED_HOLDER`](crate::REVOKED_HOLDER), unless a greater fence is
+    /// recorded already, so that every write with a fence up to `fence` is
+    /// refused from then on and every greater one accepted. A revoke
+    /// ([`LockClient::revoke`](crate::LockClient::revoke)) seals its
+    /// resources at its revocation fence; an equal fence recorded by a
+    /// holder is sealed too (that holder is the one revoked).
+    ///
+    /// # Errors
+    /// As [`FencedTable::update`]. A greater fence recorded already is
+    /// [`WriteOutcome::Rejected`] (the row is sealed by it as well).
+    pub async fn seal<'c>(
+        &self,
+        executor: impl PgExecutor<'c>,
+        key: impl RowKey,
+        fence: Fence,
+    ) -> Result<WriteOutcome> {
+        let no_values = PgArguments::default();
+        self.conditional_update(executor, &key, fence, None, "", no_values, "seal")
             .await
     }
 
@@ -350,7 +391,7 @@ impl FencedTable {
         let fence_param = fence_param(fence)?;
         check_holder(holder)?;
         let (columns, mut args) = values.render_values()?;
-        let params = bind_row_params(&mut args, &key, fence_param, holder)?;
+        let params = bind_row_params(&mut args, &key, fence_param, Some(holder))?;
         let statement = self.sql.upsert(&columns, params);
         // Identifiers are checked and quoted, values are bound: the only SQL
         // text here is ours.
@@ -405,8 +446,9 @@ impl FencedTable {
         })
     }
 
-    /// The statement behind `update` and `register`: lock the row, decide,
-    /// update, and report what was found — one statement.
+    /// The statement behind `update`, `register` and `seal` (`holder`
+    /// `None`): lock the row, decide, update, and report what was found —
+    /// one statement.
     #[allow(clippy::too_many_arguments)]
     #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.name, %fence, op = op, outcome))]
     async fn conditional_update<'c, K: RowKey>(
@@ -414,15 +456,19 @@ impl FencedTable {
         executor: impl PgExecutor<'c>,
         key: &K,
         fence: Fence,
-        holder: &str,
+        holder: Option<&str>,
         assignments: &str,
         mut args: PgArguments,
         op: &'static str,
     ) -> Result<WriteOutcome> {
         let fence_param = fence_param(fence)?;
-        check_holder(holder)?;
         let params = bind_row_params(&mut args, key, fence_param, holder)?;
-        let statement = self.sql.conditional_update(assignments, params);
+        let rule = if holder.is_some() {
+            Rule::Fence
+        } else {
+            Rule::Seal
+        };
+        let statement = self.sql.conditional_update(assignments, params, rule);
         // Identifiers are checked and quoted, values are bound; the caller's
         // assignments came in as `SqlSafeStr` (see "SQL injection" on
         // `FencedTable`).

@@ -73,7 +73,8 @@ pub(crate) fn decode(kv: Option<&KeyValue>) -> Stored {
     let parsed = raw.split_once(':').and_then(|(fence, rest)| {
         let (holder, value) = rest.split_once(':')?;
         let fence_ok = fence.len() == 20 && fence.bytes().all(|b| b.is_ascii_digit());
-        let holder_ok = holder.len() == 16 && holder.bytes().all(|b| b.is_ascii_hexdigit());
+        let holder_ok = (holder.len() == 16 && holder.bytes().all(|b| b.is_ascii_hexdigit()))
+            || holder == crate::REVOKED_HOLDER;
         (fence_ok && holder_ok).then(|| {
             (
                 fence.parse::<u64>().ok().map(Fence::new),
@@ -204,6 +205,31 @@ async fn write_now(
             }
         }
     }
+}
+
+/// Seals `key` at `fence` (a revoke): records `fence` with the holder
+/// [`REVOKED_HOLDER`](crate::REVOKED_HOLDER), keeping the value, if the key
+/// still has mod revision `expect_mod` (0: absent) — the caller read it and
+/// checked that no greater fence is stored. `Ok(false)`: it changed since.
+pub(crate) async fn seal_key(
+    conn: &EtcdConn,
+    key: &str,
+    fence: Fence,
+    value: &str,
+    expect_mod: i64,
+) -> Result<bool> {
+    let stored = encode(fence, crate::REVOKED_HOLDER, value);
+    let txn = Txn::new()
+        .when([Compare::mod_revision(key, CompareOp::Equal, expect_mod)])
+        .and_then([TxnOp::put(key, stored, Some(PutOptions::new()))]);
+    // Sent again after a transient failure: a seal applied twice is the
+    // same seal, and one applied once is then refused as a change (the
+    // caller reads again and finds it).
+    let reply = conn
+        .txn(txn)
+        .await
+        .map_err(|e| conn.error(e, "sealing a fenced key"))?;
+    Ok(reply.succeeded())
 }
 
 /// Reads a fenced key.

@@ -43,7 +43,7 @@ pub(crate) enum Found {
     LeaseGone,
 }
 
-fn first_by_create(prefix: &str) -> TxnOp {
+pub(super) fn first_by_create(prefix: &str) -> TxnOp {
     TxnOp::get(
         prefix,
         Some(
@@ -254,14 +254,14 @@ pub(crate) async fn attach(
 }
 
 /// The first key-value of a range response.
-fn first_kv(response: Option<&TxnOpResponse>) -> Option<&KeyValue> {
+pub(super) fn first_kv(response: Option<&TxnOpResponse>) -> Option<&KeyValue> {
     match response {
         Some(TxnOpResponse::Get(get)) => get.kvs().first(),
         _ => None,
     }
 }
 
-fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<i64> {
+pub(super) fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<i64> {
     header
         .map(etcd_client::ResponseHeader::revision)
         .ok_or_else(|| Error::UnexpectedReply("etcd reply without a header".into()))

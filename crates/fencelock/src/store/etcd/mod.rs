@@ -10,7 +10,8 @@
 //! | `grant` | the grant transactions (`try_txn`, `queue_txn`), moving a waiter's key to the holder's lease (`attach`), and the lease seconds of a ttl |
 //! | `queue` | where a waiter stands in the queue, and the watch for its predecessor's deletion |
 //! | `held` | what a held lease does in etcd: keep-alive, release; who holds a lock; a member's status |
-//! | `fenced` | the transactions of `FencedKey` |
+//! | `revoke` | a revoke's transaction: delete the holder's key, whoever holds it, and read who is next |
+//! | `fenced` | the transactions of `FencedKey` (and its seal) |
 
 mod conn;
 mod errors;
@@ -19,14 +20,16 @@ mod grant;
 mod held;
 mod keys;
 mod queue;
+mod revoke;
 mod target;
 
 pub(crate) use conn::EtcdConn;
 pub(crate) use errors::{is_lease_gone, is_transient};
-pub(crate) use fenced::{KeyWrite, Stored, read_key, write_key};
+pub(crate) use fenced::{KeyWrite, Stored, read_key, seal_key, write_key};
 #[cfg(feature = "testing")]
 pub(crate) use grant::grant_txn_for_tests;
 pub(crate) use grant::{Found, attach, lease_seconds, queue_txn, try_or_queue_txn, try_txn};
 pub(crate) use held::{HeldKey, Status};
 pub(crate) use keys::{check_key_space, holder_key, in_lock_space, lock_prefix, validate_name};
 pub(crate) use queue::{Look, look, watch_deletion};
+pub(crate) use revoke::depose;

@@ -7,6 +7,7 @@
 //! | [`GRANT_MANY`] | many callers' common-case grants in one call (the coalescer's batches) | `fast_helpers.lua`, `grant_many.lua` |
 //! | [`RELEASE`] | compare-and-delete, hand-over or wake-up | `fast_helpers.lua`, `release_fast.lua` (first), then `common.lua`, `prelude.lua`, `release.lua` |
 //! | [`RELEASE_MANY`] | many releases in one call | `release_many.lua` |
+//! | [`REVOKE`] | a revoke: depose the holder, mint and store the revocation fence, pass the lock on | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `revoke.lua` |
 //! | [`LEAVE`] | a waiter gives up its place | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `leave.lua` |
 //! | [`EXTEND`], [`EXTEND_MANY`] | compare-and-pexpire, of one lease or a batch | `common.lua`, `extend.lua` / `extend_many.lua` |
 //! | [`FENCED_WRITE`] | a fenced write to a Redis hash | `common.lua`, `fenced_write.lua` |
@@ -99,6 +100,17 @@ pub(crate) static LEAVE: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/leave.lua")
+    ))
+});
+
+/// Revoke: depose whoever holds the lock, mint the revocation fence, and
+/// pass the lock on to the head waiter.
+pub(crate) static REVOKE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/fast_helpers.lua"),
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/revoke.lua")
     ))
 });
 

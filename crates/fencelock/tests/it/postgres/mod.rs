@@ -4,5 +4,6 @@ mod errors;
 mod fencing;
 mod metrics;
 mod races;
+mod revoke;
 mod testkit;
 mod workers;

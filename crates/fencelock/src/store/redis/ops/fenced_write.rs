@@ -14,6 +14,9 @@ pub(crate) enum Change<'a> {
     Write(&'a str),
     /// Record only the fence and holder.
     Register,
+    /// Record the fence with the holder [`REVOKED_HOLDER`](crate::REVOKED_HOLDER),
+    /// also over an equal fence (a revoke's seal).
+    Seal,
 }
 
 impl Change<'_> {
@@ -22,6 +25,7 @@ impl Change<'_> {
         match self {
             Change::Write(_) => "write",
             Change::Register => "register",
+            Change::Seal => "seal",
         }
     }
 }
@@ -42,7 +46,7 @@ impl ToRedisArgs for FencedWrite<'_> {
         out.write_arg(self.change.name().as_bytes());
         out.write_arg(match self.change {
             Change::Write(value) => value.as_bytes(),
-            Change::Register => b"",
+            Change::Register | Change::Seal => b"",
         });
     }
 }

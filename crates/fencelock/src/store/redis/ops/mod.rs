@@ -15,6 +15,7 @@
 //! | `release.rs` | [`Release`] and [`ReleaseMany`] | `release_fast.lua` + `release.lua`; `release_many.lua` |
 //! | `extend.rs` | [`Extend`] and [`ExtendMany`] (the keeper's batch) | `extend.lua`; `extend_many.lua` |
 //! | `leave.rs` | [`Leave`]: a waiter gives up its place | `leave.lua` |
+//! | `revoke.rs` | [`Revoke`]: depose the holder, mint the revocation fence | `revoke.lua` |
 //! | `inspect.rs` | [`Inspect`]: a snapshot of a lock | `inspect.lua` |
 //! | `fenced_write.rs` | [`FencedWrite`]: a fenced write to a Redis hash | `fenced_write.lua` |
 //!
@@ -38,6 +39,7 @@ mod grant;
 mod inspect;
 mod leave;
 mod release;
+mod revoke;
 
 pub(crate) use extend::{Extend, ExtendMany};
 pub(crate) use fenced_write::{Change, FencedWrite};
@@ -45,6 +47,7 @@ pub(crate) use grant::{Grant, GrantItem, GrantMany, GrantReply};
 pub(crate) use inspect::Inspect;
 pub(crate) use leave::Leave;
 pub(crate) use release::{Release, ReleaseItem, ReleaseMany};
+pub(crate) use revoke::Revoke;
 
 /// A script call: its script, its KEYS, and (through [`ToRedisArgs`]) its
 /// ARGV.

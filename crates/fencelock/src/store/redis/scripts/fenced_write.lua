@@ -1,16 +1,20 @@
 -- Fenced write to a Redis hash resource (docs/design.md §2.4). After common.lua.
 local key = KEYS[1]            -- the resource hash (fields fence, holder, value)
 local fence = ARGV[1]          -- the writer's fence, canonical decimal
+local op = ARGV[3]             -- "write" (set value = ARGV[4]), "register"
+local value = ARGV[4]          -- (fence and holder only: claim the resource
+                               -- before a read-modify-write) or "seal"
 -- The writer's public holder id, derived from its secret token here, so
 -- that knowing an id (status, top and read show them) is not enough to
--- write as that holder: the first 16 hex digits of SHA-1(token).
-local holder = string.sub(redis.sha1hex(ARGV[2]), 1, 16)
-local op = ARGV[3]             -- "write" (set value = ARGV[4]) or "register"
-local value = ARGV[4]          -- (fence and holder only: claim the resource
-                               -- before a read-modify-write)
+-- write as that holder: the first 16 hex digits of SHA-1(token). A seal (a
+-- revoke) records the holder "revoked", which no holder id equals (ids are
+-- hex digits): every fence up to the sealed one is refused from then on.
+local holder = 'revoked'
+if op ~= 'seal' then holder = string.sub(redis.sha1hex(ARGV[2]), 1, 16) end
 --
 -- Accepted iff no fence is stored, or fence > stored, or fence == stored and
--- the holder equals the stored holder. A hash without a holder field (written
+-- the holder equals the stored holder; a seal also when fence == stored
+-- (whoever wrote it: that holder is the one revoked). A hash without a holder field (written
 -- by the guide's script) has an unknown holder, so an equal fence is refused.
 -- Returns {1|0, stored_fence_or_false, stored_holder_or_false} as they were
 -- before this call.
@@ -31,7 +35,7 @@ else
   elseif fence ~= s then
     ok = fence > s
   else
-    ok = (stored_holder ~= false and stored_holder == holder)
+    ok = op == 'seal' or (stored_holder ~= false and stored_holder == holder)
   end
 end
 if not ok then

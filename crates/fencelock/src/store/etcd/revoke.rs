@@ -1,0 +1,87 @@
+//! A revoke on etcd: delete the holder's key — the first of the lock's
+//! keys by create revision, whoever it belongs to — and read who is first
+//! after it, in one transaction (the recipe that seals the resources is
+//! `engine/etcd`).
+
+use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+
+use super::conn::EtcdConn;
+use super::grant::{first_by_create, first_kv, header_revision};
+use crate::error::{Error, Result};
+
+/// How often the holder is read again when it changed between the read and
+/// the deleting transaction.
+const MAX_ATTEMPTS: usize = 100;
+
+/// What a revoke found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Deposal {
+    /// The deleted holder key's value (the holder's public id) and create
+    /// revision (its fence); `None` when nobody held the lock.
+    pub(crate) holder: Option<(String, i64)>,
+    /// The create revision of the first key left (the next holder), if any.
+    pub(crate) next: Option<i64>,
+    /// The revision at which the lock was seen free or its holder deleted:
+    /// every key created later has a greater create revision.
+    pub(crate) revision: i64,
+}
+
+/// Deletes the holder key of the lock whose keys start with `prefix`, and
+/// reads the first key left.
+///
+/// # Errors
+/// etcd errors; [`Error::UnexpectedReply`] when the holder changed under
+/// every attempt.
+pub(crate) async fn depose(conn: &EtcdConn, prefix: &str) -> Result<Deposal> {
+    let first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1);
+    for _ in 0..MAX_ATTEMPTS {
+        let read = conn
+            .get(prefix, Some(first.clone()))
+            .await
+            .map_err(|e| conn.error(e, "reading the lock's holder"))?;
+        let Some(holder) = read.kvs().first() else {
+            return Ok(Deposal {
+                holder: None,
+                next: None,
+                revision: header_revision(read.header())?,
+            });
+        };
+        let key = holder.key().to_vec();
+        let created = holder.create_revision();
+        // Deleted only if it is still the key that was read (not a new key
+        // of the same name: a holder key is never re-created, but a retried
+        // revoke must not delete the next holder's).
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                created,
+            )])
+            .and_then([TxnOp::delete(key, None), first_by_create(prefix)]);
+        // Sent once: a resent transaction applied before would find the
+        // holder key gone, and the next attempt would depose the next
+        // holder as well.
+        let reply = conn
+            .txn_once(txn)
+            .await
+            .map_err(|e| conn.error(e, "revoking"))?;
+        if !reply.succeeded() {
+            continue;
+        }
+        let responses = reply.op_responses();
+        return Ok(Deposal {
+            holder: Some((
+                String::from_utf8_lossy(holder.value()).into_owned(),
+                created,
+            )),
+            next: first_kv(responses.get(1)).map(|kv| kv.create_revision()),
+            revision: header_revision(reply.header())?,
+        });
+    }
+    Err(Error::UnexpectedReply(format!(
+        "the holder of {prefix:?} changed under every one of {MAX_ATTEMPTS} attempts to revoke it"
+    )))
+}
