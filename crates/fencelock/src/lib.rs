@@ -56,8 +56,8 @@
 //!
 //! | module | layer | concern |
 //! |---|---|---|
-//! | `client` | façade | [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `inspect`, resources, stats: checks input and delegates, never matches on the kind of store |
-//! | `resource` | resources | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`]; `resource::postgres` (feature `postgres`: `FencedTable`, `SetClause`, `RowKey`, sqlx) and `resource::etcd_key` (feature `etcd`: `FencedKey`) |
+//! | `client` | façade | [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `revoke` / `inspect`, resources, stats: checks input and delegates, never matches on the kind of store |
+//! | `resource` | resources | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`]; a revoke's seals (`resource/seal.rs`: [`Sealable`], [`Revoked`], [`REVOKED_HOLDER`]); `resource::postgres` (feature `postgres`: `FencedTable`, `SetClause`, `RowKey`, sqlx) and `resource::etcd_key` (feature `etcd`: `FencedKey`) |
 //! | `lease` | lease | what a holder has and keeps, for every store and primitive: the [`Lease`] guard and [`LeaseHandle`] (`lease/guard.rs`), the shared state with its deadline and loss signal (`lease/state.rs`), the client's keeper that renews every lease in batches (`lease/keeper.rs`) |
 //! | `engine` | engine | the protocol's decisions and the one place that matches on the kind of store: grant, wait, hand-over, renew, release, inspect. `engine/redis/` (`acquire.rs`: attempts, the wait loop, hand-overs; `wakeups.rs`: the waiters' wake-ups; `mod.rs`: renew, release, inspect) and `engine/etcd/` side by side; `engine/timing.rs` holds the decisions about time as pure functions; `engine/grant.rs` what a grant holds (the seam for new primitives) |
 //! | [`audit`] | audit | the deployment audit ([`LockClient::audit`], `fencelock doctor`): [`audit::Audit`], its [`audit::Check`] rows and their [`audit::Status`] |
