@@ -49,3 +49,8 @@ mod tests {
         assert_eq!(holder_id("abc"), "a9993e364706816a");
     }
 }
+
+/// The holder a seal records at a resource (a revoke's mark, see
+/// [`Sealable`](crate::Sealable)). Holder ids are hexadecimal, so no holder
+/// ever equals it.
+pub const REVOKED_HOLDER: &str = "revoked";

@@ -57,7 +57,7 @@
 //! | module | layer | concern |
 //! |---|---|---|
 //! | `client` | façade | [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `revoke` / `inspect`, resources, stats: checks input and delegates, never matches on the kind of store |
-//! | `resource` | resources | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`]; a revoke's seals (`resource/seal.rs`: [`Sealable`], [`Revoked`], [`REVOKED_HOLDER`]); `resource::postgres` (feature `postgres`: `FencedTable`, `SetClause`, `RowKey`, sqlx) and `resource::etcd_key` (feature `etcd`: `FencedKey`) |
+//! | `resource` | resources | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`]; a revoke's seals (`resource/seal.rs`: [`Sealable`], [`Revoked`]); `resource::postgres` (feature `postgres`: `FencedTable`, `SetClause`, `RowKey`, sqlx) and `resource::etcd_key` (feature `etcd`: `FencedKey`) |
 //! | `lease` | lease | what a holder has and keeps, for every store and primitive: the [`Lease`] guard and [`LeaseHandle`] (`lease/guard.rs`), the shared state with its deadline and loss signal (`lease/state.rs`), the client's keeper that renews every lease in batches (`lease/keeper.rs`) |
 //! | `engine` | engine | the protocol's decisions and the one place that matches on the kind of store: grant, wait, hand-over, renew, release, inspect. `engine/redis/` (`acquire.rs`: attempts, the wait loop, hand-overs; `wakeups.rs`: the waiters' wake-ups; `mod.rs`: renew, release, inspect) and `engine/etcd/` side by side; `engine/timing.rs` holds the decisions about time as pure functions; `engine/grant.rs` what a grant holds (the seam for new primitives) |
 //! | [`audit`] | audit | the deployment audit ([`LockClient::audit`], `fencelock doctor`): [`audit::Audit`], its [`audit::Check`] rows and their [`audit::Status`] |
@@ -65,7 +65,7 @@
 //! | `options` | foundation | [`LockOptions`], [`Renewal`], [`FenceMode`], [`WaitMode`] and their limits |
 //! | `keys` | foundation | name checks and [`KeyLayout`]: the Redis keys of a lock |
 //! | `fence` | foundation | the [`Fence`] newtype |
-//! | `holder` | foundation | the secret token and the public [`holder_id`] |
+//! | `holder` | foundation | the secret token, the public [`holder_id`], and [`REVOKED_HOLDER`], the holder a revoke's seal records |
 //! | `error` | foundation | [`Error`], [`Retry`], [`DriverError`] and [`LossReason`] |
 //! | [`metrics`] | foundation | diagnostics: metric names, the family rule for labels, recording helpers, the [`Stats`] snapshot |
 //! | `testing` | — | feature `testing`: the wire formats, raw script calls, broken variants for negative controls, the engine's pure decisions about time |
@@ -219,7 +219,7 @@ pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, MAX_PREFIX_LEN};
 pub use engine::{Deposed, LockState};
 pub use error::{DriverError, Error, LossReason, Result, Retry};
 pub use fence::Fence;
-pub use holder::holder_id;
+pub use holder::{REVOKED_HOLDER, holder_id};
 pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
 pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};
@@ -233,8 +233,8 @@ pub use resource::postgres::{
     FENCE_COLUMN, FencedRow, FencedTable, HOLDER_COLUMN, RowFence, RowKey, SetClause,
 };
 pub use resource::{
-    Fenced, FencedHash, HashState, REVOKED_HOLDER, Revoked, SealFuture, Sealable, Sealed,
-    WriteOutcome, fence_accepts,
+    Fenced, FencedHash, HashState, Revoked, SealFuture, Sealable, Sealed, WriteOutcome,
+    fence_accepts,
 };
 #[cfg(feature = "etcd")]
 pub use resource::{FencedKey, KeyState};

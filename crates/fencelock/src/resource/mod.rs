@@ -30,7 +30,7 @@ mod seal;
 #[cfg(feature = "etcd")]
 pub use etcd_key::{FencedKey, KeyState};
 pub use redis_hash::{FencedHash, HashState};
-pub use seal::{REVOKED_HOLDER, Revoked, SealFuture, Sealable, Sealed};
+pub use seal::{Revoked, SealFuture, Sealable, Sealed};
 
 use std::future::Future;
 

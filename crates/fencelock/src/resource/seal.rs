@@ -1,13 +1,13 @@
-//! Sealing resources at a revocation fence: [`Sealable`], what a revoke
-//! reports ([`Revoked`], [`Sealed`]) and the holder a seal records
-//! ([`REVOKED_HOLDER`]).
+//! Sealing resources at a revocation fence: [`Sealable`], and what a
+//! revoke reports ([`Revoked`], [`Sealed`]). A seal records the holder
+//! [`REVOKED_HOLDER`](crate::REVOKED_HOLDER) (`crate::holder`).
 //!
 //! A seal is the one write with another rule than [`fence_accepts`](crate::fence_accepts):
-//! it records fence `F` with the holder [`REVOKED_HOLDER`] when nothing
+//! it records fence `F` with the holder [`REVOKED_HOLDER`](crate::REVOKED_HOLDER) when nothing
 //! greater is stored, *an equal fence from any holder included* — that
 //! holder is the one revoked. Afterwards every write with a fence up to
 //! `F` is refused (an equal fence too: no holder id equals
-//! [`REVOKED_HOLDER`]), and every greater one accepted.
+//! [`REVOKED_HOLDER`](crate::REVOKED_HOLDER)), and every greater one accepted.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,10 +16,6 @@ use crate::engine::Deposed;
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::resource::{FencedHash, WriteOutcome};
-
-/// The holder a seal records at a resource: a revoke's mark. Holder ids are
-/// hexadecimal, so no holder ever equals it.
-pub const REVOKED_HOLDER: &str = "revoked";
 
 /// A future a [`Sealable`] returns (boxed, so that a revoke can take
 /// resources of different kinds in one list).
@@ -32,7 +28,7 @@ pub type SealFuture<'a> = Pin<Box<dyn Future<Output = Result<WriteOutcome>> + Se
 /// # Implementing it
 ///
 /// `seal(fence)` must, atomically, record `fence` and the holder
-/// [`REVOKED_HOLDER`] (keeping the value) iff nothing is stored or the
+/// [`REVOKED_HOLDER`](crate::REVOKED_HOLDER) (keeping the value) iff nothing is stored or the
 /// stored fence is at most `fence`, and return [`WriteOutcome::Accepted`];
 /// else leave the resource alone and return [`WriteOutcome::Rejected`] with
 /// what it holds. Its writes must keep applying

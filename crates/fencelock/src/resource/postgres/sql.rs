@@ -168,7 +168,7 @@ impl TableSql {
 }
 
 /// Binds the key, the fence and the holder's public id (from its token; a
-/// seal's [`REVOKED_HOLDER`](crate::REVOKED_HOLDER)) after the values
+/// seal's [`REVOKED_HOLDER`](crate::holder::REVOKED_HOLDER)) after the values
 /// already in `args`, and returns their parameter numbers.
 ///
 /// # Errors
@@ -185,7 +185,7 @@ pub(super) fn bind_row_params<K: RowKey>(
     add_arg(
         args,
         holder.map_or_else(
-            || crate::REVOKED_HOLDER.to_owned(),
+            || crate::holder::REVOKED_HOLDER.to_owned(),
             crate::holder::holder_id,
         ),
     )?;

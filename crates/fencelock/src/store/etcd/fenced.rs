@@ -74,7 +74,7 @@ pub(crate) fn decode(kv: Option<&KeyValue>) -> Stored {
         let (holder, value) = rest.split_once(':')?;
         let fence_ok = fence.len() == 20 && fence.bytes().all(|b| b.is_ascii_digit());
         let holder_ok = (holder.len() == 16 && holder.bytes().all(|b| b.is_ascii_hexdigit()))
-            || holder == crate::REVOKED_HOLDER;
+            || holder == crate::holder::REVOKED_HOLDER;
         (fence_ok && holder_ok).then(|| {
             (
                 fence.parse::<u64>().ok().map(Fence::new),
@@ -208,7 +208,7 @@ async fn write_now(
 }
 
 /// Seals `key` at `fence` (a revoke): records `fence` with the holder
-/// [`REVOKED_HOLDER`](crate::REVOKED_HOLDER), keeping the value, if the key
+/// [`REVOKED_HOLDER`](crate::holder::REVOKED_HOLDER), keeping the value, if the key
 /// still has mod revision `expect_mod` (0: absent) — the caller read it and
 /// checked that no greater fence is stored. `Ok(false)`: it changed since.
 pub(crate) async fn seal_key(
@@ -218,7 +218,7 @@ pub(crate) async fn seal_key(
     value: &str,
     expect_mod: i64,
 ) -> Result<bool> {
-    let stored = encode(fence, crate::REVOKED_HOLDER, value);
+    let stored = encode(fence, crate::holder::REVOKED_HOLDER, value);
     let txn = Txn::new()
         .when([Compare::mod_revision(key, CompareOp::Equal, expect_mod)])
         .and_then([TxnOp::put(key, stored, Some(PutOptions::new()))]);
