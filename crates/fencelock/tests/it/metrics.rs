@@ -260,6 +260,35 @@ fn the_family_can_be_overridden() -> Result<()> {
     Ok(())
 }
 
+/// A revoke is counted under its family with its outcome: `deposed` when
+/// it took a holder's lock, `free` when there was none (recorder and
+/// stats).
+#[test]
+fn revokes_are_counted_by_outcome() -> Result<()> {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (stats, seen) = recorded(async {
+        let client = LockClient::connect(&url).await?;
+        let lease = client.acquire("invoice:7", &opts(2000)).await?;
+        client.revoke("invoice:7", &opts(2000), &[]).await?;
+        client.revoke("invoice:8", &opts(2000), &[]).await?;
+        drop(lease);
+        Ok(client.stats())
+    })?;
+    for outcome in ["deposed", "free"] {
+        assert_eq!(
+            seen.counter(&format!(
+                "{}{{lock=invoice,outcome={outcome}}}",
+                fencelock::metrics::REVOKES
+            )),
+            1,
+            "{outcome}: {seen:?}"
+        );
+    }
+    assert_eq!(stats.lock("invoice").map(|s| s.revokes), Some(2));
+    Ok(())
+}
+
 /// 10,000 distinct `invoice:N` names make one `lock` label, not 10,000.
 #[test]
 fn ten_thousand_names_make_one_family() -> Result<()> {

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use fencelock::{
-    Error, Fence, Fenced, KeyLayout, LockClient, REVOKED_HOLDER, Sealable, WriteOutcome, holder_id,
+    Error, Fence, Fenced, KeyLayout, LockClient, REVOKED_HOLDER, Sealable, WaitMode, WriteOutcome,
+    holder_id,
 };
 use fencelock_testkit::{RedisCluster, RedisConfig, RedisSentinel, RedisServer, TlsConfig};
 use tokio::time::Instant;
@@ -46,6 +47,21 @@ async fn revoke_scenario<R>(
 where
     R: Fenced<Write = str> + Sealable + Send + Sync + 'static,
 {
+    revoke_scenario_in(WaitMode::Notify, holder, waiter, revoker, resource, seal).await
+}
+
+/// [`revoke_scenario`] with a waiter in wait mode `mode`.
+async fn revoke_scenario_in<R>(
+    mode: WaitMode,
+    holder: &LockClient,
+    waiter: &LockClient,
+    revoker: &LockClient,
+    resource: impl Fn(&LockClient) -> Result<R>,
+    seal: bool,
+) -> Result<bool>
+where
+    R: Fenced<Write = str> + Sealable + Send + Sync + 'static,
+{
     let opts = holder.options().ttl(Duration::from_secs(3));
     let lease = holder.acquire(NAME, &opts).await?;
     let (at_holder, at_waiter, at_revoker) =
@@ -61,6 +77,7 @@ where
         let opts = waiter
             .options()
             .ttl(Duration::from_secs(3))
+            .wait_mode(mode)
             .wait(Duration::from_secs(20));
         async move { waiter.acquire(NAME, &opts).await }
     });
@@ -148,6 +165,22 @@ async fn a_revoke_refuses_the_deposed_holder_at_once_and_the_waiter_goes_next() 
     Ok(())
 }
 
+/// A fair waiter at the head is handed the lock by the revoke itself, with
+/// a fence above the revocation fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_hands_the_lock_to_a_fair_waiter() -> Result<()> {
+    let server = RedisServer::start();
+    let [holder, waiter, revoker] = three(&server.url()).await?;
+    let hash = |c: &LockClient| Ok(c.fenced_hash("res:fair")?);
+    let accepted =
+        revoke_scenario_in(WaitMode::Fair, &holder, &waiter, &revoker, hash, true).await?;
+    ensure!(
+        !accepted,
+        "the deposed holder's write was accepted after the revoke"
+    );
+    Ok(())
+}
+
 /// Negative control: without a resource to seal, the deposed holder's
 /// write right after the revoke is accepted (the write-time check alone
 /// cannot know of the revoke).
@@ -211,6 +244,57 @@ async fn an_etcd_revoke_refuses_the_deposed_holder_and_lets_the_waiter_write() -
     let [holder, waiter, revoker] = three(&etcd.url()).await?;
     let accepted = revoke_scenario(&holder, &waiter, &revoker, key, false).await?;
     ensure!(accepted, "expected the unsealed key to take the late write");
+    Ok(())
+}
+
+/// On etcd a waiter queued right after the holder has the next revision,
+/// so the revocation fence is the deposed holder's own: the seal must take
+/// that fence over from the holder (the write rule would keep the holder
+/// in, and its late write would land).
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_revoke_seals_the_deposed_holders_own_fence() -> Result<()> {
+    let etcd = fencelock_testkit::EtcdCluster::single();
+    let [holder, waiter, revoker] = three(&etcd.url()).await?;
+    let lease = holder
+        .acquire(NAME, &holder.options().ttl(Duration::from_secs(3)))
+        .await?;
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        let opts = waiter.options().wait(Duration::from_secs(20));
+        async move { waiter.acquire(NAME, &opts).await }
+    });
+    until_queued(&revoker).await?;
+    // The holder writes after the waiter queued: no revision in between.
+    let key = holder.fenced_key("res/own")?;
+    ensure!(
+        key.write(lease.fence(), lease.token(), "a")
+            .await?
+            .is_accepted()
+    );
+    let sealed = revoker.fenced_key("res/own")?;
+    let revoked = revoker.revoke(NAME, &revoker.options(), &[&sealed]).await?;
+    ensure!(
+        revoked.fence == lease.fence(),
+        "{revoked:?}: the equal case"
+    );
+    ensure!(revoked.sealed[0].outcome == WriteOutcome::Accepted);
+    ensure!(
+        !key.write(lease.fence(), lease.token(), "late")
+            .await?
+            .is_accepted()
+    );
+    let next = waiting.await??;
+    ensure!(next.fence() > revoked.fence);
+    let at_waiter = waiter.fenced_key("res/own")?;
+    ensure!(
+        at_waiter
+            .write(next.fence(), next.token(), "b")
+            .await?
+            .is_accepted()
+    );
+    next.release().await?;
+    drop(lease);
     Ok(())
 }
 
