@@ -578,7 +578,8 @@ impl LockClient {
     ///
     /// # Errors
     /// Bad input and connection errors as for [`LockClient::try_acquire`]
-    /// (nothing was changed); [`Error::NoPermission`] without `+unlink`
+    /// (nothing was changed), also [`Error::InvalidOption`] for a resource
+    /// that is one of the lock's own keys; [`Error::NoPermission`] without `+unlink`
     /// (nothing was changed); [`Error::RevokeIncomplete`] when the lock was
     /// revoked but a resource could not be sealed (it names the resource);
     /// [`Error::RevokeNotReplicated`] when fewer replicas than asked for
@@ -591,6 +592,25 @@ impl LockClient {
     ) -> Result<Revoked> {
         opts.validate()?;
         let keys = self.lock_keys(name, opts.layout)?;
+        // A seal writes a hash: at one of the lock's own keys it would
+        // break the lock (a key of the wrong type for every later grant).
+        let own = [
+            keys.lock().to_owned(),
+            keys.fence(),
+            keys.queue(),
+            keys.waiters(),
+        ];
+        if let Some(resource) = resources
+            .iter()
+            .map(|r| r.resource())
+            .find(|r| own.contains(r))
+        {
+            return Err(Error::InvalidOption(format!(
+                "resource {:?} is one of lock {:?}'s own keys: name the resource the lock guards, not the lock; nothing was changed",
+                resource.chars().take(128).collect::<String>(),
+                name.chars().take(128).collect::<String>()
+            )));
+        }
         let revocation = self.engine().revoke(name, &keys, opts).await?;
         let fence = revocation.fence;
         crate::metrics::revoke(

@@ -464,7 +464,20 @@ async fn revoke_refuses_bad_names_and_options() -> Result<()> {
             other => bail!("{name:.20?}: expected invalid input, got {other:?}"),
         }
     }
-    ensure!(server.dbsize() == 0, "a refused revoke wrote something");
+    // A lock's own key is no resource: sealing it would break the lock.
+    let lease = client.acquire(NAME, &client.options()).await?;
+    for key in ["lock:{job:revoke}", "lock:{job:revoke}:fence"] {
+        let own = client.fenced_hash(key)?;
+        match client.revoke(NAME, &client.options(), &[&own]).await {
+            Err(e) if e.is_invalid_input() => {
+                ensure!(e.to_string().contains("nothing was changed"), "{e}");
+            }
+            other => bail!("{key}: expected invalid input, got {other:?}"),
+        }
+    }
+    ensure!(!lease.is_lost());
+    lease.release().await?;
+    ensure!(server.dbsize() == 1, "only the fence key may be left");
     // A unicode name is a name like any other.
     let revoked = client.revoke("facture:é🔒", &client.options(), &[]).await?;
     ensure!(revoked.deposed.is_none());
