@@ -32,16 +32,22 @@ pub enum Variant {
     /// gone, as redlock-rb #36), sent by a renewal task that the release
     /// does not stop first (Redisson #7272).
     RecreatingRenewal,
+    /// The `revoke` nemesis deposes the holder without sealing the
+    /// resource (`LockClient::revoke` with no resource): the deposed
+    /// holder's write after the revoke is accepted while no later holder
+    /// has registered a greater fence.
+    RevokeWithoutSeal,
 }
 
 impl Variant {
     /// Every control, in the order they are documented.
-    pub const ALL: [Variant; 5] = [
+    pub const ALL: [Variant; 6] = [
         Variant::TwoCommandAcquire,
         Variant::GeCheck,
         Variant::WriteOnlyCheck,
         Variant::UncheckedRelease,
         Variant::RecreatingRenewal,
+        Variant::RevokeWithoutSeal,
     ];
 
     /// The name on the command line and in the history.
@@ -52,6 +58,7 @@ impl Variant {
             Variant::WriteOnlyCheck => "write-only-check",
             Variant::UncheckedRelease => "unchecked-release",
             Variant::RecreatingRenewal => "recreating-renewal",
+            Variant::RevokeWithoutSeal => "revoke-without-seal",
         }
     }
 
@@ -71,6 +78,14 @@ impl Variant {
             Variant::GeCheck => &[NemesisKind::KillWipe],
             Variant::WriteOnlyCheck | Variant::UncheckedRelease => &[NemesisKind::PauseWorker],
             Variant::RecreatingRenewal => &[NemesisKind::PauseWorker, NemesisKind::ProxyDelay],
+            // The revoke nemesis pauses the holder across the revoke and the
+            // other workers until the deposed holder has written (a
+            // pause-worker timed to the revoke): its write then comes after
+            // the revoke with no later holder's fence at the resource, so
+            // every revoke of a holder between its read and its write
+            // exposes the missing seal. A plain pause-worker in between
+            // would only take turns away from it.
+            Variant::RevokeWithoutSeal => &[NemesisKind::Revoke],
         }
     }
 
@@ -154,6 +169,12 @@ impl Variant {
             ),
             _ => None,
         }
+    }
+
+    /// Whether the revoke nemesis seals the resource (every run but the
+    /// `revoke-without-seal` control).
+    pub fn seals(variant: Option<Variant>) -> bool {
+        variant != Some(Variant::RevokeWithoutSeal)
     }
 
     /// Whether the lock itself is broken (the worker uses the control's own

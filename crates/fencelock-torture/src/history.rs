@@ -235,6 +235,38 @@ pub enum Entry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// A `revoke` nemesis's revoke returned (`t`): who was deposed, at
+    /// which revocation fence, and how the name's audited resource was
+    /// sealed. From `t` on, every write with a fence up to `fence` must be
+    /// refused (C1), unless the revoke failed (`error`).
+    Revoke {
+        /// Lock name.
+        name: String,
+        /// When the revoke was sent.
+        sent: i64,
+        /// The revocation fence, if one was minted.
+        fence: Option<u64>,
+        /// The public holder id of the holder deposed (none: the lock was
+        /// free).
+        deposed: Option<String>,
+        /// The deposed holder's fence, when the lock store told it.
+        deposed_fence: Option<u64>,
+        /// The worker that held the name, SIGSTOPped from the nemesis's
+        /// start until `t`.
+        worker: Option<String>,
+        /// The other workers, SIGSTOPped from the nemesis's start to its
+        /// end.
+        #[serde(default)]
+        paused: Vec<String>,
+        /// The seal of the name's audited resource: accepted, stale (a
+        /// later holder had written a greater fence, which refuses the
+        /// deposed holder as well) or unknown (it failed); none when the
+        /// run does not seal (the `revoke-without-seal` control).
+        sealed: Option<Outcome>,
+        /// Why the revoke failed (or left the resource unsealed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// The observer saw the lock key of `name` change (`t` = reply time).
     Observed {
         /// Lock name.

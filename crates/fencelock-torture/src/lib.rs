@@ -19,12 +19,12 @@
 //! | module | concern |
 //! |---|---|
 //! | `config` | [`Config`], [`Variant`], [`ResourceKind`] |
-//! | `nemesis` | [`NemesisKind`]: the faults a run injects |
+//! | `nemesis` | [`NemesisKind`]: the faults a run injects (`revoke` among them: `LockClient::revoke` with the resource's seal) |
 //! | `topology` | [`Topology`], the seam to the servers; [`Shape`], [`refusal`]; [`Remote`] for `--redis URL` and `--url etcd://…` |
-//! | `run` | the coordinator: setup, workers, nemeses, shutdown, [`Launcher`], [`Progress`] |
+//! | `run` | the coordinator: setup, workers, nemeses (the revoke nemesis's own lock client), shutdown, [`Launcher`], [`Progress`] |
 //! | `schedule` | the seeded nemesis plan ([`schedule::plan`]) |
 //! | `worker` | the worker process: lease cycles, history lines on stdout |
-//! | `resource` | the audited resource (Redis hash + list, Postgres row + audit table) |
+//! | `resource` | the audited resource (Redis hash + list, Postgres row + audit table), its audited seal (`fencelock::Sealable`) |
 //! | `controls` | the negative controls' lock and resource scripts (never on the safe path) |
 //! | `conn` | every connection of a run, through fencelock's own client (its URL forms, [`Tls`] files, Sentinel, Cluster); raw calls sent once |
 //! | `proxy` | the fault-injecting TCP proxy (delay, blackhole, swallowed reply, reset) |

@@ -55,11 +55,19 @@ pub enum NemesisKind {
     /// topology with replicas. On etcd: a leader change (`MoveLeader` to
     /// another member), done once the new leader leads.
     Failover,
+    /// `LockClient::revoke` of a held name (else of any name), sealing the
+    /// name's audited resource at the revocation fence before it returns.
+    /// The holder is SIGSTOPped across the revoke and resumed right after
+    /// it (its write then comes after the revoke), the other workers stay
+    /// paused until it has written (or for its longest cycle), so that
+    /// nothing but the seal stands between the deposed holder's late write
+    /// and the resource.
+    Revoke,
 }
 
 impl NemesisKind {
     /// Every nemesis, in the order they are documented.
-    pub const ALL: [NemesisKind; 13] = [
+    pub const ALL: [NemesisKind; 14] = [
         NemesisKind::PauseServer,
         NemesisKind::KillRestart,
         NemesisKind::KillWipe,
@@ -73,6 +81,7 @@ impl NemesisKind {
         NemesisKind::ProxySwallow,
         NemesisKind::ProxyReset,
         NemesisKind::Failover,
+        NemesisKind::Revoke,
     ];
 
     /// The name on the command line and in the history.
@@ -91,6 +100,7 @@ impl NemesisKind {
             NemesisKind::ProxySwallow => "proxy-swallow",
             NemesisKind::ProxyReset => "proxy-reset",
             NemesisKind::Failover => "failover",
+            NemesisKind::Revoke => "revoke",
         }
     }
 

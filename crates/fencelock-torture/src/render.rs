@@ -68,6 +68,9 @@ impl Report {
             "losses": f.losses,
             "nemesis_events": f.nemesis_events,
             "failovers": f.failovers,
+            "revokes": f.revokes,
+            "revokes_deposing": f.revokes_deposing,
+            "revokes_sealed": f.revokes_sealed,
             "loss_signal_latency_ms_p50": f.loss_signal_latency_ms_p50,
             "loss_signal_latency_ms_p99": f.loss_signal_latency_ms_p99,
             "unavailability_ms_max": f.unavailability_ms_max.round(),
@@ -139,6 +142,12 @@ impl Report {
         );
         if self.header.as_ref().is_some_and(|h| h.replicas > 0) {
             out += &format!("failovers carried out: {}\n", f.failovers);
+        }
+        if f.revokes > 0 {
+            out += &format!(
+                "revokes: {}, {} of them deposing a holder, {} sealing the resource\n",
+                f.revokes, f.revokes_deposing, f.revokes_sealed
+            );
         }
         for e in self.expectations() {
             out += &format!("expected: {e}\n");

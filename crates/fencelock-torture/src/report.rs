@@ -42,6 +42,13 @@ pub struct Figures {
     /// Failovers carried out: a replica became the primary (`failover`, and
     /// `kill-wipe` on a replicated topology), without an error.
     pub failovers: u64,
+    /// Revokes that returned (`revoke`), without an error.
+    pub revokes: u64,
+    /// Of those, the revokes that deposed a holder.
+    pub revokes_deposing: u64,
+    /// Of those, the revokes that sealed the resource (a seal accepted, or
+    /// refused over a later holder's greater fence).
+    pub revokes_sealed: u64,
     /// Loss signal − moment the loss was observable, median, in ms
     /// (negative: the holder knew before Redis showed it).
     pub loss_signal_latency_ms_p50: Option<f64>,
@@ -134,6 +141,20 @@ impl Report {
                     kind, error: None, ..
                 } if kind == "failover" || (replicated && kind == "kill-wipe") => {
                     f.failovers += 1;
+                }
+                Entry::Revoke {
+                    deposed,
+                    sealed,
+                    error: None,
+                    ..
+                } => {
+                    f.revokes += 1;
+                    if deposed.is_some() {
+                        f.revokes_deposing += 1;
+                    }
+                    if matches!(sealed, Some(Outcome::Accepted | Outcome::Stale)) {
+                        f.revokes_sealed += 1;
+                    }
                 }
                 Entry::End { reason } => ended = reason.clone(),
                 _ => {}

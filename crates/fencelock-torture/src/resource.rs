@@ -610,6 +610,142 @@ impl Store {
     }
 }
 
+/// The worker a seal is audited as (its operation is the revoke's).
+pub(crate) const SEAL_WORKER: &str = "nemesis";
+
+impl Store {
+    /// The resource of `name` as a revoke seals it: [`fencelock::Sealable`]
+    /// for [`LockClient::revoke`], audited as operation `op`.
+    pub(crate) fn sealable<'a>(&'a self, name: &str, op: &str) -> AuditedSeal<'a> {
+        AuditedSeal {
+            store: self,
+            name: name.to_string(),
+            op: op.to_string(),
+        }
+    }
+
+    /// Seals `name`'s resource at `fence` with its audit entry, atomically:
+    /// the Redis hash and list in the audited script (its `seal` mode), the
+    /// Postgres row and audit row in one transaction with fencelock's own
+    /// `FencedTable::seal`. The audit entry's holder is
+    /// [`fencelock::REVOKED_HOLDER`]: that is how the checkers tell a seal
+    /// from a write.
+    async fn seal(&self, name: &str, op: &str, fence: Fence) -> fencelock::Result<WriteOutcome> {
+        match (&self.spec, &self.redis, &self.pg) {
+            (
+                ResourceSpec::Redis {
+                    prefix,
+                    replicas,
+                    replica_timeout_ms,
+                    ..
+                },
+                Some((_, conn)),
+                _,
+            ) => {
+                let hash = ResourceSpec::hash_key(prefix, name);
+                let mut eval = redis::cmd("EVAL");
+                // The script's text every time (a seal is rare): no
+                // NOSCRIPT after a restart or a flush. Sent again only
+                // where a failover explains a failure, and a seal sent
+                // twice seals the same (its audit entry is then doubled,
+                // which no checker minds).
+                eval.arg(include_str!("scripts/audited_write.lua"))
+                    .arg(2)
+                    .arg(&hash)
+                    .arg(ResourceSpec::audit_key(prefix, name))
+                    .arg(fence.get().to_string())
+                    .arg("")
+                    .arg(op)
+                    .arg(SEAL_WORKER)
+                    .arg(0)
+                    .arg(0)
+                    .arg(KEY_TTL.as_millis().to_string())
+                    .arg("seal");
+                let (ok, current, holder): (i64, Option<String>, Option<String>) =
+                    conn.query(&hash, &eval).await?;
+                if ok != 1 {
+                    return Ok(WriteOutcome::Rejected {
+                        current_fence: current.and_then(|f| f.parse::<u64>().ok()).map(Fence::new),
+                        current_holder: holder,
+                    });
+                }
+                if *replicas > 0 {
+                    let acked: u32 = conn
+                        .query(
+                            &hash,
+                            redis::cmd("WAIT")
+                                .arg(*replicas)
+                                .arg((*replica_timeout_ms).max(1)),
+                        )
+                        .await?;
+                    if acked < *replicas {
+                        return Err(fencelock::Error::WriteNotReplicated {
+                            resource: hash,
+                            acked,
+                            wanted: *replicas,
+                        });
+                    }
+                }
+                Ok(WriteOutcome::Accepted)
+            }
+            (ResourceSpec::Postgres { table, .. }, _, Some(pool)) => {
+                let fenced = FencedTable::new(pool.clone(), table)
+                    .and_then(|t| t.with_key_column("name"))
+                    .map_err(|e| fencelock::Error::InvalidOption(e.to_string()))?;
+                let mut tx = pool.begin().await?;
+                let before_sql =
+                    format!("SELECT value FROM \"{table}\" WHERE name = $1 FOR UPDATE");
+                let before: i64 =
+                    fencelock::sqlx::query_scalar(fencelock::sqlx::AssertSqlSafe(before_sql))
+                        .bind(name)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                let sealed = fenced.seal(&mut *tx, name, fence).await?;
+                if sealed.is_accepted() {
+                    let sql = format!(
+                        "INSERT INTO \"{table}_audit\" (name, op, worker, fence, holder, read, before, after) VALUES ($1, $2, $3, $4, $5, $6, $6, $6)"
+                    );
+                    fencelock::sqlx::query(fencelock::sqlx::AssertSqlSafe(sql))
+                        .bind(name)
+                        .bind(op)
+                        .bind(SEAL_WORKER)
+                        .bind(i64::try_from(fence.get()).unwrap_or(i64::MAX))
+                        .bind(fencelock::REVOKED_HOLDER)
+                        .bind(before)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(sealed)
+            }
+            _ => Err(fencelock::Error::InvalidOption(
+                "the run's resource is not open".into(),
+            )),
+        }
+    }
+}
+
+/// One name's audited resource, as [`LockClient::revoke`] seals it.
+#[derive(Debug)]
+pub(crate) struct AuditedSeal<'a> {
+    store: &'a Store,
+    name: String,
+    op: String,
+}
+
+impl fencelock::Sealable for AuditedSeal<'_> {
+    fn resource(&self) -> String {
+        match &self.store.spec {
+            ResourceSpec::Redis { prefix, .. } => ResourceSpec::hash_key(prefix, &self.name),
+            ResourceSpec::Postgres { table, .. } => format!("{table} row name = {:?}", self.name),
+        }
+    }
+
+    fn seal(&self, fence: Fence) -> fencelock::SealFuture<'_> {
+        Box::pin(self.store.seal(&self.name, &self.op, fence))
+    }
+}
+
 /// A name's hash fields and its whole audit, read in one script; a read
 /// is safe to send again, so a failed one is, twice.
 async fn snapshot_of(
@@ -698,6 +834,90 @@ mod tests {
             .await
             .map_err(|e| Error::failed(e.to_string()))?;
         assert_eq!(logged, accepted);
+        Ok(())
+    }
+
+    /// The audited seal (the script's `seal` mode, through
+    /// [`fencelock::Sealable`]) applies fencelock's seal rule: over an equal
+    /// fence from any holder, never over a greater one; after it every
+    /// fence up to it is refused and a greater one accepted; and it is in
+    /// the audit with the holder `revoked`, value unchanged.
+    #[tokio::test]
+    async fn the_audited_seal_applies_fencelocks_seal_rule() -> Result<()> {
+        use fencelock::Sealable;
+        let server = RedisServer::start();
+        let prefix = "p:".to_string();
+        let spec = ResourceSpec::Redis {
+            url: server.url(),
+            prefix: prefix.clone(),
+            replicas: 0,
+            replica_timeout_ms: 0,
+            tls: Tls::new(),
+        };
+        let store = Store::open(spec.clone(), vec!["t0".into()]).await?;
+        let worker = Resource::connect(&spec).await?;
+        let write = |fence: u64, token: &'static str| {
+            let worker = &worker;
+            async move {
+                worker
+                    .write(Write {
+                        name: "t0",
+                        fence: Fence::new(fence),
+                        token,
+                        op: "op",
+                        worker: "w0",
+                        read: 0,
+                        value: 1,
+                    })
+                    .await
+            }
+        };
+        let seal = |fence: u64| {
+            let store = &store;
+            async move {
+                store
+                    .sealable("t0", "revoke.1")
+                    .seal(Fence::new(fence))
+                    .await
+            }
+        };
+        assert_eq!(write(5, "a").await, Outcome::Accepted);
+        // An equal fence is sealed over, whoever holds it.
+        assert_eq!(seal(5).await.ok(), Some(WriteOutcome::Accepted));
+        assert_eq!(write(5, "a").await, Outcome::Stale);
+        assert_eq!(write(4, "b").await, Outcome::Stale);
+        // A lower seal is refused, naming what is stored.
+        assert_eq!(
+            seal(4).await.ok(),
+            Some(WriteOutcome::Rejected {
+                current_fence: Some(Fence::new(5)),
+                current_holder: Some(fencelock::REVOKED_HOLDER.into()),
+            })
+        );
+        assert_eq!(write(6, "b").await, Outcome::Accepted);
+        let audit: Vec<Event> = store.snapshot(0).await?;
+        let rows: Vec<(u64, String, i64, i64)> = audit
+            .iter()
+            .filter_map(|e| match &e.e {
+                Entry::Audit {
+                    fence,
+                    holder,
+                    before,
+                    after,
+                    ..
+                } => Some((*fence, holder.clone(), *before, *after)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (5, holder_id("a"), 0, 1),
+                (5, fencelock::REVOKED_HOLDER.to_string(), 1, 1),
+                (6, holder_id("b"), 1, 1),
+            ]
+        );
+        store.remove().await;
         Ok(())
     }
 }

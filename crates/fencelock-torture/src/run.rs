@@ -69,6 +69,10 @@ struct Live {
     /// Where each worker is in its cycle: 1 holding a lease, 2 between its
     /// read and its write, 0 otherwise.
     holding: HashMap<String, u8>,
+    /// The name each worker was last granted.
+    held_name: HashMap<String, String>,
+    /// How many write outcomes each worker has reported.
+    written: HashMap<String, u64>,
     status: Status,
 }
 
@@ -76,7 +80,11 @@ impl Live {
     fn push(&mut self, ev: Event) {
         match &ev.e {
             Entry::Acquire { .. } => self.status.ops += 1,
-            Entry::Granted { .. } | Entry::Write { .. } => {
+            Entry::Granted { name, .. } => {
+                self.holding.insert(ev.p.clone(), 1);
+                self.held_name.insert(ev.p.clone(), name.clone());
+            }
+            Entry::Write { .. } => {
                 self.holding.insert(ev.p.clone(), 1);
             }
             Entry::Read { .. } => {
@@ -85,10 +93,12 @@ impl Live {
             Entry::Release { .. } => {
                 self.holding.insert(ev.p.clone(), 0);
             }
-            Entry::Written {
-                outcome: crate::history::Outcome::Accepted,
-                ..
-            } => self.status.acknowledged += 1,
+            Entry::Written { outcome, .. } => {
+                *self.written.entry(ev.p.clone()).or_default() += 1;
+                if *outcome == crate::history::Outcome::Accepted {
+                    self.status.acknowledged += 1;
+                }
+            }
             Entry::NemesisStart { .. } => self.status.nemeses += 1,
             _ => {}
         }
@@ -321,6 +331,11 @@ pub async fn run<T: Topology>(
     }
     drop(probe);
     let store = Store::open(resource.clone(), names.clone()).await?;
+    let revoker = if kinds.contains(&NemesisKind::Revoke) {
+        Some(Revoker::connect(config, topology.lock_url(), &prefix, wait_replicas).await?)
+    } else {
+        None
+    };
     // The resource's keys live only as long as the run refreshes them.
     let ttl_keeper = store.ttl_keeper().map(tokio::spawn);
     let live = RefCell::new(Live {
@@ -331,6 +346,8 @@ pub async fn run<T: Topology>(
             .map(HistoryFile::create)
             .transpose()?,
         holding: HashMap::new(),
+        held_name: HashMap::new(),
+        written: HashMap::new(),
         status: Status {
             duration: config.duration,
             ..Status::default()
@@ -418,6 +435,7 @@ pub async fn run<T: Topology>(
             clock,
             tx: tx.clone(),
             store: &store,
+            revoker: revoker.as_ref(),
             progress,
             interrupt,
         });
@@ -626,6 +644,7 @@ struct DriveCtx<'a, T: Topology> {
     clock: RunClock,
     tx: UnboundedSender<Event>,
     store: &'a Store,
+    revoker: Option<&'a Revoker>,
     progress: &'a mut dyn Progress,
     interrupt: CancellationToken,
 }
@@ -646,6 +665,7 @@ async fn drive<T: Topology>(c: DriveCtx<'_, T>) -> String {
         clock,
         tx,
         store,
+        revoker,
         progress,
         interrupt,
     } = c;
@@ -658,6 +678,9 @@ async fn drive<T: Topology>(c: DriveCtx<'_, T>) -> String {
         live,
         clock,
         tx,
+        store,
+        revoker,
+        revokes: 0,
     };
     let start = tokio::time::Instant::now();
     let end = start + config.duration;
@@ -711,6 +734,55 @@ struct Injector<'a, T: Topology> {
     live: &'a RefCell<Live>,
     clock: RunClock,
     tx: UnboundedSender<Event>,
+    /// The resource, which the revoke nemesis seals.
+    store: &'a Store,
+    /// The revoke nemesis's client, when it runs.
+    revoker: Option<&'a Revoker>,
+    /// Revokes so far (each seal's audited operation is `revoke.N`).
+    revokes: u64,
+}
+
+/// What the revoke nemesis revokes with: a client of the lock store, the
+/// workers' options (so its revocation fence is minted as theirs are), and
+/// what the run's workers do.
+struct Revoker {
+    client: fencelock::LockClient,
+    opts: fencelock::LockOptions,
+    names: Vec<String>,
+    /// Whether the resource is sealed (not in `revoke-without-seal`).
+    seal: bool,
+    /// How long the deposed holder may take to write after the revoke: its
+    /// longest work, a ttl for its requests, and a margin.
+    write_bound: Duration,
+}
+
+impl Revoker {
+    async fn connect(config: &Config, url: &str, prefix: &str, replicas: u32) -> Result<Self> {
+        let client = config
+            .tls
+            .builder(url)
+            .prefix(prefix.to_string())
+            .connect_timeout(Duration::from_secs(5))
+            .response_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .map_err(|e| Error::connect(&e))?;
+        let mut opts = client
+            .options()
+            .ttl(config.ttl)
+            .fence_mode(config.effective_fence_mode())
+            .layout(config.layout());
+        if replicas > 0 {
+            opts = opts.wait_for_replicas(replicas, config.replica_timeout());
+        }
+        Ok(Revoker {
+            client,
+            opts,
+            names: config.lock_names(),
+            seal: crate::config::Variant::seals(config.variant),
+            write_bound: config.effective_hold() + config.ttl + Duration::from_millis(200),
+        })
+    }
 }
 
 /// Whether the history so far (with the resource's audit as it is now)
@@ -990,6 +1062,7 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
             proxy.reset(w);
             c.end(kind, target);
         }
+        NemesisKind::Revoke => revoke(c, p).await,
         NemesisKind::Failover => {
             let detail = if c.topology.etcd() {
                 format!("move the Raft leadership away from {}", c.topology.aimed())
@@ -1005,6 +1078,172 @@ async fn inject<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
             c.admin.point(c.topology.admin_url());
         }
     }
+}
+
+/// The `revoke` nemesis: revokes the name of a holder (preferably one
+/// between its read and its write, waited for up to a ttl; else any name)
+/// with the resource's seal (none in `revoke-without-seal`). The holder is
+/// SIGSTOPped from before the revoke until it returned, so its write comes
+/// after the revoke; the other workers stay stopped until it has written
+/// (or for its longest cycle), so no later holder registers a greater
+/// fence first: only the seal can refuse the deposed holder's write.
+async fn revoke<T: Topology>(c: &mut Injector<'_, T>, p: &Planned) {
+    let kind = NemesisKind::Revoke;
+    let Some(r) = c.revoker else { return };
+    let ttl = r.opts.ttl_value();
+    let waited = tokio::time::Instant::now() + ttl;
+    let holder = loop {
+        let found = {
+            let live = c.live.borrow();
+            let n = c.pids.len();
+            let at = |phase: u8| -> Vec<usize> {
+                (0..n)
+                    .filter(|i| live.holding.get(&format!("w{i}")).copied().unwrap_or(0) == phase)
+                    .collect()
+            };
+            let reading = at(2);
+            let holding = at(1);
+            if !reading.is_empty() {
+                Some(reading[p.pick as usize % reading.len()])
+            } else if tokio::time::Instant::now() >= waited && !holding.is_empty() {
+                Some(holding[p.pick as usize % holding.len()])
+            } else {
+                None
+            }
+        };
+        if found.is_some() || tokio::time::Instant::now() >= waited {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let w_name = holder.and_then(|w| c.live.borrow().held_name.get(&format!("w{w}")).cloned());
+    let (worker, name) = match (holder, w_name) {
+        (Some(w), Some(name)) => (Some(w), name),
+        _ => (
+            None,
+            r.names[p.pick as usize % r.names.len().max(1)].clone(),
+        ),
+    };
+    let target = worker.map(|w| format!("w{w}"));
+    c.revokes += 1;
+    let op = format!("revoke.{}", c.revokes);
+    let sealing = if r.seal { "sealing" } else { "WITHOUT sealing" };
+    c.start(
+        kind,
+        target.clone(),
+        format!("revoke {name}, {sealing} its resource"),
+    );
+    // Stop the workers first: the holder and the others.
+    let others: Vec<usize> = match worker {
+        Some(w) => (0..c.pids.len()).filter(|i| *i != w).collect(),
+        None => Vec::new(),
+    };
+    if let Some(w) = worker {
+        let _ = kill(c.pids[w], Signal::SIGSTOP);
+    }
+    for &i in &others {
+        let _ = kill(c.pids[i], Signal::SIGSTOP);
+    }
+    let written_before = target
+        .as_ref()
+        .map_or(0, |t| c.live.borrow().written.get(t).copied().unwrap_or(0));
+    let sent = c.clock.now();
+    let sealable = c.store.sealable(&name, &op);
+    let resources: Vec<&dyn fencelock::Sealable> =
+        if r.seal { vec![&sealable] } else { Vec::new() };
+    let revoked = r.client.revoke(&name, &r.opts, &resources).await;
+    let outcome_of = |o: &fencelock::WriteOutcome| {
+        if o.is_accepted() {
+            crate::history::Outcome::Accepted
+        } else {
+            crate::history::Outcome::Stale
+        }
+    };
+    let (entry, summary, error) = match &revoked {
+        Ok(done) => {
+            let sealed = done.sealed.first().map(|s| outcome_of(&s.outcome));
+            let summary = format!(
+                "revocation fence {}; {}; {}",
+                done.fence,
+                done.deposed
+                    .as_ref()
+                    .map_or("the lock was free".to_string(), |d| {
+                        format!("deposed holder {}", d.holder)
+                    }),
+                match sealed {
+                    Some(crate::history::Outcome::Accepted) => "resource sealed",
+                    Some(_) => "resource held a later holder's greater fence already",
+                    None => "resource NOT sealed",
+                }
+            );
+            (
+                Entry::Revoke {
+                    name: name.clone(),
+                    sent,
+                    fence: Some(done.fence.get()),
+                    deposed: done.deposed.as_ref().map(|d| d.holder.clone()),
+                    deposed_fence: done
+                        .deposed
+                        .as_ref()
+                        .and_then(|d| d.fence)
+                        .map(fencelock::Fence::get),
+                    worker: target.clone(),
+                    paused: others.iter().map(|i| format!("w{i}")).collect(),
+                    sealed,
+                    error: None,
+                },
+                Some(summary),
+                None,
+            )
+        }
+        Err(e) => {
+            let fence = match e {
+                fencelock::Error::RevokeIncomplete { fence, .. }
+                | fencelock::Error::RevokeNotReplicated { fence, .. } => Some(fence.get()),
+                _ => None,
+            };
+            let sealed = matches!(e, fencelock::Error::RevokeIncomplete { .. })
+                .then_some(crate::history::Outcome::Unknown);
+            (
+                Entry::Revoke {
+                    name: name.clone(),
+                    sent,
+                    fence,
+                    deposed: None,
+                    deposed_fence: None,
+                    worker: target.clone(),
+                    paused: others.iter().map(|i| format!("w{i}")).collect(),
+                    sealed,
+                    error: Some(e.to_string()),
+                },
+                None,
+                Some(e.to_string()),
+            )
+        }
+    };
+    // Recorded before the holder resumes: every event of its after the
+    // revoke is stamped later.
+    c.emit(entry);
+    if let Some(w) = worker {
+        let _ = kill(c.pids[w], Signal::SIGCONT);
+        let until = tokio::time::Instant::now() + r.write_bound;
+        let key = format!("w{w}");
+        while tokio::time::Instant::now() < until {
+            let done = {
+                let live = c.live.borrow();
+                live.written.get(&key).copied().unwrap_or(0) > written_before
+                    || live.holding.get(&key).copied().unwrap_or(0) == 0
+            };
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    for &i in &others {
+        let _ = kill(c.pids[i], Signal::SIGCONT);
+    }
+    c.end_with(kind, target, summary, error);
 }
 
 /// The longest run, ttl, hold and nemesis interval accepted: a nemesis

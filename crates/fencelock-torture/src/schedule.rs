@@ -73,7 +73,9 @@ pub fn plan(
                 }
                 NemesisKind::ProxyBlackhole => (ttls(&mut rng, ttl, 1.0, 3.0), Duration::ZERO),
                 NemesisKind::ProxySwallow => (ttl * 2, Duration::ZERO),
-                NemesisKind::ProxyReset | NemesisKind::Failover => (Duration::ZERO, Duration::ZERO),
+                NemesisKind::ProxyReset | NemesisKind::Failover | NemesisKind::Revoke => {
+                    (Duration::ZERO, Duration::ZERO)
+                }
             };
             planned += gap + length + param;
             out.push(Planned {

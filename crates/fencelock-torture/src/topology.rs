@@ -436,9 +436,10 @@ mod tests {
     }
 
     /// A given Sentinel or Cluster (no server control, no proxy) runs
-    /// pause-worker only: client-kill and the proxy need one plain server.
+    /// pause-worker and revoke only: client-kill and the proxy need one
+    /// plain server.
     #[test]
-    fn a_given_sentinel_or_cluster_runs_pause_worker_only() {
+    fn a_given_sentinel_or_cluster_runs_pause_worker_and_revoke_only() {
         let remote = Shape {
             name: "remote",
             etcd: false,
@@ -450,7 +451,7 @@ mod tests {
             .into_iter()
             .filter(|k| refusal(*k, &remote).is_none())
             .collect();
-        assert_eq!(runnable, [NemesisKind::PauseWorker]);
+        assert_eq!(runnable, [NemesisKind::PauseWorker, NemesisKind::Revoke]);
         assert!(super::proxyable_url("redis://u:p@h:1/0"));
         assert!(!super::proxyable_url("redis+sentinel://h:1/m"));
         assert!(!super::proxyable_url("rediss://h:1"));
@@ -462,7 +463,10 @@ mod tests {
             .into_iter()
             .filter(|v| v.refusal(&ETCD).is_none())
             .collect();
-        assert_eq!(runnable, [Variant::WriteOnlyCheck]);
+        assert_eq!(
+            runnable,
+            [Variant::WriteOnlyCheck, Variant::RevokeWithoutSeal]
+        );
         assert_eq!(Variant::GeCheck.unsupported(&ETCD), None);
         assert!(Variant::UncheckedRelease.unsupported(&ETCD).is_some());
     }

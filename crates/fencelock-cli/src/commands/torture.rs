@@ -34,7 +34,8 @@ resource records every accepted write in an audit log in the same script
 (Redis) or transaction (Postgres). Nemeses are injected one at a time on a
 schedule fixed by --seed. At the end the checkers read the whole history:
 
-  C1 no write accepted with a fence lower than an accepted one
+  C1 no write accepted with a fence lower than an accepted one (a seal
+     included), nor one sent after a revoke at or below its fence
   C2 no two different holders accepted with the same fence
   C3 no acknowledged write lost (counter = acknowledged increments)
   C4 no two workers in their critical sections while both leases were valid
@@ -63,14 +64,17 @@ Nemeses (--nemesis, comma-separated; default: every one available):
   debug-sleep, client-pause, script-flush, failover (sentinel and cluster:
   SENTINEL FAILOVER, or CLUSTER FAILOVER on the master's replica)
   client side, also with --redis: pause-worker (SIGSTOP a holder past the
-  ttl), client-kill (CLIENT KILL of workers' connections), and through a
+  ttl), client-kill (CLIENT KILL of workers' connections), revoke
+  (fencelock's revoke of a holder's lock, sealing its resource at the
+  revocation fence; the holder is paused across it and the others until
+  it wrote, so only the seal refuses its late write), and through a
   fault proxy (single and --redis only: a Sentinel or a Cluster hands out
   node addresses that bypass it): proxy-delay, proxy-blackhole,
   proxy-swallow (reply dropped after the command ran), proxy-reset
   on etcd: pause-server and kill-restart act on one member, the leader
   and a follower in turn (restarted with its data directory); failover
-  is a leader change (MoveLeader); pause-worker; the proxy stands in for
-  the first member. Refused on etcd: debug-sleep, client-pause,
+  is a leader change (MoveLeader); pause-worker; revoke; the proxy
+  stands in for the first member. Refused on etcd: debug-sleep, client-pause,
   script-flush, client-kill (Redis commands) and kill-wipe (a member
   cannot rejoin without its data). Nothing is excused on etcd: Raft
   commits every grant to a quorum; fences are create revisions (+ 2^53,
@@ -81,8 +85,8 @@ key is under a random prefix (below --prefix) and deleted at the end; on
 etcd the Redis resource is a private redis-server the tool starts. Every
 URL form the other commands take works, with the same --tls-ca,
 --tls-cert and --tls-key (FENCELOCK_TLS_*). On a redis+sentinel:// or
-redis+cluster:// URL only pause-worker runs (client-kill and the proxy
-need one plain redis:// server), and grants and the resource's writes
+redis+cluster:// URL only pause-worker and revoke run (client-kill and
+the proxy need one plain redis:// server), and grants and the resource's writes
 wait for every replica of their shard (--replicas N: for N), so that C3
 judges the lock, not a write a failover lost; the resource's hash and
 audit list share a hash tag. The resource's keys expire 60 s after the
@@ -102,11 +106,12 @@ BROKEN variants instead of fencelock, each with the nemeses that expose it
   write-only-check     read-modify-write without registering the fence first
   unchecked-release    release by plain DEL
   recreating-renewal   renewal re-creates an expired key, even after release
+  revoke-without-seal  revoke deposes the holder without sealing the resource
 On sentinel and cluster, `all` runs the controls that can be caught there
 (two-command-acquire needs the proxy; ge-check needs a restart that loses
 the counter, which a replica prevents). On etcd, `all` runs
-write-only-check: the broken locks are Redis scripts, and etcd fences
-never repeat.
+write-only-check and revoke-without-seal: the broken locks are Redis
+scripts, and etcd fences never repeat.
 
 Examples:
   fencelock torture
@@ -477,7 +482,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
         && let Some(k) = list.iter().find(|k| k.needs_server_control())
     {
         return Err(usage(format!(
-            "--nemesis {}: needs control of the Redis server, which --redis never gives (client-side nemeses: pause-worker, client-kill, proxy-delay, proxy-blackhole, proxy-swallow, proxy-reset)",
+            "--nemesis {}: needs control of the Redis server, which --redis never gives (client-side nemeses: pause-worker, client-kill, proxy-delay, proxy-blackhole, proxy-swallow, proxy-reset, revoke)",
             k.name()
         )));
     }

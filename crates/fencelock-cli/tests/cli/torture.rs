@@ -84,6 +84,7 @@ fn heavy_torture_every_nemesis_on_a_single_server_finds_no_violation() {
         "proxy-blackhole",
         "proxy-swallow",
         "proxy-reset",
+        "revoke",
     ] {
         assert!(
             events.get(kind).and_then(Value::as_u64).unwrap_or(0) >= 1,
@@ -141,7 +142,8 @@ fn heavy_torture_catches_every_negative_control() {
             "ge-check",
             "write-only-check",
             "unchecked-release",
-            "recreating-renewal"
+            "recreating-renewal",
+            "revoke-without-seal"
         ])
     );
     for c in controls {
@@ -152,7 +154,107 @@ fn heavy_torture_catches_every_negative_control() {
             "{c:#}"
         );
     }
-    assert_eq!(report["caught"], 5);
+    assert_eq!(report["caught"], 6);
+}
+
+/// The revoke nemesis on a private redis-server: each revoke deposes a
+/// holder between its read and its write and seals the resource; the
+/// deposed holder, resumed after the revoke, has its write refused; no
+/// checker finds a violation, and nothing is excused.
+#[test]
+fn heavy_torture_revoke_nemesis_seals_and_finds_no_violation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let history = dir.path().join("history.jsonl");
+    let out = fencelock(&[
+        "torture",
+        "--nemesis",
+        "revoke",
+        "--duration",
+        "6s",
+        "--seed",
+        "5",
+        "--json",
+        "--history",
+        history.to_str().expect("utf-8 path"),
+    ])
+    .output()
+    .expect("runs");
+    let report = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["violations"], 0, "{report:#}");
+    assert!(
+        report["revokes_deposing"].as_u64().unwrap_or(0) >= 1,
+        "{report:#}"
+    );
+    assert!(
+        report["revokes_sealed"].as_u64().unwrap_or(0) >= 1,
+        "{report:#}"
+    );
+    for c in report["checkers"].as_array().expect("checkers") {
+        assert_eq!(c["violations"], 0, "{c}");
+        assert_eq!(c["excused"], 0, "{c}");
+    }
+    // A deposed holder wrote after its revoke and was refused.
+    let events: Vec<Value> = std::fs::read_to_string(&history)
+        .expect("history")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let refused_after = events
+        .iter()
+        .filter(|e| e["ev"] == "revoke" && e["sealed"] == "accepted")
+        .any(|r| {
+            let t = r["t"].as_i64().unwrap_or(i64::MAX);
+            let ops: HashSet<&str> = events
+                .iter()
+                .filter(|e| e["p"] == r["worker"] && e["ev"] == "write")
+                .filter(|e| e["t"].as_i64().unwrap_or(0) > t)
+                .filter_map(|e| e["op"].as_str())
+                .take(1)
+                .collect();
+            events.iter().any(|e| {
+                e["ev"] == "written"
+                    && e["outcome"] == "stale"
+                    && e["op"].as_str().is_some_and(|op| ops.contains(op))
+            })
+        });
+    assert!(
+        refused_after,
+        "no deposed write was refused after its revoke"
+    );
+}
+
+/// The revoke-without-seal control: the deposed holder's write after the
+/// revoke is accepted, and C1 catches it within a short run.
+#[test]
+fn heavy_torture_catches_revoke_without_seal() {
+    let out = fencelock(&[
+        "torture",
+        "--unsafe",
+        "revoke-without-seal",
+        "--duration",
+        "15s",
+        "--seed",
+        "3",
+        "--json",
+    ])
+    .output()
+    .expect("runs");
+    let report = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    assert_eq!(report["unsafe"], "revoke-without-seal", "{report:#}");
+    let caught: Vec<&str> = report["caught_by"]
+        .as_array()
+        .expect("caught_by")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(caught.contains(&"C1"), "{report:#}");
+    assert_eq!(report["revokes_sealed"], 0, "{report:#}");
+    assert!(
+        report["first_violation_s"].as_f64().unwrap_or(f64::MAX) < 15.0,
+        "{report:#}"
+    );
 }
 
 /// Against a given Redis: client-side nemeses only, and every key of the
@@ -336,7 +438,8 @@ fn replicated_control_is_caught(topology: &str) {
         HashSet::from([
             "write-only-check",
             "unchecked-release",
-            "recreating-renewal"
+            "recreating-renewal",
+            "revoke-without-seal"
         ]),
         "{report:#}"
     );
@@ -826,7 +929,7 @@ fn torture_on_a_given_sentinel_deployment_runs_and_leaves_no_key_behind() {
     assert_eq!(report["wait_replicas"], 2, "{report:#}");
     assert_eq!(
         report["nemeses"],
-        serde_json::json!(["pause-worker"]),
+        serde_json::json!(["pause-worker", "revoke"]),
         "{report:#}"
     );
     let primary = sentinel.primary_node();
@@ -907,7 +1010,7 @@ fn heavy_torture_on_a_given_tls_redis_honours_the_tls_options() {
     let report = assert_remote_run(&out, 0);
     assert_eq!(
         report["nemeses"],
-        serde_json::json!(["pause-worker"]),
+        serde_json::json!(["pause-worker", "revoke"]),
         "{report:#}"
     );
     // The same through the environment.

@@ -46,16 +46,33 @@ pub(crate) struct Obs {
     pub(crate) fence: Option<u64>,
 }
 
-/// An accepted write in the audit.
+/// An accepted write in the audit, or a revoke's seal.
 #[derive(Debug, Clone)]
 pub(crate) struct AuditRow {
     pub(crate) seq: u64,
+    /// A seal: the holder is [`fencelock::REVOKED_HOLDER`], which no
+    /// holder id equals; its value is unchanged.
+    pub(crate) seal: bool,
     pub(crate) op: String,
     pub(crate) fence: u64,
     pub(crate) holder: String,
     pub(crate) read: i64,
     pub(crate) before: i64,
     pub(crate) after: i64,
+}
+
+/// A revoke that returned: from `t` on, no write with a fence up to
+/// `fence` may be accepted (if it `holds`).
+#[derive(Debug, Clone)]
+pub(crate) struct RevokeRec {
+    pub(crate) t: i64,
+    pub(crate) sent: i64,
+    pub(crate) name: String,
+    pub(crate) fence: Option<u64>,
+    pub(crate) deposed: Option<String>,
+    /// Whether the revoke returned without an error: it then promises
+    /// that the deposed holder's writes are refused from `t` on.
+    pub(crate) holds: bool,
 }
 
 /// A write invocation and its outcome.
@@ -75,6 +92,8 @@ pub(crate) struct Index<'a> {
     pub(crate) audit: HashMap<String, Vec<AuditRow>>,
     pub(crate) finals: HashMap<String, i64>,
     pub(crate) writes: HashMap<String, WriteRec>,
+    /// The revokes, in time order.
+    pub(crate) revokes: Vec<RevokeRec>,
     /// Start times of nemeses that lost the lock server's data.
     pub(crate) data_loss: Vec<i64>,
     /// Failover windows (start, end) of a replicated topology: what no
@@ -108,6 +127,11 @@ impl<'a> Index<'a> {
         let mut open_rollback: Option<(String, i64)> = None;
         let mut pauses: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
         let mut open_pauses: HashMap<String, i64> = HashMap::new();
+        let mut revokes: Vec<RevokeRec> = Vec::new();
+        // The revoke nemesis pauses workers too: from its start, the holder
+        // until the revoke returned, the others until its end.
+        let mut revoke_start: Option<i64> = None;
+        let mut revoke_paused: Vec<String> = Vec::new();
         let mut end = 0;
         for ev in &history.events {
             end = end.max(ev.t);
@@ -212,6 +236,7 @@ impl<'a> Index<'a> {
                     ..
                 } => audit.entry(name.clone()).or_default().push(AuditRow {
                     seq: *seq,
+                    seal: holder == fencelock::REVOKED_HOLDER,
                     op: op.clone(),
                     fence: *fence,
                     holder: holder.clone(),
@@ -219,6 +244,30 @@ impl<'a> Index<'a> {
                     before: *before,
                     after: *after,
                 }),
+                Entry::Revoke {
+                    name,
+                    sent,
+                    fence,
+                    deposed,
+                    worker,
+                    paused,
+                    error,
+                    ..
+                } => {
+                    revokes.push(RevokeRec {
+                        t: ev.t,
+                        sent: *sent,
+                        name: name.clone(),
+                        fence: *fence,
+                        deposed: deposed.clone(),
+                        holds: error.is_none() && fence.is_some(),
+                    });
+                    let start = revoke_start.unwrap_or(*sent);
+                    if let Some(w) = worker {
+                        pauses.entry(w.clone()).or_default().push((start, ev.t));
+                    }
+                    revoke_paused.clone_from(paused);
+                }
                 Entry::Final { name, value, .. } => {
                     finals.insert(name.clone(), *value);
                 }
@@ -240,6 +289,10 @@ impl<'a> Index<'a> {
                     {
                         open_pauses.insert(w.clone(), ev.t);
                     }
+                    if kind == "revoke" {
+                        revoke_start = Some(ev.t);
+                        revoke_paused.clear();
+                    }
                 }
                 Entry::NemesisEnd { kind, target, .. } => {
                     if let Some((k, start)) = &open_rollback
@@ -254,6 +307,13 @@ impl<'a> Index<'a> {
                     {
                         pauses.entry(w.clone()).or_default().push((start, ev.t));
                     }
+                    if kind == "revoke"
+                        && let Some(start) = revoke_start.take()
+                    {
+                        for w in revoke_paused.drain(..) {
+                            pauses.entry(w).or_default().push((start, ev.t));
+                        }
+                    }
                 }
                 _ => {}
             }
@@ -261,6 +321,15 @@ impl<'a> Index<'a> {
         for (w, start) in open_pauses {
             pauses.entry(w).or_default().push((start, i64::MAX));
         }
+        if let Some(start) = revoke_start {
+            for w in revoke_paused {
+                pauses.entry(w).or_default().push((start, i64::MAX));
+            }
+        }
+        for ps in pauses.values_mut() {
+            ps.sort_unstable();
+        }
+        revokes.sort_by_key(|r| r.t);
         if let Some((_, start)) = open_rollback {
             rollbacks.push((start, i64::MAX));
         }
@@ -280,6 +349,7 @@ impl<'a> Index<'a> {
             audit,
             finals,
             writes,
+            revokes,
             data_loss,
             rollbacks,
             grants_replicated: header.is_some_and(|h| h.wait_replicas >= h.replicas),
@@ -289,6 +359,17 @@ impl<'a> Index<'a> {
             renewal_us,
             counter_mode: header.is_some_and(|h| h.fence_mode == "counter"),
         }
+    }
+
+    /// When a revoke took `lease` from the lock store: the sending of the
+    /// first revoke that deposed its holder (the lock can have been gone
+    /// from then on).
+    pub(crate) fn revoked_at(&self, lease: &Lease) -> Option<i64> {
+        self.revokes
+            .iter()
+            .filter(|r| r.name == lease.name && r.deposed.as_deref() == Some(lease.holder.as_str()))
+            .map(|r| r.sent)
+            .min()
     }
 
     /// Whether a data-losing restart started in `[from, to]`.
@@ -316,6 +397,7 @@ impl<'a> Index<'a> {
                 Entry::Observed { name: n, .. } => {
                     n == name && e.t >= at - window && e.t <= at + window / 2
                 }
+                Entry::Revoke { name: n, .. } => n == name && e.t >= at - window && e.t <= at,
                 Entry::Audit { op, .. } => ops.contains(&op.as_str()),
                 _ => e.op().is_some_and(|op| ops.contains(&op)),
             })

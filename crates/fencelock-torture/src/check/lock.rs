@@ -87,6 +87,14 @@ fn first_loss_after(index: &Index<'_>, from: i64) -> Option<i64> {
     index.data_loss.iter().copied().filter(|&w| w >= from).min()
 }
 
+/// The earlier of two optional moments.
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The earliest moment in `window` at which both `a` and `b` are valid.
 fn both_valid(a: &[(i64, i64)], b: &[(i64, i64)], window: (i64, i64)) -> Option<i64> {
     let mut best: Option<i64> = None;
@@ -126,11 +134,21 @@ pub(super) fn c4(index: &Index<'_>) -> CheckResult {
                     continue;
                 }
                 let window = (b.granted, a.cs_end().min(b.cs_end()));
-                let Some(at) = both_valid(&validity(a, None), &validity(b, None), window) else {
+                // A revoke ends a lease in the lock store before the
+                // validity its holder computed: the holder is deposed
+                // (told at its next renewal), the lock passes on, and the
+                // revoke's seal refuses the deposed holder's writes at the
+                // resource from the revoke on (C1 checks that). So a
+                // deposed lease counts as valid only until the revoke was
+                // sent; past it, its holder still in its critical section
+                // is exactly what a revoke is for, not two valid holders.
+                // Like a release, not an excuse: the lock store ended it.
+                let (end_a, end_b) = (index.revoked_at(a), index.revoked_at(b));
+                let Some(at) = both_valid(&validity(a, end_a), &validity(b, end_b), window) else {
                     continue;
                 };
-                let void_a = first_loss_after(index, a.granted);
-                let void_b = first_loss_after(index, b.granted);
+                let void_a = earliest(first_loss_after(index, a.granted), end_a);
+                let void_b = earliest(first_loss_after(index, b.granted), end_b);
                 if both_valid(&validity(a, void_a), &validity(b, void_b), window).is_none() {
                     r.excuse(C4_DATA_LOSS);
                     continue;

@@ -3,7 +3,7 @@
 //!
 //! | id | rule | evidence |
 //! |---|---|---|
-//! | C1 | no write accepted with a fence lower than an already accepted one (per resource) | the resource's audit |
+//! | C1 | no write accepted with a fence lower than an already accepted one (per resource; a revoke's seal counts as accepted), nor a write sent after a revoke returned with a fence at or below its revocation fence | the resource's audit, the revokes |
 //! | C2 | no two different holders accepted with the same fence | the audit |
 //! | C3 | no acknowledged write lost: every acknowledged write is in the audit, no accepted write overwrote an increment it had not read, and the counter equals the accepted increments | the workers' acknowledgements, the audit, the final state |
 //! | C4 | mutual exclusion among valid holders: no two workers in their critical sections at once while both held leases Redis had not let expire | the workers' critical sections and lease validity (from Redis's replies: sent time + ttl − drift) |
@@ -38,7 +38,12 @@
 //! - C7: a released or expired key that is back after a failover (the
 //!   release or expiry was rolled back; no renewal re-created it).
 //!
-//! C1–C3 (the resource, which no nemesis touches) are never excused.
+//! C1–C3 (the resource, which no nemesis but `revoke`'s seal touches) are
+//! never excused.
+//!
+//! A `revoke` ends the deposed holder's lease in the lock store: C4 counts
+//! that lease valid only until the revoke was sent (as a release ends one;
+//! nothing is excused), and C1 checks that its late writes were refused.
 
 mod index;
 mod lock;

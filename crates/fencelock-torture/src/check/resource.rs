@@ -1,8 +1,19 @@
 //! C1–C3: what the resource accepted, from its audit.
+//!
+//! A revoke's seal is in the audit too (holder
+//! [`fencelock::REVOKED_HOLDER`], value unchanged): for C1 and C2 it is an
+//! accepted fence like any write's, which a later write must exceed; C3
+//! counts increments, which a seal is not. A revoke that returned also
+//! promises, sealed or not in the audit, that from its return on no write
+//! with a fence up to its revocation fence is accepted: C1 checks that
+//! against the writes sent after it (a write sent before may have reached
+//! the resource before the seal, and is the deposed holder's legitimately).
+//! A deposed holder whose writes were refused breaks nothing: C3 judges
+//! acknowledged writes only.
 
 use std::collections::{HashMap, HashSet};
 
-use super::index::Index;
+use super::index::{AuditRow, Index};
 use super::verdict::CheckResult;
 use crate::history::Outcome;
 
@@ -14,11 +25,12 @@ fn write_time(index: &Index<'_>, op: &str) -> i64 {
         .map_or(index.end, |w| w.done.map_or(w.invoked, |(t, _)| t))
 }
 
-/// C1: accepted fences never go down, per resource.
+/// C1: accepted fences never go down, per resource, and none is at or
+/// below a revocation fence once its revoke returned.
 pub(super) fn c1(index: &Index<'_>) -> CheckResult {
     let mut r = CheckResult::new(
         "C1",
-        "no write accepted with a fence lower than an already accepted one",
+        "no write accepted with a fence lower than an already accepted one (a revoke's seal included), nor at or below a revocation fence after its revoke returned",
     );
     let mut names: Vec<&String> = index.audit.keys().collect();
     names.sort();
@@ -46,7 +58,51 @@ pub(super) fn c1(index: &Index<'_>) -> CheckResult {
             }
         }
     }
+    revoked_writes(index, &mut r);
     r
+}
+
+/// C1's revoke rule: an accepted write (in the audit) sent after a revoke
+/// of its name returned, with a fence at or below the revocation fence.
+/// The revoke deposed its holder; a seal (or a later holder's greater
+/// fence) refuses it from the revoke on, so only a revoke that left the
+/// resource unsealed lets it through.
+fn revoked_writes(index: &Index<'_>, r: &mut CheckResult) {
+    for rev in index.revokes.iter().filter(|v| v.holds) {
+        let Some(fence) = rev.fence else { continue };
+        let Some(rows) = index.audit.get(&rev.name) else {
+            continue;
+        };
+        for row in rows.iter().filter(|row| !row.seal) {
+            let Some(w) = index.writes.get(&row.op) else {
+                continue;
+            };
+            r.checked += 1;
+            if w.invoked <= rev.t || row.fence > fence {
+                continue;
+            }
+            let by = rev
+                .deposed
+                .as_deref()
+                .map_or(String::new(), |h| format!(" (it deposed holder {h})"));
+            let message = format!(
+                "resource {}: write of {} accepted with fence {} (audit #{}), sent at {:.3} s after the revoke at {:.3} s had returned revocation fence {fence}{by}: the deposed holder's write was not refused",
+                rev.name,
+                row.op,
+                row.fence,
+                row.seq,
+                w.invoked as f64 / 1e6,
+                rev.t as f64 / 1e6
+            );
+            r.violation(
+                index,
+                write_time(index, &row.op),
+                message,
+                &[&row.op],
+                &rev.name,
+            );
+        }
+    }
 }
 
 /// C2: one holder per fence.
@@ -61,6 +117,13 @@ pub(super) fn c2(index: &Index<'_>) -> CheckResult {
         let mut by_fence: HashMap<u64, (&str, &str)> = HashMap::new();
         for row in &index.audit[name] {
             r.checked += 1;
+            // A seal records its fence over an equal one from any holder
+            // (that holder is the one revoked); a write after it with that
+            // fence is then from a holder other than the seal's.
+            if row.seal {
+                by_fence.insert(row.fence, (&row.holder, &row.op));
+                continue;
+            }
             match by_fence.get(&row.fence) {
                 Some(&(holder, op)) if holder != row.holder => {
                     let message = format!(
@@ -102,7 +165,12 @@ pub(super) fn c3(index: &Index<'_>) -> CheckResult {
     names.sort();
     names.dedup();
     for name in names {
-        let rows = index.audit.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        // Seals change no value: C3 counts the writes' increments only.
+        let rows: Vec<&AuditRow> = index
+            .audit
+            .get(name)
+            .map(|rows| rows.iter().filter(|row| !row.seal).collect())
+            .unwrap_or_default();
         let in_audit: HashSet<&str> = rows.iter().map(|a| a.op.as_str()).collect();
         let mut missing: Vec<(&str, i64)> = index
             .writes

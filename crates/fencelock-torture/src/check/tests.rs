@@ -543,3 +543,166 @@ fn a_history_that_saw_too_little_is_inconclusive() {
     );
     assert!(report.verdict().starts_with("verdict: INCONCLUSIVE"));
 }
+
+/// A revoke of w0's lock (holder `hw01`, fence 100) sent at 12.2 ms and
+/// returned at `returned` µs with revocation fence 150; `sealed` as the
+/// run's seal came out.
+fn revoke(returned: i64, sealed: Option<Outcome>) -> Event {
+    ev(
+        returned,
+        "nemesis",
+        Entry::Revoke {
+            name: "t0".into(),
+            sent: 12_200,
+            fence: Some(150),
+            deposed: Some("hw01".into()),
+            deposed_fence: Some(100),
+            worker: Some("w0".into()),
+            paused: vec!["w1".into()],
+            sealed,
+            error: None,
+        },
+    )
+}
+
+/// w0 (fence 100) is deposed by a revoke while between its read and its
+/// write; w1 (fence 200) is granted at 13 ms, while w0 is still in its
+/// critical section, reads 0 and writes 1.
+fn deposed_then_next(returned: i64, sealed: Option<Outcome>) -> Vec<Event> {
+    let mut e = vec![header("clock")];
+    let mut first = cycle("w0", 1, 10, 100, 0, 1);
+    // The lock was gone, not released by w0: w0 is told at its renewal
+    // (13.1 ms), its release finds the lock not its own, and the observer
+    // never sees the key free (w1 holds it from 13 ms).
+    first.retain(|x| !matches!(&x.e, Entry::Observed { holder: None, .. }));
+    for x in &mut first {
+        if let Entry::ReleaseDone { outcome, .. } = &mut x.e {
+            *outcome = Released::NotOurs;
+        }
+    }
+    first.push(ev(
+        13_100,
+        "w0",
+        Entry::Lost {
+            op: "w0.1".into(),
+            reason: "taken over".into(),
+        },
+    ));
+    e.extend(first);
+    e.push(revoke(returned, sealed));
+    e.extend(cycle("w1", 1, 12, 200, 0, 2));
+    e.push(final_value(1));
+    e
+}
+
+#[test]
+fn a_revoke_whose_seal_refused_the_deposed_write_passes() {
+    let mut e = deposed_then_next(12_400, Some(Outcome::Accepted));
+    // The seal refused w0's write (sent at 13 ms): no audit entry of it,
+    // the seal's own entry instead (value unchanged).
+    e.retain(|x| !matches!(&x.e, Entry::Audit { op, .. } if op == "w0.1"));
+    for x in &mut e {
+        if let Entry::Written { op, outcome } = &mut x.e
+            && op == "w0.1"
+        {
+            *outcome = Outcome::Stale;
+        }
+    }
+    e.push(ev(
+        9_000_000,
+        "resource",
+        Entry::Audit {
+            name: "t0".into(),
+            seq: 1,
+            op: "revoke.1".into(),
+            worker: "nemesis".into(),
+            fence: 150,
+            holder: fencelock::REVOKED_HOLDER.into(),
+            read: 0,
+            before: 0,
+            after: 0,
+        },
+    ));
+    let results = check(&History::new(e));
+    // C4: w0's lease ended in the lock store when the revoke was sent, so
+    // w1's grant at 13 ms overlaps no valid lease; nothing is excused.
+    assert!(results.iter().all(|c| c.passed()), "{results:?}");
+    assert!(results.iter().all(|c| c.excused == 0), "{results:?}");
+}
+
+#[test]
+fn c1_a_deposed_write_accepted_after_an_unsealed_revoke() {
+    // No seal: w0's write with fence 100, sent at 13 ms after the revoke
+    // returned at 12.4 ms with revocation fence 150, was accepted.
+    let mut e = deposed_then_next(12_400, None);
+    for x in &mut e {
+        if let Entry::Audit {
+            op,
+            read,
+            before,
+            after,
+            ..
+        } = &mut x.e
+            && op == "w1.1"
+        {
+            (*read, *before, *after) = (1, 1, 2);
+        }
+        if let Entry::Read { op, value, .. } = &mut x.e
+            && op == "w1.1"
+        {
+            *value = 1;
+        }
+        if let Entry::Final { value, .. } = &mut x.e {
+            *value = 2;
+        }
+    }
+    assert_eq!(violations(e), vec![("C1", 1)]);
+}
+
+#[test]
+fn c1_a_write_sent_before_the_revoke_returned_is_the_deposed_holders() {
+    // The revoke returned at 13.5 ms, after w0's write was sent (13 ms):
+    // it may have reached the resource before the seal.
+    let mut e = deposed_then_next(13_500, None);
+    for x in &mut e {
+        if let Entry::Audit {
+            op,
+            read,
+            before,
+            after,
+            ..
+        } = &mut x.e
+            && op == "w1.1"
+        {
+            (*read, *before, *after) = (1, 1, 2);
+        }
+        if let Entry::Final { value, .. } = &mut x.e {
+            *value = 2;
+        }
+    }
+    assert_eq!(violations(e), vec![]);
+}
+
+#[test]
+fn c2_a_write_with_the_sealed_fence_after_the_seal() {
+    let mut e = vec![header("clock")];
+    e.extend(cycle("w0", 1, 10, 100, 0, 1));
+    e.push(ev(
+        9_000_000,
+        "resource",
+        Entry::Audit {
+            name: "t0".into(),
+            seq: 2,
+            op: "revoke.1".into(),
+            worker: "nemesis".into(),
+            fence: 200,
+            holder: fencelock::REVOKED_HOLDER.into(),
+            read: 1,
+            before: 1,
+            after: 1,
+        },
+    ));
+    e.extend(cycle("w1", 1, 20, 200, 1, 3));
+    e.push(final_value(2));
+    assert_eq!(violations(e), vec![("C2", 1)]);
+}

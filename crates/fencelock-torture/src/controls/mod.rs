@@ -16,6 +16,7 @@
 //! | `recreating-renewal` | renewal re-creates an absent key (`recreating_extend.lua`), and the release does not stop the renewal task first |
 //! | `ge-check` | the resource accepts `fence >= stored` without the holder (`ge_write.lua`, or the same in SQL) |
 //! | `write-only-check` | no registration before the read (the worker skips it) |
+//! | `revoke-without-seal` | the `revoke` nemesis revokes with no resource to seal (the coordinator, in `run`; nothing here) |
 
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;

@@ -12,10 +12,22 @@
 -- ARGV[7] the TTL in ms the two keys get when they have none (the run
 --         refreshes it while it lives, so a killed run leaves nothing for
 --         longer)
+-- ARGV[8] 'seal' for a revoke's seal (fencelock's Sealable rule): fence
+--         ARGV[1] is recorded with the holder 'revoked' (ARGV[2] unused)
+--         iff nothing is stored or the stored fence is at most it (an
+--         equal fence from any holder included), keeping the value; the
+--         audit entry has the holder 'revoked' and read = before = after.
 --
--- Returns {1, seq} when accepted, {0, stored_fence} when refused as stale.
+-- Returns {1, seq} when accepted, {0, stored_fence} when refused as stale;
+-- a seal returns {1, seq, nil} or {0, stored_fence, stored_holder}.
 local fence = ARGV[1]
-local holder = string.sub(redis.sha1hex(ARGV[2]), 1, 16)
+local seal = ARGV[8] == 'seal'
+local holder
+if seal then
+  holder = 'revoked'
+else
+  holder = string.sub(redis.sha1hex(ARGV[2]), 1, 16)
+end
 local cur = redis.call('HMGET', KEYS[1], 'fence', 'holder', 'value')
 local stored, stored_holder = cur[1], cur[2]
 local ok
@@ -28,16 +40,22 @@ else
   elseif fence ~= s then
     ok = fence > s
   else
-    ok = (stored_holder ~= false and stored_holder == holder)
+    ok = seal or (stored_holder ~= false and stored_holder == holder)
   end
 end
-if not ok then return {0, stored} end
+if not ok then
+  if seal then return {0, stored, stored_holder} end
+  return {0, stored}
+end
 local before = cur[3] or '0'
-redis.call('HSET', KEYS[1], 'fence', fence, 'holder', holder, 'value', ARGV[6])
+local after = ARGV[6]
+if seal then after = before end
+redis.call('HSET', KEYS[1], 'fence', fence, 'holder', holder, 'value', after)
 local seq = redis.call('RPUSH', KEYS[2], cjson.encode({
   op = ARGV[3], worker = ARGV[4], fence = fence, holder = holder,
-  read = ARGV[5], before = before, after = ARGV[6]}))
+  read = seal and before or ARGV[5], before = before, after = after}))
 for _, key in ipairs(KEYS) do
   if redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, ARGV[7]) end
 end
+if seal then return {1, seq, false} end
 return {1, seq}
