@@ -39,6 +39,11 @@ pub(crate) fn new_token() -> String {
         .to_owned()
 }
 
+/// The holder a seal records at a resource (a revoke's mark, see
+/// [`Sealable`](crate::Sealable)). Holder ids are hexadecimal, so no holder
+/// ever equals it.
+pub const REVOKED_HOLDER: &str = "revoked";
+
 #[cfg(test)]
 mod tests {
     use super::holder_id;
@@ -49,8 +54,3 @@ mod tests {
         assert_eq!(holder_id("abc"), "a9993e364706816a");
     }
 }
-
-/// The holder a seal records at a resource (a revoke's mark, see
-/// [`Sealable`](crate::Sealable)). Holder ids are hexadecimal, so no holder
-/// ever equals it.
-pub const REVOKED_HOLDER: &str = "revoked";
