@@ -1,0 +1,14 @@
+//! # fencelock-model
+//!
+//! An exhaustively checked model of fencelock's lock protocol on Redis: the
+//! scripts as atomic transitions of one name's keys, clients that follow
+//! the engine's rules, time in ticks, faults, and the torture checkers as
+//! properties over every reachable state ([stateright]).
+//!
+//! | module | concern |
+//! |---|---|
+//! | `store` | the keys of one lock name and a fenced resource; each script (grant, release with hand-over, extend, leave, revoke, fenced write, register, seal) as one transition, and the broken rules of the negative controls ([`store::Broken`]) |
+//! | `model` | [`model::LockModel`]: clients, time, faults ([`model::Faults`]), the properties C1–C4, C6, C7, the revoke rule and bounded liveness |
+
+pub mod model;
+pub mod store;
