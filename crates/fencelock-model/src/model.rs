@@ -557,7 +557,7 @@ impl Model for LockModel {
             Action::Leave(i) => {
                 let i = usize::from(i);
                 let tok = token(i as u8, next.clients[i].cycles);
-                let passed = next.store.leave(now, tok);
+                let (_, passed) = next.store.leave(now, tok);
                 Self::record_pass_on(&mut next, passed);
                 next.clients[i].phase = Phase::Idle { waiting: false };
             }

@@ -82,6 +82,11 @@ pub struct Waiter {
     pub lease_end: u32,
     /// Its lock ttl, in ticks (a hand-over sets the lock for it).
     pub ttl: u32,
+    /// The server clock when it first queued (the queue's score), when the
+    /// store hands over to starving notify waiters ([`Store::starving`]);
+    /// 0 otherwise (so that arrival times do not split states the checks
+    /// never read).
+    pub arrived: u64,
 }
 
 /// The keys of one lock name.
@@ -100,6 +105,12 @@ pub struct Store {
     pub clock_step: i64,
     /// The broken rules in force.
     pub broken: Broken,
+    /// After how many server clock units of waiting a notify head is handed
+    /// the lock like a fair one (`STARVATION_THRESHOLD`); `None`: never.
+    /// The exhaustive model leaves it off (a starving notify head's
+    /// hand-over is the fair head's transition, which it checks); the
+    /// differential test sets it, since the real scripts do hand over.
+    pub starving: Option<u64>,
 }
 
 /// A grant's reply (`GrantReply`).
@@ -134,6 +145,7 @@ impl Store {
             mode,
             clock_step: 0,
             broken,
+            starving: None,
         }
     }
 
@@ -177,6 +189,11 @@ impl Store {
     /// waiter lease.
     fn enqueue(&mut self, token: Token, mode: WaitMode, ttl: u32, now: u32, waiter_lease: u32) {
         let lease_end = now + waiter_lease;
+        let arrived = if self.starving.is_some() {
+            self.clock(now)
+        } else {
+            0
+        };
         match self.position(token) {
             Some(i) => self.queue[i].lease_end = lease_end,
             None => self.queue.push(Waiter {
@@ -184,6 +201,7 @@ impl Store {
                 mode,
                 lease_end,
                 ttl,
+                arrived,
             }),
         }
     }
@@ -280,14 +298,18 @@ impl Store {
         }
     }
 
-    /// `pass_on`: after the lock became free, hand it to a fair head (its
-    /// fence minted here, the lock set for its hand-over lease, modelled as
-    /// its ttl) or wake a notify head.
+    /// `pass_on`: after the lock became free, hand it to a fair head, or a
+    /// notify head that has waited [`Store::starving`] (its fence minted
+    /// here, the lock set for its hand-over lease, modelled as its ttl), or
+    /// wake a notify head.
     fn pass_on(&mut self, now: u32) -> PassedOn {
         let Some(head) = self.live_head(now) else {
             return PassedOn::Nobody;
         };
-        if head.mode != WaitMode::Fair {
+        let starved = self
+            .starving
+            .is_some_and(|after| self.clock(now).saturating_sub(head.arrived) >= after);
+        if head.mode != WaitMode::Fair && !starved {
             return PassedOn::Woken(head.token);
         }
         let fence = self.mint(now);
@@ -326,19 +348,23 @@ impl Store {
     }
 
     /// A waiter gives up (`leave.lua`): leaves the queue; a lock handed to
-    /// it is released and passed on, as is a free lock.
-    pub fn leave(&mut self, now: u32, token: Token) -> PassedOn {
+    /// it is released and passed on, as is a free lock. Returns 2 when a
+    /// lock handed to it was released, 1 when it was queued, 0 otherwise;
+    /// and what was passed on.
+    pub fn leave(&mut self, now: u32, token: Token) -> (i8, PassedOn) {
         self.expire(now);
+        let mut code = 0;
         if let Some(i) = self.position(token) {
             self.queue.remove(i);
+            code = 1;
         }
         match self.lock {
             Some(h) if h.token == token => {
                 self.lock = None;
-                self.pass_on(now)
+                (2, self.pass_on(now))
             }
-            None => self.pass_on(now),
-            Some(_) => PassedOn::Nobody,
+            None => (code, self.pass_on(now)),
+            Some(_) => (code, PassedOn::Nobody),
         }
     }
 

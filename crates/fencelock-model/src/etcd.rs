@@ -1,0 +1,1 @@
+//! The etcd lock recipe as a stateright model (to be written).

@@ -1,0 +1,2 @@
+//! Replaying an observed history through the store's transitions (to be
+//! written).
