@@ -1,7 +1,10 @@
 //! The store of one lock name as the scripts see it, and each script as one
 //! atomic transition: [`Store::grant`] (`grant_fast.lua` + `grant.lua`),
 //! [`Store::release`] (`release_fast.lua` + `release.lua`, `pass_on`),
-//! [`Store::extend`] (`extend.lua`), [`Store::leave`] (`leave.lua`),
+//! [`Store::extend`] (`extend.lua`; `extend_many.lua` is one per lease),
+//! [`Store::leave`] (`leave.lua`), the batches' items
+//! [`Store::grant_batched`] (`grant_many.lua`) and [`Store::release_batched`]
+//! (`release_many.lua`),
 //! [`Store::revoke`] (`revoke.lua`); and the fenced resource's
 //! [`Resource::write`] (`fenced_write.lua`: write, register, seal).
 //!
@@ -276,6 +279,18 @@ impl Store {
         Grant::Granted(fence)
     }
 
+    /// One item of a batched grant (`grant_many.lua`): the common case of
+    /// a caller that never queues, decided as [`Store::grant`] decides it;
+    /// `None` when the item is sent back to go alone, nothing written (a
+    /// retry by the token that holds the lock).
+    pub fn grant_batched(&mut self, now: u32, token: Token, ttl: u32) -> Option<Grant> {
+        self.expire(now);
+        if self.lock.is_some_and(|h| h.token == token) {
+            return None;
+        }
+        Some(self.grant(now, token, ttl, WaitMode::Poll, false, 0))
+    }
+
     /// The second command of the guide's two-command acquire: `INCR` of
     /// the fence key, whose result the caller takes as its fence.
     pub fn finish_two_command_grant(&mut self) -> u64 {
@@ -298,11 +313,30 @@ impl Store {
         }
     }
 
+    /// One item of a batched release (`release_many.lua`): compare and
+    /// delete when nobody is queued (1), 0 absent, -1 another holder's;
+    /// `None` when the lock is this holder's but a queue exists (dead
+    /// waiters too): sent back to go alone, nothing written.
+    pub fn release_batched(&mut self, now: u32, token: Token, fence: u64) -> Option<i8> {
+        self.expire(now);
+        match self.lock {
+            None => Some(0),
+            Some(h) if self.broken.unchecked_release || (h.token == token && h.fence == fence) => {
+                if !self.queue.is_empty() {
+                    return None;
+                }
+                self.lock = None;
+                Some(1)
+            }
+            Some(_) => Some(-1),
+        }
+    }
+
     /// `pass_on`: after the lock became free, hand it to a fair head, or a
     /// notify head that has waited [`Store::starving`] (its fence minted
     /// here, the lock set for its hand-over lease, modelled as its ttl), or
     /// wake a notify head.
-    fn pass_on(&mut self, now: u32) -> PassedOn {
+    pub fn pass_on(&mut self, now: u32) -> PassedOn {
         let Some(head) = self.live_head(now) else {
             return PassedOn::Nobody;
         };
@@ -372,6 +406,15 @@ impl Store {
     /// the revocation fence and passes the lock on. Returns the revocation
     /// fence and the deposed holder (token, fence).
     pub fn revoke(&mut self, now: u32) -> (u64, Option<(Token, u64)>, PassedOn) {
+        let (fence, deposed) = self.depose(now);
+        (fence, deposed, self.pass_on(now))
+    }
+
+    /// The first half of a revoke: deletes the lock and mints the
+    /// revocation fence. `revoke.lua` reads the server clock again for its
+    /// `pass_on` ([`Store::pass_on`]), which the differential test runs at
+    /// that second instant.
+    pub fn depose(&mut self, now: u32) -> (u64, Option<(Token, u64)>) {
         self.expire(now);
         let deposed = self.lock.map(|h| (h.token, h.fence));
         self.lock = None;
@@ -380,7 +423,7 @@ impl Store {
         } else {
             self.mint(now)
         };
-        (fence, deposed, self.pass_on(now))
+        (fence, deposed)
     }
 
     /// A restart that lost every key (no persistence).

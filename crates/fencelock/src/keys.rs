@@ -91,6 +91,7 @@ impl LockKeys {
 
     /// The keys whose lock key is `lock` (etcd's: the prefix of its
     /// holders' keys; it has no other keys).
+    #[cfg(feature = "etcd")]
     pub(crate) fn from_lock_key(lock: String) -> Self {
         LockKeys { lock }
     }

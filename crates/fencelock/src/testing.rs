@@ -14,8 +14,12 @@ use crate::store::redis::invocation;
 use crate::store::redis::ops::{Extend, ExtendMany, Grant, GrantReply, Mint};
 use crate::{Fence, LockClient, LockKeys, LockOptions};
 
+mod protocol;
+
 pub use crate::store::redis::BatchFault;
+pub use crate::store::redis::ScriptMutation;
 pub use crate::store::redis::wire::*;
+pub use protocol::{ProtocolScripts, ResourceChange};
 
 /// The grant script call that [`LockClient::try_acquire`] makes for `keys`,
 /// `token` and `opts`, to run on any connection.

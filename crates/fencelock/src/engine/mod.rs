@@ -116,6 +116,7 @@ impl Engine {
     /// Checks that the lock prefix can be used on this store: on etcd, it
     /// and the URL's namespace must join without ambiguity (see
     /// `store::etcd::check_key_space`).
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
     pub(crate) fn check_prefix(&self, prefix: &str) -> Result<()> {
         match self {
             Engine::Redis(_) => Ok(()),
@@ -263,6 +264,7 @@ impl Engine {
     /// etcd its key may outlive it on the client's session, which the
     /// client's other locks keep alive, so it is deleted in the background
     /// (on Redis the key expires by itself).
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
     pub(crate) fn deadline_passed(&self, granted: &Granted) {
         match self {
             Engine::Redis(_) => {}

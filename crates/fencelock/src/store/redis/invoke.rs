@@ -103,7 +103,17 @@ impl RedisConn {
 /// raw calls of the testing surface.
 #[cfg(feature = "testing")]
 pub(crate) fn invocation<C: ScriptCall>(call: &C) -> redis::ScriptInvocation<'static> {
-    let mut invocation = call.script().script.prepare_invoke();
+    invocation_of(call, call.script())
+}
+
+/// The invocation of `call` running `lua` in place of its own script (a
+/// deliberately broken variant of it), for the testing surface.
+#[cfg(feature = "testing")]
+pub(crate) fn invocation_of<C: ScriptCall>(
+    call: &C,
+    lua: &'static super::scripts::Lua,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = lua.script.prepare_invoke();
     for key in call.keys().iter() {
         invocation.key(key);
     }

@@ -47,11 +47,13 @@ pub(crate) use coalesce::IN_FLIGHT;
 pub(crate) use conn::{Node, RedisConn, Topology};
 pub(crate) use info::{info_field, memory_policy};
 #[cfg(feature = "testing")]
-pub(crate) use invoke::invocation;
+pub(crate) use invoke::{invocation, invocation_of};
 pub(crate) use pubsub::{Event, PubSub};
 pub(crate) use replicas::{Replica, ReplicaConn};
 #[cfg(feature = "testing")]
 pub use scripts::BatchFault;
+#[cfg(feature = "testing")]
+pub use scripts::ScriptMutation;
 
 /// How the connection managers of a client (its calls, its pub/sub, each
 /// master behind Sentinel) connect and reconnect.

@@ -163,10 +163,17 @@ pub enum BatchFault {
 /// of the batch tests). Each variant is built once.
 #[cfg(feature = "testing")]
 pub(crate) fn broken(fault: BatchFault) -> &'static Lua {
-    static IGNORE_STORED_FENCE: LazyLock<Lua> =
-        LazyLock::new(|| break_grant_many("local f = clock_fence(n, now)", "local f = now"));
+    static IGNORE_STORED_FENCE: LazyLock<Lua> = LazyLock::new(|| {
+        replaced(
+            &GRANT_MANY,
+            &[("local f = clock_fence(n, now)", "local f = now")],
+        )
+    });
     static ONE_ERROR_FAILS_ALL: LazyLock<Lua> = LazyLock::new(|| {
-        break_grant_many("redis.pcall('SET', lock, v,", "redis.call('SET', lock, v,")
+        replaced(
+            &GRANT_MANY,
+            &[("redis.pcall('SET', lock, v,", "redis.call('SET', lock, v,")],
+        )
     });
     match fault {
         BatchFault::IgnoreStoredFence => &IGNORE_STORED_FENCE,
@@ -174,11 +181,121 @@ pub(crate) fn broken(fault: BatchFault) -> &'static Lua {
     }
 }
 
-/// `grant_many.lua` with `from` replaced by `to` (were `from` gone, the
-/// variant would not be broken, and its negative control would say so).
+/// `lua` with each `(from, to)` of `edits` replaced (a `from` that is gone
+/// leaves the variant unbroken: [`ScriptMutation::apply`] and the batch
+/// tests' negative controls say so).
 #[cfg(feature = "testing")]
-fn break_grant_many(from: &str, to: &str) -> Lua {
-    Lua::new(Box::leak(
-        GRANT_MANY.source.replace(from, to).into_boxed_str(),
-    ))
+fn replaced(lua: &Lua, edits: &[(&str, &str)]) -> Lua {
+    let mut source = lua.source.to_owned();
+    for (from, to) in edits {
+        source = source.replace(from, to);
+    }
+    Lua::new(Box::leak(source.into_boxed_str()))
+}
+
+/// One deliberately broken rule of the lock scripts (feature `testing`):
+/// the mutations the protocol model's differential test must catch, each a
+/// text replacement in the scripts it concerns.
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ScriptMutation {
+    /// The fenced write's length comparison inverted: a fence with fewer
+    /// digits than the stored one is accepted, a longer one refused.
+    FenceLengthInverted,
+    /// The mint forgets `+ 1`: `max(last, now)` in clock mode, the last
+    /// counter fence again in counter mode.
+    MintWithoutIncrement,
+    /// The grant's `SET` without `NX`: a held lock is overwritten.
+    GrantWithoutNx,
+    /// Release (one and batched) deletes whatever lock is there, without
+    /// comparing the value.
+    ReleaseWithoutTokenCheck,
+    /// Extend (one and batched) renews whatever lock is there, without
+    /// comparing the value.
+    ExtendWithoutTokenCheck,
+}
+
+#[cfg(feature = "testing")]
+impl ScriptMutation {
+    /// Every mutation.
+    pub const ALL: [ScriptMutation; 5] = [
+        ScriptMutation::FenceLengthInverted,
+        ScriptMutation::MintWithoutIncrement,
+        ScriptMutation::GrantWithoutNx,
+        ScriptMutation::ReleaseWithoutTokenCheck,
+        ScriptMutation::ExtendWithoutTokenCheck,
+    ];
+
+    /// The scripts this mutation breaks, and its replacements.
+    fn edits(self) -> (Vec<&'static Lua>, &'static [(&'static str, &'static str)]) {
+        match self {
+            ScriptMutation::FenceLengthInverted => (
+                vec![&FENCED_WRITE],
+                &[("ok = #fence > #s", "ok = #fence < #s")],
+            ),
+            ScriptMutation::MintWithoutIncrement => (
+                vec![&GRANT, &GRANT_MANY, &RELEASE, &LEAVE, &REVOKE],
+                &[
+                    ("math.max(last + 1, now)", "math.max(last, now)"),
+                    (
+                        "return (tonumber(last) or 0) + 1",
+                        "return (tonumber(last) or 0)",
+                    ),
+                ],
+            ),
+            ScriptMutation::GrantWithoutNx => (vec![&GRANT, &GRANT_MANY], &[("'NX', ", "")]),
+            ScriptMutation::ReleaseWithoutTokenCheck => (
+                vec![&RELEASE, &RELEASE_MANY],
+                &[
+                    ("redis.pcall('GET', lock) == value and ", ""),
+                    ("if held ~= value then", "if not held then"),
+                    ("elseif held ~= ARGV[i] then", "elseif not held then"),
+                ],
+            ),
+            ScriptMutation::ExtendWithoutTokenCheck => (
+                vec![&EXTEND, &EXTEND_MANY],
+                &[
+                    ("if held == value then", "if held then"),
+                    ("if held == ARGV[i + 1] then", "if held then"),
+                ],
+            ),
+        }
+    }
+
+    /// `Err` names a replacement found in none of the scripts this
+    /// mutation concerns (the variant would not be broken).
+    pub(crate) fn check(self) -> std::result::Result<(), String> {
+        let (targets, edits) = self.edits();
+        for (from, _) in edits {
+            if !targets.iter().any(|t| t.source.contains(from)) {
+                return Err(format!("{self:?}: no script it concerns contains {from:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The script to run in place of `lua` under this mutation: `lua`
+    /// itself when the mutation does not concern it, else its broken
+    /// variant (built once). `Err` names a replacement found in none of
+    /// the scripts it concerns (the variant would not be broken).
+    pub(crate) fn apply(self, lua: &'static Lua) -> std::result::Result<&'static Lua, String> {
+        use std::sync::Mutex;
+        // (mutation, original script's address, broken variant).
+        type Built = Vec<(ScriptMutation, usize, &'static Lua)>;
+        static BUILT: Mutex<Built> = Mutex::new(Vec::new());
+        self.check()?;
+        let (targets, edits) = self.edits();
+        if !targets.iter().any(|t| std::ptr::eq(*t, lua)) {
+            return Ok(lua);
+        }
+        let address = std::ptr::from_ref(lua) as usize;
+        let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, variant)) = built.iter().find(|(m, a, _)| *m == self && *a == address) {
+            return Ok(variant);
+        }
+        let variant: &'static Lua = Box::leak(Box::new(replaced(lua, edits)));
+        built.push((self, address, variant));
+        Ok(variant)
+    }
 }

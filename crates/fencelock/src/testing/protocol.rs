@@ -1,0 +1,222 @@
+//! The lock protocol's scripts as raw calls, real or deliberately broken
+//! ([`ScriptMutation`]), for the protocol model's differential test: each
+//! call's arguments are encoded by the library's own operation types, so
+//! what the test runs is what the engine sends.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::fence::Fence;
+use crate::keys::LockKeys;
+use crate::options::LockOptions;
+use crate::store::redis::ops::{
+    Change, Extend, ExtendMany, FencedWrite, Grant, GrantItem, GrantMany, Leave, Mint, PassOn,
+    Publish, Release, ReleaseItem, ReleaseMany, Revoke, ScriptCall,
+};
+use crate::store::redis::scripts::GRANT_MANY;
+use crate::store::redis::wire::QueueMember;
+use crate::store::redis::{ScriptMutation, invocation_of};
+
+/// What a raw fenced write asks of the resource ([`ProtocolScripts::fenced_write`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceChange<'a> {
+    /// Set the value.
+    Write(&'a str),
+    /// Record the fence and holder only (before a read-modify-write).
+    Register,
+    /// A revoke's seal.
+    Seal,
+}
+
+/// The scripts of one lock name with one set of options, as the engine
+/// calls them, optionally with one [`ScriptMutation`]. Every method returns
+/// the invocation (by SHA; `NOSCRIPT` loads it) to run on any connection;
+/// the replies are the scripts' raw replies, as each `.lua` file documents.
+#[derive(Debug, Clone)]
+pub struct ProtocolScripts {
+    keys: LockKeys,
+    opts: LockOptions,
+    mutation: Option<ScriptMutation>,
+}
+
+impl ProtocolScripts {
+    /// The real scripts of the lock with `keys` and `opts`.
+    pub fn new(keys: LockKeys, opts: LockOptions) -> Self {
+        ProtocolScripts {
+            keys,
+            opts,
+            mutation: None,
+        }
+    }
+
+    /// The same scripts broken by `mutation`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] when a replacement of `mutation` is found in
+    /// none of the scripts it concerns (the variant would not be broken).
+    pub fn mutated(self, mutation: ScriptMutation) -> Result<Self> {
+        mutation.check().map_err(Error::InvalidOption)?;
+        Ok(ProtocolScripts {
+            mutation: Some(mutation),
+            ..self
+        })
+    }
+
+    /// The lock's keys.
+    pub fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+
+    fn invoke<C: ScriptCall>(&self, call: &C) -> redis::ScriptInvocation<'static> {
+        let lua = call.script();
+        // `mutated` checked the mutation: it applies or leaves `lua` as is.
+        let lua = match self.mutation {
+            Some(m) => m.apply(lua).unwrap_or(lua),
+            None => lua,
+        };
+        invocation_of(call, lua)
+    }
+
+    fn mint(&self) -> Mint {
+        Mint::new(&self.opts)
+    }
+
+    fn pass_on(&self) -> PassOn {
+        PassOn {
+            publish: Publish::Publish,
+        }
+    }
+
+    /// One grant attempt by `token`; `member`: its place in the wait queue
+    /// (a caller that may queue), `queued`: an earlier attempt may have
+    /// queued it.
+    pub fn grant(
+        &self,
+        token: &str,
+        member: Option<&QueueMember>,
+        queued: bool,
+    ) -> redis::ScriptInvocation<'static> {
+        self.invoke(&Grant {
+            keys: &self.keys,
+            mint: self.mint(),
+            token,
+            ttl: self.opts.ttl,
+            wait_mode: self.opts.wait_mode,
+            member,
+            waiter_lease: self.opts.waiter_lease,
+            queued,
+        })
+    }
+
+    /// The common-case grants of `tokens` on this lock in one batch
+    /// (`grant_many.lua`), as the coalescer sends them.
+    pub fn grant_many(&self, tokens: &[&str]) -> redis::ScriptInvocation<'static> {
+        let items: Vec<GrantItem> = tokens
+            .iter()
+            .map(|token| {
+                GrantItem::from(&Grant {
+                    keys: &self.keys,
+                    mint: self.mint(),
+                    token,
+                    ttl: self.opts.ttl,
+                    wait_mode: self.opts.wait_mode,
+                    member: None,
+                    waiter_lease: self.opts.waiter_lease,
+                    queued: false,
+                })
+            })
+            .collect();
+        self.invoke(&GrantMany {
+            items: &items,
+            script: &GRANT_MANY,
+        })
+    }
+
+    fn release_call<'a>(&'a self, value: &'a str) -> Release<'a> {
+        Release {
+            lock: self.keys.lock(),
+            mint: self.mint(),
+            pass_on: self.pass_on(),
+            value,
+            wake_first: false,
+        }
+    }
+
+    /// Compare-and-delete of the lock value `value`, then pass on.
+    pub fn release(&self, value: &str) -> redis::ScriptInvocation<'static> {
+        self.invoke(&self.release_call(value))
+    }
+
+    /// Releases of `values` (of this lock) in one batch (`release_many.lua`).
+    pub fn release_many(&self, values: &[&str]) -> redis::ScriptInvocation<'static> {
+        let items: Vec<ReleaseItem> = values
+            .iter()
+            .map(|value| ReleaseItem::from(&self.release_call(value)))
+            .collect();
+        self.invoke(&ReleaseMany { items: &items })
+    }
+
+    /// Compare-and-pexpire of the lock value `value` to the options' ttl.
+    pub fn extend(&self, value: &str) -> redis::ScriptInvocation<'static> {
+        self.invoke(&Extend {
+            key: self.keys.lock(),
+            value,
+            ttl: self.opts.ttl,
+        })
+    }
+
+    /// Compare-and-pexpire of `values` (of this lock) in one batch
+    /// (`extend_many.lua`), as the keeper renews.
+    pub fn extend_many(&self, values: &[&str]) -> redis::ScriptInvocation<'static> {
+        let leases: Vec<(&str, &str)> = values.iter().map(|v| (self.keys.lock(), *v)).collect();
+        self.invoke(&ExtendMany {
+            leases: &leases,
+            ttl: self.opts.ttl,
+        })
+    }
+
+    /// The waiter `member` gives up its place.
+    pub fn leave(&self, member: &QueueMember) -> redis::ScriptInvocation<'static> {
+        self.invoke(&Leave {
+            keys: &self.keys,
+            mint: self.mint(),
+            pass_on: self.pass_on(),
+            member,
+        })
+    }
+
+    /// A revoke of whoever holds the lock.
+    pub fn revoke(&self) -> redis::ScriptInvocation<'static> {
+        self.invoke(&Revoke {
+            lock: self.keys.lock(),
+            mint: self.mint(),
+            pass_on: self.pass_on(),
+        })
+    }
+
+    /// A fenced write, registration or seal of the Redis hash `resource`
+    /// with `fence` by the holder of `token` (ignored by a seal).
+    pub fn fenced_write(
+        &self,
+        resource: &str,
+        fence: Fence,
+        token: &str,
+        change: ResourceChange<'_>,
+    ) -> redis::ScriptInvocation<'static> {
+        self.invoke(&FencedWrite {
+            key: resource,
+            fence,
+            holder: token,
+            change: match change {
+                ResourceChange::Write(value) => Change::Write(value),
+                ResourceChange::Register => Change::Register,
+                ResourceChange::Seal => Change::Seal,
+            },
+        })
+    }
+
+    /// The options' ttl.
+    pub fn ttl(&self) -> Duration {
+        self.opts.ttl
+    }
+}
