@@ -66,6 +66,27 @@ pub struct LockModel {
     pub write_only: bool,
     /// Negative control: the revoke fault deposes without sealing.
     pub revoke_without_seal: bool,
+    /// What waits for the replica (`--replicas`, `WAIT`) before the client
+    /// is told: with the failover fault, a write the client waited for is
+    /// on the replica that takes over.
+    pub replicas: Replicated,
+}
+
+/// Which writes the client waits for the replica to acknowledge
+/// (`LockOptions::wait_for_replicas`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Replicated {
+    /// None (no `--replicas`): a failover may lose any write not yet
+    /// replicated, and mutual exclusion is excused across it.
+    #[default]
+    Nothing,
+    /// Grants and revokes only: a renewal the replica missed is lost in a
+    /// failover, and the lock expires there at its older expiry.
+    Grants,
+    /// Grants, revokes and renewals: a lease is never longer on the client
+    /// than on the replica, and mutual exclusion must hold across a
+    /// failover.
+    GrantsAndRenewals,
 }
 
 impl Default for LockModel {
@@ -83,6 +104,7 @@ impl Default for LockModel {
             broken: Broken::default(),
             write_only: false,
             revoke_without_seal: false,
+            replicas: Replicated::Nothing,
         }
     }
 }
@@ -221,6 +243,12 @@ pub fn token(i: u8, cycle: u8) -> Token {
 impl LockModel {
     fn excused_by_data_loss(&self, state: &State) -> bool {
         state.used.lose_data || state.used.failover
+    }
+
+    /// Whether mutual exclusion is excused: across a data loss, or a
+    /// failover when the client did not wait for the replica.
+    fn exclusion_excused(&self, state: &State) -> bool {
+        state.used.lose_data || (state.used.failover && self.replicas == Replicated::Nothing)
     }
 
     /// Whether client `i`'s lease is valid now (its own clock).
@@ -617,12 +645,30 @@ impl Model for LockModel {
                 Self::record_pass_on(&mut next, passed);
             }
         }
+        let waited = match action {
+            // A grant heard by its client (a new one or a retry: either
+            // way the client waited for the replica before going on).
+            Action::Grant(i) => {
+                self.replicas != Replicated::Nothing
+                    && matches!(next.clients[usize::from(i)].phase, Phase::Holding { .. })
+            }
+            Action::Revoke => self.replicas != Replicated::Nothing,
+            Action::Renew(i) => {
+                self.replicas == Replicated::GrantsAndRenewals
+                    && matches!(next.clients[usize::from(i)].phase, Phase::Holding { .. })
+            }
+            _ => false,
+        };
         if let Some(replica) = &mut next.replica
-            && next.store != before
             && !matches!(action, Action::Failover | Action::LoseData)
         {
-            // The replica has every write but the last.
-            *replica = before;
+            if waited {
+                // `WAIT`: the replica has every write up to this one.
+                *replica = next.store.clone();
+            } else if next.store != before {
+                // The replica has every write but the last.
+                *replica = before;
+            }
         }
         self.settle(&mut next);
         Some(next)
@@ -643,7 +689,7 @@ impl Model for LockModel {
             // C4: mutual exclusion among valid holders (excused across a
             // data loss or a failover, as documented).
             Property::always("C4 mutual exclusion", |m: &LockModel, s: &State| {
-                !s.overlap || m.excused_by_data_loss(s)
+                !s.overlap || m.exclusion_excused(s)
             }),
             // C6: fences strictly increase in grant order (counter fences
             // excused across a data loss or failover).

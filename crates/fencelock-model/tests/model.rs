@@ -5,7 +5,7 @@
 //! control produces a counterexample of the property that names its flaw,
 //! and its trace is printed.
 
-use fencelock_model::model::{Faults, LockModel};
+use fencelock_model::model::{Faults, LockModel, Replicated};
 use fencelock_model::store::{Broken, FenceMode, WaitMode};
 use stateright::{Checker, Model};
 
@@ -107,6 +107,15 @@ fn every_safe_configuration_holds_every_property() {
                 ..base.clone()
             },
             55345,
+        ),
+        (
+            "a failover, grants and renewals waiting for the replica",
+            LockModel {
+                faults: only(|f| f.failover = true),
+                replicas: Replicated::GrantsAndRenewals,
+                ..base.clone()
+            },
+            25433,
         ),
         (
             "a server clock stepping back",
@@ -246,6 +255,15 @@ fn every_broken_rule_is_caught() {
                 ..base.clone()
             },
             "C6 fences increase",
+        ),
+        (
+            "a failover, only grants waiting for the replica",
+            LockModel {
+                faults: only(|f| f.failover = true),
+                replicas: Replicated::Grants,
+                ..base.clone()
+            },
+            "C4 mutual exclusion",
         ),
         (
             "revoke-without-seal",

@@ -84,6 +84,23 @@ pub enum Error {
         wanted: u32,
     },
 
+    /// A renewal (with [`LockOptions::wait_for_replicas`](crate::LockOptions::wait_for_replicas))
+    /// was applied on the primary but acknowledged by fewer replicas than
+    /// asked for, in time: the lease keeps its earlier deadline, since a
+    /// failover now could lose the renewal and expire the lock on the new
+    /// primary before the later one. The keeper retries until then.
+    #[error(
+        "the renewal of lock {name:?} was applied on the primary, but only {acked} of {wanted} replicas acknowledged it in time: the lease keeps its earlier deadline (a failover could lose the renewal)"
+    )]
+    RenewalNotReplicated {
+        /// The lock name.
+        name: String,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
+
     /// A fenced write was applied on the primary but acknowledged by fewer
     /// replicas than asked for, in time: a failover now could lose it.
     /// Writing again with the same fence and holder is accepted.
@@ -418,6 +435,7 @@ impl Error {
             Error::GrantTooLate { .. }
             | Error::RevokeNotReplicated { .. }
             | Error::NotReplicated { .. }
+            | Error::RenewalNotReplicated { .. }
             | Error::WriteNotReplicated { .. } => Class::of(Kind::Other, Retry::AfterBackoff),
             Error::LockLost { .. } => Class::of(Kind::Loss, Retry::Never),
             Error::WrongType { .. }

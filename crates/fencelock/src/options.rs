@@ -130,9 +130,10 @@ pub const MAX_FENCE_EPOCH: u16 = 1023;
 /// by changing its URL is safe at the resource.
 pub const ETCD_DEFAULT_FENCE_EPOCH: u16 = 1;
 
-/// How many replicas must acknowledge a grant (or a fenced write), and for
+/// How many replicas must acknowledge a grant, a renewal, a revoke (or a
+/// fenced write), and for
 /// how long to wait for them: Redis `WAIT`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Replication {
     /// Replicas that must acknowledge.
@@ -288,7 +289,12 @@ impl LockOptions {
     /// replication being asynchronous, a failover can otherwise lose a
     /// granted lock; this narrows that window to grants a replica has seen.
     /// A lock handed over by a release is acknowledged the same way (the
-    /// waiter renews it first, then waits for the replicas).
+    /// waiter renews it first, then waits for the replicas). Renewals (the
+    /// keeper's and [`Lease::extend`](crate::Lease::extend)) wait for the
+    /// replicas too, and one acknowledged by fewer does not move the
+    /// lease's deadline ([`Error::RenewalNotReplicated`]; the keeper
+    /// retries): a failover could lose it, and the new primary would then
+    /// expire the lock at the older expiry while the holder still worked.
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replication = Some(Replication { replicas, timeout });
         self

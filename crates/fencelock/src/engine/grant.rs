@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::keys::LockKeys;
-use crate::options::LockOptions;
+use crate::options::{LockOptions, Replication};
 use crate::store::redis::ops::Mint;
 use crate::store::redis::wire;
 
@@ -59,6 +59,9 @@ pub(crate) struct RedisHold {
     /// refused at least once): its release then wakes the next holder first
     /// (`Release::wake_first`).
     pub(crate) contended: bool,
+    /// The replicas its renewals wait for, as its grant did: a renewal a
+    /// failover could lose must not move the lease's deadline.
+    pub(crate) replication: Option<Replication>,
 }
 
 /// An etcd mutex as held: the holder's key `NAMESPACE PREFIX NAME/LEASE/ACQ`
@@ -96,6 +99,7 @@ impl Granted {
                 token_len: token.len(),
                 mint: Mint::new(opts),
                 contended,
+                replication: opts.replication,
             }),
         }
     }
@@ -124,6 +128,16 @@ impl Granted {
     ///
     /// # Errors
     /// [`Error::UnexpectedReply`] if the grant is not Redis's.
+    /// The replicas this grant's renewals wait for (Redis with
+    /// [`LockOptions::wait_for_replicas`]; etcd writes are on a quorum).
+    pub(crate) fn replication(&self) -> Option<Replication> {
+        match &self.hold {
+            Hold::Redis(h) => h.replication,
+            #[cfg(feature = "etcd")]
+            Hold::Etcd(_) => None,
+        }
+    }
+
     pub(crate) fn redis(&self) -> Result<&RedisHold> {
         match &self.hold {
             Hold::Redis(h) => Ok(h),

@@ -47,6 +47,7 @@ use tokio::time::{Instant, sleep_until};
 use super::state::LeaseState;
 use crate::engine::Granted;
 use crate::error::{Error, LossReason, Result};
+use crate::options::Replication;
 use crate::store::Checked;
 use crate::store::redis::BatchGroup;
 
@@ -270,7 +271,10 @@ impl Keeper {
     /// sends the batches of the leases due (or due within their slack), and
     /// returns when the keeper must wake next.
     fn tick(self: &Arc<Self>, now: Instant) -> Option<Instant> {
-        let mut batches: HashMap<(BatchGroup, Duration), Batch> = HashMap::new();
+        // One batch per script call: leases of one slot, one ttl, and
+        // waiting for the same replicas.
+        let mut batches: HashMap<(BatchGroup, Duration, Option<Replication>), Batch> =
+            HashMap::new();
         let mut reg = self.lock();
         let horizon = now + MAX_SLACK;
         let candidates: Vec<(Instant, u64)> =
@@ -311,7 +315,11 @@ impl Keeper {
                 now.saturating_duration_since(due),
                 state.grant.ttl,
             );
-            let group = (state.engine.batch_group(&state.grant), state.grant.ttl);
+            let group = (
+                state.engine.batch_group(&state.grant),
+                state.grant.ttl,
+                state.grant.replication(),
+            );
             batches.entry(group).or_default().push((id, state));
         }
         // With no lease left, the wake-up planned before stays planned (if
@@ -326,7 +334,7 @@ impl Keeper {
         };
         reg.sleeping_until = next;
         drop(reg);
-        for ((_, ttl), mut batch) in batches {
+        for ((_, ttl, _), mut batch) in batches {
             while !batch.is_empty() {
                 let rest = batch.split_off(batch.len().min(MAX_BATCH));
                 tokio::spawn(renew_batch(self.clone(), ttl, batch));
@@ -381,6 +389,11 @@ impl Keeper {
                             // be lost at its deadline, and this says why.
                             e.warned = true;
                             tracing::warn!(lock = %state.grant.name, error = %err, "renewal refused; the lease will be lost at its deadline");
+                        } else if matches!(err, Error::RenewalNotReplicated { .. }) && !e.warned {
+                            // Replicas that lag or are gone may not come
+                            // back before the deadline: say so once.
+                            e.warned = true;
+                            tracing::warn!(lock = %state.grant.name, error = %err, "renewal not replicated; retrying until the deadline");
                         } else {
                             tracing::debug!(lock = %state.grant.name, error = %err, "renewal failed; retrying until the deadline");
                         }

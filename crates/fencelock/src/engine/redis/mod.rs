@@ -67,13 +67,21 @@ impl RedisEngine {
     /// One compare-and-pexpire of `granted` to its ttl.
     pub(crate) async fn extend(&self, granted: &Granted) -> Result<Checked> {
         let hold = granted.redis()?;
-        self.conn
-            .run(&Extend {
-                key: &hold.lock,
-                value: &hold.value,
-                ttl: granted.ttl,
-            })
-            .await
+        let call = Extend {
+            key: &hold.lock,
+            value: &hold.value,
+            ttl: granted.ttl,
+        };
+        match hold.replication {
+            Some(replication) => {
+                let (checked, acked) = self
+                    .conn
+                    .run_replicated(&call, replication.replicas, replication.timeout)
+                    .await?;
+                replicated_renewal(&granted.name, checked, acked, replication)
+            }
+            None => self.conn.run(&call).await,
+        }
     }
 
     /// One compare-and-delete of `granted`, which passes the lock on to a
@@ -144,13 +152,24 @@ impl RedisEngine {
             .iter()
             .map(|h| (h.lock.as_str(), h.value.as_str()))
             .collect();
-        let codes = self
-            .conn
-            .run(&ExtendMany {
-                leases: &pairs,
-                ttl,
-            })
-            .await?
+        let call = ExtendMany {
+            leases: &pairs,
+            ttl,
+        };
+        // The keeper batches only leases that wait for the same replicas.
+        let replication = leases.first().and_then(|g| g.replication());
+        let reply = match replication {
+            Some(replication) => {
+                let (reply, acked) = self
+                    .conn
+                    .run_replicated(&call, replication.replicas, replication.timeout)
+                    .await?;
+                let name = leases.first().map_or("", |g| g.name.as_str());
+                replicated_renewal(name, reply, acked, replication)?
+            }
+            None => self.conn.run(&call).await?,
+        };
+        let codes = reply
             .per_lease(pairs.len())
             .map_err(|e| Error::UnexpectedReply(e.to_string()))?;
         if let Some(first) = leases.first() {
@@ -239,4 +258,24 @@ impl RedisEngine {
             .map(str::to_owned)
             .collect())
     }
+}
+
+/// A renewal's reply once `WAIT` counted `acked` replicas: too few, and the
+/// renewal does not count (the lease keeps its earlier deadline, and the
+/// keeper retries), since a failover could lose it and expire the lock on
+/// the new primary before the deadline the client would compute from it.
+fn replicated_renewal<T>(
+    name: &str,
+    reply: T,
+    acked: u32,
+    replication: crate::options::Replication,
+) -> Result<T> {
+    if acked < replication.replicas {
+        return Err(Error::RenewalNotReplicated {
+            name: name.to_owned(),
+            acked,
+            wanted: replication.replicas,
+        });
+    }
+    Ok(reply)
 }

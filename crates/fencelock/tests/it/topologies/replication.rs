@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
-use fencelock::{Error, LockClient};
+use fencelock::{Error, LockClient, LossReason};
 use fencelock_testkit::RedisServer;
 
 use crate::support::{Keys, poll_until};
@@ -70,6 +70,62 @@ async fn grants_and_writes_wait_for_their_replicas() -> Result<()> {
         client.try_acquire("x", &zero).await,
         Err(Error::InvalidOption(_))
     ));
+    Ok(())
+}
+
+/// A renewal waits for the replicas its grant waited for. With the replica
+/// frozen after the grant, renewals reach the primary alone; a failover
+/// could lose them and expire the lock on the new primary at the grant's
+/// expiry, while the holder, trusting them, still worked. So they do not
+/// count: the lease keeps its first deadline and is lost there, saying
+/// why, while the explicit `extend` reports the too few replicas.
+/// Negative control: a lease without replicas, renewed by the same client
+/// through the same frozen replica, keeps its lock (were renewals counted
+/// without their `WAIT`, the replicated lease would behave the same).
+#[tokio::test]
+async fn renewals_wait_for_the_replicas_the_grant_waited_for() -> Result<()> {
+    let primary = RedisServer::start();
+    let replica = primary.start_replica();
+    let client = LockClient::connect(&primary.url()).await?;
+    let ttl = Duration::from_millis(900);
+    let replicated = client
+        .options()
+        .ttl(ttl)
+        .wait_for_replicas(1, Duration::from_millis(50));
+    let lease = client.try_acquire("renewed", &replicated).await?;
+    let alone = client
+        .try_acquire("renewed-alone", &client.options().ttl(ttl))
+        .await?;
+    let granted = tokio::time::Instant::now();
+    let _frozen = replica.pause_guard();
+    match lease.extend().await {
+        Err(Error::RenewalNotReplicated {
+            name,
+            acked: 0,
+            wanted: 1,
+        }) => ensure!(name == "renewed"),
+        other => bail!("expected RenewalNotReplicated, got {other:?}"),
+    }
+    ensure!(
+        tokio::time::timeout(3 * ttl, lease.lost()).await.is_ok(),
+        "the lease outlived its grant's deadline on renewals no replica acknowledged"
+    );
+    ensure!(
+        lease.loss_reason() == Some(LossReason::DeadlinePassed),
+        "{:?}",
+        lease.loss_reason()
+    );
+    ensure!(
+        granted.elapsed() < ttl + Duration::from_millis(300),
+        "lost only after {:?}",
+        granted.elapsed()
+    );
+    // The same client's lease without replicas was renewed all along.
+    ensure!(
+        !alone.is_lost(),
+        "the control lease without replicas was lost"
+    );
+    ensure!(alone.release().await?.is_released());
     Ok(())
 }
 
