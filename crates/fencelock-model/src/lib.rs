@@ -9,9 +9,11 @@
 //! |---|---|
 //! | `store` | the keys of one lock name and a fenced resource; each script (grant, release with hand-over, extend, leave, revoke, fenced write, register, seal) as one transition, and the broken rules of the negative controls ([`store::Broken`]) |
 //! | `model` | [`model::LockModel`]: clients, time, faults ([`model::Faults`]), the properties C1–C4, C6, C7, the revoke rule and bounded liveness |
+//! | `configs` | the larger configurations of the opt-in run (`scripts/model-large`) |
 //! | `etcd` | the etcd recipe (a key per contender under the name's prefix, created in one transaction keyed by its lease; the fence from its create revision) with the same properties |
 //! | `trace` | a saved history replayed through the store's transitions: the first step no interleaving explains |
 
+pub mod configs;
 pub mod etcd;
 pub mod model;
 pub mod store;

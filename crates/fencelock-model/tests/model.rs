@@ -5,6 +5,7 @@
 //! control produces a counterexample of the property that names its flaw,
 //! and its trace is printed.
 
+use fencelock_model::configs;
 use fencelock_model::model::{Faults, LockModel, Replicated};
 use fencelock_model::store::{Broken, FenceMode, WaitMode};
 use stateright::{Checker, Model};
@@ -74,6 +75,24 @@ fn every_safe_configuration_holds_every_property() {
                 ..base.clone()
             },
             121771,
+        ),
+        (
+            "three clients",
+            LockModel {
+                clients: 3,
+                ..base.clone()
+            },
+            127383,
+        ),
+        (
+            "two cycles each, a lost grant reply",
+            LockModel {
+                cycles: 2,
+                max_ticks: 6,
+                faults: only(|f| f.lost_reply = true),
+                ..base.clone()
+            },
+            447778,
         ),
         (
             "a lost grant reply (the retry keeps its token)",
@@ -277,5 +296,32 @@ fn every_broken_rule_is_caught() {
     ];
     for (name, model, property) in controls {
         counterexample(name, model, property);
+    }
+}
+
+/// The opt-in run's larger configurations (`scripts/model-large`), each
+/// checked here for its first states: none fails a property among them
+/// (the opt-in run checks them to the end).
+#[test]
+fn the_large_configurations_hold_in_their_first_states() {
+    for (name, model) in configs::large() {
+        let properties = model.properties();
+        let checker = model
+            .checker()
+            .target_state_count(100_000)
+            .spawn_bfs()
+            .join();
+        assert!(
+            checker.unique_state_count() >= 20_000,
+            "{name}: only {} states",
+            checker.unique_state_count()
+        );
+        for p in properties {
+            if matches!(p.expectation, stateright::Expectation::Always)
+                && let Some(path) = checker.discovery(p.name)
+            {
+                panic!("{name}: {} fails:\n{path}", p.name);
+            }
+        }
     }
 }
