@@ -70,10 +70,23 @@ pub fn large() -> Vec<(&'static str, LockModel)> {
             },
         ),
         (
-            "three clients, fair",
+            "three clients, two cycles each",
+            LockModel {
+                clients: 3,
+                cycles: 2,
+                max_ticks: 6,
+                ..base.clone()
+            },
+        ),
+        (
+            "three clients, fair, a revoke",
             LockModel {
                 clients: 3,
                 wait_mode: WaitMode::Fair,
+                faults: Faults {
+                    revoke: true,
+                    ..Faults::default()
+                },
                 ..base.clone()
             },
         ),

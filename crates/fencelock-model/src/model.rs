@@ -110,7 +110,7 @@ impl Default for LockModel {
 }
 
 /// Where a client is in its cycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Phase {
     /// Not holding; may try to take the lock (`waiting`: refused before).
     Idle {
@@ -141,7 +141,7 @@ pub enum Phase {
 }
 
 /// A holder's next step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Step {
     /// Register the fence at the resource (before reading).
     Register,
@@ -154,7 +154,7 @@ pub enum Step {
 }
 
 /// One client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Client {
     /// Its phase.
     pub phase: Phase,
@@ -196,9 +196,9 @@ pub struct State {
     pub zombie: bool,
     /// Two clients in their critical sections with valid leases.
     pub overlap: bool,
-    /// Since when the lock has been free but refusing (reserved for a
-    /// fair head).
-    pub refusing_since: Option<u32>,
+    /// The head a free lock has been reserved for (refusing other fair
+    /// callers), and since when.
+    pub reserved_for: Option<(Token, u32)>,
     /// The revocation fence of the revoke, once it returned.
     pub revocation: Option<u64>,
     /// A write was accepted after the revoke with a fence at or below the
@@ -221,7 +221,7 @@ pub enum Action {
     Renew(u8),
     /// Client `i` does its next step of work (register, read, write, release).
     Work(u8),
-    /// Client `i`, waiting, gives up its place.
+    /// Client `i`, waiting, gives up its place (its acquisition ends).
     Leave(u8),
     /// The server restarts without its data.
     LoseData,
@@ -233,6 +233,45 @@ pub enum Action {
     ClockForward,
     /// A supervisor revokes the lock.
     Revoke,
+}
+
+/// Clients are interchangeable: a state with two clients' places swapped
+/// (their tokens in the store, the queue, the replica and the resource
+/// with them) checks the same. The representative orders the clients by
+/// their own state, so that symmetric states are explored once
+/// (`checker().symmetry()`, the opt-in run's larger configurations).
+impl stateright::Representative for State {
+    fn representative(&self) -> Self {
+        let mut order: Vec<usize> = (0..self.clients.len()).collect();
+        order.sort_by_key(|&i| self.clients[i]);
+        let mut new_index = vec![0u8; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_index[old] = new as u8;
+        }
+        let map = |t: Token| -> Token {
+            match new_index.get(usize::from(t / 16)) {
+                Some(&i) if t != crate::store::REVOKED => token(i, t % 16),
+                _ => t,
+            }
+        };
+        let map_store = |store: &Store| -> Store {
+            let mut store = store.clone();
+            if let Some(h) = &mut store.lock {
+                h.token = map(h.token);
+            }
+            for w in &mut store.queue {
+                w.token = map(w.token);
+            }
+            store
+        };
+        let mut next = self.clone();
+        next.clients = order.iter().map(|&i| self.clients[i]).collect();
+        next.store = map_store(&self.store);
+        next.replica = self.replica.as_ref().map(map_store);
+        next.resource.holder = self.resource.holder.map(map);
+        next.last_accepted = self.last_accepted.map(|(f, t)| (f, map(t)));
+        next
+    }
 }
 
 /// The token of client `i`'s acquisition number `cycle` (a retry keeps it).
@@ -327,16 +366,19 @@ impl LockModel {
         if valid > 1 {
             next.overlap = true;
         }
-        let refusing = next.store.lock.is_none()
-            && next
-                .store
-                .queue
-                .iter()
-                .any(|w| w.mode == WaitMode::Fair && w.lease_end > next.now);
-        next.refusing_since = match (refusing, next.refusing_since) {
-            (false, _) => None,
-            (true, None) => Some(next.now),
-            (true, since) => since,
+        // A free lock is reserved for the first queued waiter whose lease
+        // has not ended (grant.lua's live_head), when it is fair.
+        let head = next
+            .store
+            .queue
+            .iter()
+            .find(|w| w.lease_end > next.now)
+            .filter(|w| w.mode == WaitMode::Fair && next.store.lock.is_none())
+            .map(|w| w.token);
+        next.reserved_for = match (head, next.reserved_for) {
+            (None, _) => None,
+            (Some(t), Some((held_for, since))) if t == held_for => Some((t, since)),
+            (Some(t), _) => Some((t, next.now)),
         };
     }
 }
@@ -369,7 +411,7 @@ impl Model for LockModel {
             fence_went_back: false,
             zombie: false,
             overlap: false,
-            refusing_since: None,
+            reserved_for: None,
             revocation: None,
             deposed_write: false,
         }]
@@ -587,7 +629,12 @@ impl Model for LockModel {
                 let tok = token(i as u8, next.clients[i].cycles);
                 let (_, passed) = next.store.leave(now, tok);
                 Self::record_pass_on(&mut next, passed);
-                next.clients[i].phase = Phase::Idle { waiting: false };
+                // The acquisition gave up (timed out, cancelled): its cycle
+                // ends, and the next one has a new token, as in the engine.
+                // (Keeping the token would also let three fair clients hand
+                // the lock around by leaving and queueing again, minting
+                // fences forever without time passing.)
+                self.end_cycle(&mut next, i);
             }
             Action::LoseData => {
                 // A restart takes time: the clock has moved on when the
@@ -709,13 +756,16 @@ impl Model for LockModel {
             Property::always("revoked holders are refused", |_, s: &State| {
                 !s.deposed_write
             }),
-            // Bounded liveness: a free lock refuses others (reserved for a
-            // fair head) for at most a waiter lease.
+            // Bounded liveness: a free lock stays reserved for one fair
+            // head (refusing the others) for at most a waiter lease: the
+            // head takes it or is dropped. (It stays reserved longer only
+            // for one head after another, each letting its own waiter lease
+            // run out, paused: a later head that acts in time takes it.)
             Property::always(
-                "free lock refuses at most a waiter lease",
+                "a free lock is reserved for one head at most a waiter lease",
                 |m: &LockModel, s: &State| {
-                    s.refusing_since
-                        .is_none_or(|since| s.now - since <= m.waiter_lease)
+                    s.reserved_for
+                        .is_none_or(|(_, since)| s.now - since <= m.waiter_lease)
                 },
             ),
             // Every client can finish, and every fault is reached.

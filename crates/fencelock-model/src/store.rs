@@ -61,6 +61,9 @@ pub struct Broken {
     /// (its seal is then at the holder's own fence and the next grant may
     /// repeat it).
     pub revoke_without_mint: bool,
+    /// A queued waiter's lease never ends (its `waiters` entry never
+    /// written): a paused head keeps a free lock reserved for ever.
+    pub endless_waiter_lease: bool,
 }
 
 /// The lock key: its holder, fence and expiry.
@@ -191,7 +194,11 @@ impl Store {
     /// `enqueue`: joins the queue (or keeps its place) with a renewed
     /// waiter lease.
     fn enqueue(&mut self, token: Token, mode: WaitMode, ttl: u32, now: u32, waiter_lease: u32) {
-        let lease_end = now + waiter_lease;
+        let lease_end = if self.broken.endless_waiter_lease {
+            u32::MAX
+        } else {
+            now + waiter_lease
+        };
         let arrived = if self.starving.is_some() {
             self.clock(now)
         } else {
