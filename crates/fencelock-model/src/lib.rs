@@ -11,7 +11,7 @@
 //! | `model` | [`model::LockModel`]: clients, time, faults ([`model::Faults`]), the properties C1–C4, C6, C7, the revoke rule and bounded liveness |
 //! | `configs` | the larger configurations of the opt-in run (`scripts/model-large`) |
 //! | `etcd` | the etcd recipe (a key per contender under the name's prefix, created in one transaction keyed by its lease; the fence from its create revision) with the same properties |
-//! | `trace` | a saved history replayed through the store's transitions: the first step no interleaving explains |
+//! | `trace` | a recorded history replayed through the store's transitions (a bounded linearizability search, per name): the first operation no order explains, or why the search could not decide ([`trace::explain`]) |
 
 pub mod configs;
 pub mod etcd;
