@@ -13,7 +13,9 @@
 //! [`run`] carries out a [`Config`] on a [`Topology`] and returns a
 //! [`Report`]; [`Report::from_history`] checks a saved [`History`] the same
 //! way; a report renders as text or one JSON object ([`Report::to_text`],
-//! [`Report::to_json`]). [`worker::main`] is the worker process's entry
+//! [`Report::to_json`]). [`replay::replay`] replays a saved history
+//! through the protocol's model and names the first operation it cannot
+//! explain. [`worker::main`] is the worker process's entry
 //! point (the CLI's hidden `torture-worker` command).
 //!
 //! | module | concern |
@@ -32,6 +34,7 @@
 //! | `observer` | polls the lock keys: Redis's own view of the holders |
 //! | `history` | [`Event`], [`Entry`], [`History`]: the JSON-lines history |
 //! | `check` | C1–C7 ([`check::check`], [`CheckResult`]) |
+//! | `replay` | `--check FILE --model`: a saved history replayed through the model's store transitions ([`replay::replay`], [`replay::ModelCheck`], its text and JSON) |
 //! | `report` | [`Report`] and its [`Figures`] |
 //! | `render` | text and JSON, the only place either is written |
 //! | `clock` | the shared monotonic clock ([`clock::RunClock`]) |
@@ -48,6 +51,7 @@ mod nemesis;
 mod observer;
 mod proxy;
 mod render;
+pub mod replay;
 mod report;
 mod resource;
 mod run;
