@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use fencelock_torture::replay::{self, ModelCheck};
 use fencelock_torture::{
     Config, ErrorKind, History, Launcher, NemesisKind, Progress, Remote, Report, ResourceKind,
     Shape, Status, Tls, Variant,
@@ -92,6 +93,20 @@ judges the lock, not a write a failover lost; the resource's hash and
 audit list share a hash tag. The resource's keys expire 60 s after the
 run stops refreshing them (also when it is killed).
 
+--check FILE checks a saved history again; with --model it also replays
+every recorded operation through the protocol's model (the Redis store's
+transitions, crates/fencelock-model), each taking effect at one instant
+between its invocation and its completion, and names the first operation
+no order explains, with why and the history around it. Expiry is allowed
+only once the shortest key lifetime (the ttl or a hand-over lease, less
+the drift allowance) has passed since the latest invocation before the
+grant; operations without a reply may take effect or not; data loss and
+failover windows let the keys reset or go stale; queues and renewals
+(not recorded) are left out. The search is bounded: at most
+--model-open K operations open at once and --model-states N states to
+explain one operation, else its verdict is UNKNOWN (exit 2), never
+unexplained. Histories on etcd are not replayed (unknown).
+
 A run whose checkers saw too little is INCONCLUSIVE (exit 2), never
 \"no violation\": every lock name needs at least 1 grant and 1
 acknowledged write (a deployment that refuses every write, such as a
@@ -117,6 +132,7 @@ Examples:
   fencelock torture
   fencelock torture --duration 30m --seed 42 --history torture.jsonl
   fencelock torture --check torture.jsonl
+  fencelock torture --check torture.jsonl --model --json
   fencelock torture --unsafe all
   fencelock torture --topology sentinel --duration 5m
   fencelock torture --topology cluster --nemesis failover,kill-wipe,pause-worker
@@ -124,14 +140,19 @@ Examples:
   fencelock --redis redis://10.0.0.5:6379 torture --nemesis pause-worker,proxy-delay
   fencelock --url etcd://10.0.0.5:2379 torture --nemesis pause-worker,proxy-reset
 
-Exit codes: 0 no violation, 1 a violation (also for a caught --unsafe
-control), 2 inconclusive (no violation, but fewer than 1 grant or 1
-acknowledged write for a lock name), 64 usage, 69 Redis or etcd
-unreachable, 78 bad configuration (refused credentials or TLS).";
+Exit codes: 0 no violation (with --model: and every operation explained),
+1 a violation (also for a caught --unsafe control; with --model: or an
+operation the model cannot explain), 2 inconclusive (no violation, but
+fewer than 1 grant or 1 acknowledged write for a lock name; with --model:
+or the model's verdict unknown), 64 usage, 65 a history that cannot be
+read, 69 Redis or etcd unreachable, 78 bad configuration (refused
+credentials or TLS).";
 
 /// Safety harness on Redis or etcd: worker processes, faults (pauses,
 /// kills, restarts, leader changes, a faulty network) and history
-/// checkers C1-C7; exit 1 on a violation, 2 when too little was checked.
+/// checkers C1-C7 (and, with --check FILE --model, a replay through the
+/// protocol's model); exit 1 on a violation, 2 when too little was
+/// checked.
 #[derive(Debug, Args)]
 #[command(after_help = HELP)]
 pub(crate) struct TortureArgs {
@@ -198,6 +219,31 @@ pub(crate) struct TortureArgs {
     /// Check a saved history instead of running.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["unsafe_variants", "history"])]
     pub(crate) check: Option<PathBuf>,
+    /// With --check: also replay the history through the protocol's model
+    /// (the store's transitions) and report the first operation no order
+    /// explains (exit 1), or that the search's bounds stopped it (exit 2).
+    #[arg(long, requires = "check")]
+    pub(crate) model: bool,
+    /// With --model: at most N states visited to explain one operation
+    /// (every order of the operations open with it), else the verdict is
+    /// unknown.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1_000_000,
+        requires = "model"
+    )]
+    pub(crate) model_states: u64,
+    /// With --model: at most K operations open at once per lock name (its
+    /// keys, or its resource; at most 64), else the verdict is unknown.
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 64,
+        requires = "model",
+        value_parser = clap::value_parser!(u16).range(1..=64)
+    )]
+    pub(crate) model_open: u16,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
@@ -411,6 +457,14 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
     if let Some(path) = &args.check {
         let history = History::read(path).map_err(failure)?;
         let report = Report::from_history(&history);
+        if args.model {
+            let bounds = replay::Bounds {
+                max_open: usize::from(args.model_open),
+                max_states: args.model_states,
+            };
+            let model = replay::replay(&history, bounds);
+            return Ok(show_with_model(&report, &model, args.json));
+        }
         return Ok(show(&[report], &[], args.json));
     }
     if args.workers == 0 || args.names == 0 {
@@ -665,6 +719,31 @@ fn tls_files(global: &GlobalOptions) -> anyhow::Result<Tls> {
         tls = tls.client_cert(cert, key);
     }
     Ok(tls)
+}
+
+/// Prints a checked history's report and the model's verdict after it (in
+/// JSON: its `model` object); the exit code: 1 if a checker found a
+/// violation or the model an operation it cannot explain, else 2 if the
+/// checkers saw too little or the model's bounds stopped it (unknown), else
+/// 0.
+fn show_with_model(report: &Report, model: &ModelCheck, json: bool) -> u8 {
+    if json {
+        let mut value = report.to_json();
+        if let Some(object) = value.as_object_mut() {
+            object.insert("model".to_string(), model.to_json());
+        }
+        println!("{value}");
+    } else {
+        print!("{}", report.to_text());
+        print!("{}", model.to_text());
+    }
+    if report.violations() > 0 || model.unexplained() {
+        exit::FAILED
+    } else if report.inconclusive().is_some() || !model.explained() {
+        exit::INCONCLUSIVE
+    } else {
+        exit::OK
+    }
 }
 
 /// Prints the reports (and the controls left out, with why); the exit code:
