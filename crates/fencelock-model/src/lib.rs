@@ -10,7 +10,7 @@
 //! | `store` | the keys of one lock name and a fenced resource; each script (grant, release with hand-over, extend, leave, revoke, fenced write, register, seal) as one transition, and the broken rules of the negative controls ([`store::Broken`]) |
 //! | `model` | [`model::LockModel`]: clients, time, faults ([`model::Faults`]), the properties C1–C4, C6, C7, the revoke rule and bounded liveness |
 //! | `configs` | the larger configurations of the opt-in run (`scripts/model-large`) |
-//! | `etcd` | the etcd recipe (a key per contender under the name's prefix, created in one transaction keyed by its lease; the fence from its create revision) with the same properties |
+//! | `etcd` | [`etcd::EtcdLockModel`]: the etcd recipe (a key per acquisition under the name's prefix on the client's session lease, created if absent in one transaction that a resend finds again; the first key by create revision holds, each waiter watches the key ahead; the fence its create revision), a fenced etcd key, faults ([`etcd::Faults`]), the same properties with bounded liveness, and the broken rules of its controls ([`etcd::Broken`]) |
 //! | `trace` | a recorded history replayed through the store's transitions (a bounded linearizability search, per name): the first operation no order explains, or why the search could not decide ([`trace::explain`]) |
 
 pub mod configs;
