@@ -446,6 +446,39 @@ impl Run {
         })
     }
 
+    /// Runs the call `script` makes of caller `i`'s last lock value (its
+    /// integer reply), or says it has none yet.
+    async fn with_value(
+        &self,
+        i: usize,
+        conn: &mut MultiplexedConnection,
+        script: fn(&ProtocolScripts, &str) -> redis::ScriptInvocation<'static>,
+    ) -> Result<Reply> {
+        let Some(value) = self.value_of(i) else {
+            return Ok("no value".into());
+        };
+        let n: i64 = script(&self.callers[i].scripts, &value)
+            .invoke_async(conn)
+            .await?;
+        Ok(n.to_string())
+    }
+
+    /// Runs the batch `script` makes of `callers`' last lock values (those
+    /// that have one); its reply, a list of integers.
+    async fn with_values(
+        &self,
+        callers: &[usize],
+        conn: &mut MultiplexedConnection,
+        script: fn(&ProtocolScripts, &[&str]) -> redis::ScriptInvocation<'static>,
+    ) -> Result<Reply> {
+        let values: Vec<String> = callers.iter().filter_map(|&i| self.value_of(i)).collect();
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+        let codes: Vec<i64> = script(&self.callers[0].scripts, &values)
+            .invoke_async(conn)
+            .await?;
+        Ok(format!("{codes:?}"))
+    }
+
     /// Runs `op` on Redis; returns its normalised reply.
     async fn run_real(&mut self, op: &Op) -> Result<Reply> {
         let mut conn = self.conn.clone();
@@ -500,49 +533,21 @@ impl Run {
                 }
                 out.join(", ")
             }
-            Op::Release { caller } => match self.value_of(*caller) {
-                None => "no value".into(),
-                Some(value) => {
-                    let n: i64 = self.callers[*caller]
-                        .scripts
-                        .release(&value)
-                        .invoke_async(conn)
-                        .await?;
-                    n.to_string()
-                }
-            },
-            Op::ReleaseMany { callers } => {
-                let values: Vec<String> =
-                    callers.iter().filter_map(|&i| self.value_of(i)).collect();
-                let values: Vec<&str> = values.iter().map(String::as_str).collect();
-                let codes: Vec<i64> = self.callers[0]
-                    .scripts
-                    .release_many(&values)
-                    .invoke_async(conn)
-                    .await?;
-                format!("{codes:?}")
+            Op::Release { caller } => {
+                self.with_value(*caller, conn, ProtocolScripts::release)
+                    .await?
             }
-            Op::Extend { caller } => match self.value_of(*caller) {
-                None => "no value".into(),
-                Some(value) => {
-                    let n: i64 = self.callers[*caller]
-                        .scripts
-                        .extend(&value)
-                        .invoke_async(conn)
-                        .await?;
-                    n.to_string()
-                }
-            },
+            Op::ReleaseMany { callers } => {
+                self.with_values(callers, conn, ProtocolScripts::release_many)
+                    .await?
+            }
+            Op::Extend { caller } => {
+                self.with_value(*caller, conn, ProtocolScripts::extend)
+                    .await?
+            }
             Op::ExtendMany { callers } => {
-                let values: Vec<String> =
-                    callers.iter().filter_map(|&i| self.value_of(i)).collect();
-                let values: Vec<&str> = values.iter().map(String::as_str).collect();
-                let pairs: Vec<i64> = self.callers[0]
-                    .scripts
-                    .extend_many(&values)
-                    .invoke_async(conn)
-                    .await?;
-                format!("{pairs:?}")
+                self.with_values(callers, conn, ProtocolScripts::extend_many)
+                    .await?
             }
             Op::Leave { caller } => match &self.callers[*caller].member {
                 None => "no member".into(),
