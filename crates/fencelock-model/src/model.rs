@@ -70,6 +70,16 @@ pub struct LockModel {
     /// is told: with the failover fault, a write the client waited for is
     /// on the replica that takes over.
     pub replicas: Replicated,
+    /// Hand-over wake-ups: a release that hands the lock to a waiter sends
+    /// it the fence, read any number of steps later; the waiter takes the
+    /// lock from the message when it is fresh (the engine's
+    /// `handover_is_fresh`: above the fence seen at its last refusal, the
+    /// lease counted from that refusal), else confirms it with a
+    /// compare-and-pexpire first. Off: a handed waiter learns of the lock
+    /// with its next grant call only.
+    pub handover_wakeups: bool,
+    /// Negative control: every hand-over wake-up is trusted, stale ones too.
+    pub trust_every_handover: bool,
 }
 
 /// Which writes the client waits for the replica to acknowledge
@@ -105,6 +115,8 @@ impl Default for LockModel {
             write_only: false,
             revoke_without_seal: false,
             replicas: Replicated::Nothing,
+            handover_wakeups: false,
+            trust_every_handover: false,
         }
     }
 }
@@ -162,6 +174,13 @@ pub struct Client {
     pub cycles: u8,
     /// Its lock was revoked (its lease no longer counts as valid).
     pub revoked: bool,
+    /// The fence stored when its last attempt was refused, and that
+    /// attempt's tick (with [`LockModel::handover_wakeups`]).
+    pub refused: Option<(Option<u64>, u32)>,
+    /// A hand-over wake-up not yet read: the fence it carries (with
+    /// [`LockModel::handover_wakeups`]; delayed any number of steps, so it
+    /// may be stale when read).
+    pub inbox: Option<u64>,
 }
 
 /// The whole system at one moment.
@@ -221,6 +240,8 @@ pub enum Action {
     Renew(u8),
     /// Client `i` does its next step of work (register, read, write, release).
     Work(u8),
+    /// Client `i`, waiting, reads its hand-over wake-up.
+    Wakeup(u8),
     /// Client `i`, waiting, gives up its place (its acquisition ends).
     Leave(u8),
     /// The server restarts without its data.
@@ -338,6 +359,8 @@ impl LockModel {
         let c = &mut next.clients[i];
         c.cycles += 1;
         c.revoked = false;
+        c.refused = None;
+        c.inbox = None;
         c.phase = if c.cycles >= self.cycles {
             Phase::Done
         } else {
@@ -345,9 +368,22 @@ impl LockModel {
         };
     }
 
-    fn record_pass_on(next: &mut State, passed: PassedOn) {
+    fn record_pass_on(&self, next: &mut State, passed: PassedOn) {
+        // The hand-over's wake-up, to the waiter whose token it names.
+        if let PassedOn::Handed(tok, fence) = passed
+            && self.handover_wakeups
+            && let Some(c) = next
+                .clients
+                .iter_mut()
+                .enumerate()
+                .find(|(j, c)| token(*j as u8, c.cycles) == tok)
+                .map(|(_, c)| c)
+            && c.phase == (Phase::Idle { waiting: true })
+        {
+            c.inbox = Some(fence);
+        }
         // A hand-over is a grant in grant order (the waiter learns of it
-        // with its next grant call).
+        // with its next grant call, or its wake-up).
         if let PassedOn::Handed(_, fence) = passed {
             if next.last_grant.is_some_and(|last| fence <= last) {
                 next.fence_went_back = true;
@@ -399,6 +435,8 @@ impl Model for LockModel {
                     phase: Phase::Idle { waiting: false },
                     cycles: 0,
                     revoked: false,
+                    refused: None,
+                    inbox: None,
                 };
                 usize::from(self.clients)
             ],
@@ -431,6 +469,9 @@ impl Model for LockModel {
                     }
                     if waiting && self.wait_mode != WaitMode::Poll {
                         actions.push(Action::Leave(i));
+                    }
+                    if waiting && c.inbox.is_some() {
+                        actions.push(Action::Wakeup(i));
                     }
                 }
                 Phase::HalfGranted { .. } => actions.push(Action::Incr(i)),
@@ -511,8 +552,11 @@ impl Model for LockModel {
                             let retry = before.live_lock(now).is_some_and(|h| h.token == tok);
                             self.after_grant(&mut next, i, f, retry);
                         }
-                        Grant::Held(_) | Grant::Reserved(_) => {
+                        Grant::Held(seen) | Grant::Reserved(seen) => {
                             next.clients[i].phase = Phase::Idle { waiting: true };
+                            if self.handover_wakeups {
+                                next.clients[i].refused = Some((seen, now));
+                            }
                         }
                     }
                 }
@@ -619,16 +663,52 @@ impl Model for LockModel {
                             fence
                         };
                         let (_, passed) = next.store.release(now, tok, lock_fence);
-                        Self::record_pass_on(&mut next, passed);
+                        self.record_pass_on(&mut next, passed);
                         self.end_cycle(&mut next, i);
                     }
+                }
+            }
+            Action::Wakeup(i) => {
+                let i = usize::from(i);
+                let c = next.clients[i];
+                let (Some(fence), Some((seen, refused_at))) = (c.inbox, c.refused) else {
+                    return None;
+                };
+                next.clients[i].inbox = None;
+                let tok = token(i as u8, c.cycles);
+                let step = if self.write_only {
+                    Step::Read
+                } else {
+                    Step::Register
+                };
+                // handover_deadline: counted from the refused attempt,
+                // taken only with a quarter of the hand-over lease left.
+                let deadline = (refused_at + self.ttl).saturating_sub(self.drift);
+                if deadline.saturating_sub(now) * 4 < self.ttl {
+                    // Let go: its next attempt picks the lock up if it is
+                    // still there.
+                } else if self.trust_every_handover
+                    || fencelock::testing::handover_is_fresh(seen, fencelock::Fence::new(fence))
+                {
+                    next.clients[i].phase = Phase::Holding {
+                        fence,
+                        deadline,
+                        step,
+                    };
+                } else if next.store.extend(now, tok, fence, self.ttl) == 1 {
+                    // Confirmed: the lease counts from the confirmation.
+                    next.clients[i].phase = Phase::Holding {
+                        fence,
+                        deadline: (now + self.ttl).saturating_sub(self.drift),
+                        step,
+                    };
                 }
             }
             Action::Leave(i) => {
                 let i = usize::from(i);
                 let tok = token(i as u8, next.clients[i].cycles);
                 let (_, passed) = next.store.leave(now, tok);
-                Self::record_pass_on(&mut next, passed);
+                self.record_pass_on(&mut next, passed);
                 // The acquisition gave up (timed out, cancelled): its cycle
                 // ends, and the next one has a new token, as in the engine.
                 // (Keeping the token would also let three fair clients hand
@@ -689,7 +769,7 @@ impl Model for LockModel {
                 }
                 next.last_grant = Some(fence);
                 next.revocation = Some(fence);
-                Self::record_pass_on(&mut next, passed);
+                self.record_pass_on(&mut next, passed);
             }
         }
         let waited = match action {

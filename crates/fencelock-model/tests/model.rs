@@ -104,6 +104,26 @@ fn every_safe_configuration_holds_every_property() {
             413513,
         ),
         (
+            "fair, hand-over wake-ups (trusted when fresh, else confirmed)",
+            LockModel {
+                wait_mode: WaitMode::Fair,
+                handover_wakeups: true,
+                ..base.clone()
+            },
+            17636,
+        ),
+        (
+            "fair, hand-over wake-ups, two cycles each",
+            LockModel {
+                wait_mode: WaitMode::Fair,
+                handover_wakeups: true,
+                cycles: 2,
+                max_ticks: 6,
+                ..base.clone()
+            },
+            1429181,
+        ),
+        (
             "a lost grant reply (the retry keeps its token)",
             LockModel {
                 faults: only(|f| f.lost_reply = true),
@@ -301,6 +321,18 @@ fn every_broken_rule_is_caught() {
                 ..base.clone()
             },
             "a free lock is reserved for one head at most a waiter lease",
+        ),
+        (
+            "every hand-over wake-up trusted",
+            LockModel {
+                wait_mode: WaitMode::Fair,
+                handover_wakeups: true,
+                trust_every_handover: true,
+                cycles: 2,
+                max_ticks: 6,
+                ..base.clone()
+            },
+            "C4 mutual exclusion",
         ),
         (
             "revoke-without-seal",

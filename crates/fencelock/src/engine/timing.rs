@@ -1,5 +1,6 @@
 //! The engine's decisions about time, as pure functions (tested without a
-//! store, and used as they are by the protocol model): the drift margin,
+//! store; the protocol model calls `handover_is_fresh` as it is and
+//! restates the others in its ticks): the drift margin,
 //! how long a waiter sleeps, whether a hand-over is worth taking and can be
 //! trusted, whether a grant came too late.
 
