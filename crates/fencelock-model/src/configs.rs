@@ -90,5 +90,29 @@ pub fn large() -> Vec<(&'static str, LockModel)> {
                 ..base.clone()
             },
         ),
+        (
+            "three clients, every fault but the failover",
+            LockModel {
+                clients: 3,
+                faults: every_fault_but_failover(),
+                ..base.clone()
+            },
+        ),
+        (
+            "two cycles each, every fault but the failover",
+            LockModel {
+                cycles: 2,
+                max_ticks: 6,
+                faults: every_fault_but_failover(),
+                ..base.clone()
+            },
+        ),
+        (
+            "four clients",
+            LockModel {
+                clients: 4,
+                ..base.clone()
+            },
+        ),
     ]
 }
