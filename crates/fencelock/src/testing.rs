@@ -140,6 +140,44 @@ pub async fn etcd_grant_txn(
     crate::store::etcd::grant_txn_for_tests(conn, &prefix, lease).await
 }
 
+/// Holds back the reply of the next transaction an etcd `client` sends
+/// (feature `etcd`; the next acquisition's first is its grant): etcd applies
+/// it at once, and the reply reaches the client only when the returned
+/// sender is used or dropped. With `lose` the reply is then lost: the
+/// client gets a transient error, as when the connection broke after etcd
+/// applied the request, and sends the transaction again.
+///
+/// # Errors
+/// [`crate::Error::InvalidOption`] for a Redis client.
+#[cfg(feature = "etcd")]
+pub fn etcd_hold_next_reply(
+    client: &LockClient,
+    lose: bool,
+) -> crate::Result<tokio::sync::oneshot::Sender<()>> {
+    let Some(conn) = client.engine().etcd() else {
+        return Err(crate::Error::InvalidOption("not an etcd client".into()));
+    };
+    let (release, until) = tokio::sync::oneshot::channel();
+    conn.hold_next_reply(until, lose);
+    Ok(release)
+}
+
+/// Serves an etcd `client`'s serializable reads as of `revision` (`None`:
+/// current again), as a member that has applied nothing after it would
+/// (feature `etcd`): a lagging member, on demand. A waiter's look is the
+/// only serializable read the engine makes.
+///
+/// # Errors
+/// [`crate::Error::InvalidOption`] for a Redis client.
+#[cfg(feature = "etcd")]
+pub fn etcd_serve_stale_reads(client: &LockClient, revision: Option<i64>) -> crate::Result<()> {
+    let Some(conn) = client.engine().etcd() else {
+        return Err(crate::Error::InvalidOption("not an etcd client".into()));
+    };
+    conn.serve_stale_reads(revision);
+    Ok(())
+}
+
 /// Deletes every etcd key under the `client`'s namespace and prefix
 /// (feature `etcd`): what a run that made up its own prefix leaves behind
 /// (holder and waiter keys whose leases have not expired yet). Returns how

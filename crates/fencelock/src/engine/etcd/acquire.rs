@@ -76,7 +76,9 @@ impl OwnKey {
         self.key = Some((key.to_owned(), session.clone()));
     }
 
-    /// The attempt created nothing, or its key is the holder's now.
+    /// Nothing of the attempt is left (a refusal: a key an earlier send
+    /// created would be found first, so a resend is refused only once that
+    /// key is gone), or its key is the holder's now.
     fn clear(&mut self) {
         self.key = None;
     }
@@ -202,7 +204,10 @@ enum Send<'a> {
 /// Sends one grant transaction, again while it fails transiently and
 /// `session` lives (a grant whose reply was lost finds the key it created:
 /// one key per acquisition, so retrying is safe). Also says whether the
-/// key is on the waiter session.
+/// key is on the waiter session. A resend that finds a lease gone may
+/// leave a key an earlier send created (`try_or_queue_txn` creates it on
+/// the holder's session, then finds the waiter session gone): the caller
+/// deletes it.
 async fn send_grant(
     conn: &EtcdConn,
     name: &str,
@@ -296,7 +301,12 @@ async fn attempt(
             });
         }
         Found::LeaseGone => {
-            own.clear();
+            // This send wrote nothing, but an earlier one whose reply was
+            // lost may have created the key on the holder's session, which
+            // lives on: left, it would stay first, nobody's, and the next
+            // attempt would queue behind it and keep the session alive. It
+            // is deleted by its name before the next attempt.
+            own.remove_now().await;
             return Ok(None);
         }
         Found::Queued {
@@ -418,7 +428,9 @@ impl WaitSessions<'_> {
 /// Waits until no key before ours (create revision `revision`) is left,
 /// watching the one just before ours for its deletion, and keeping the
 /// sessions alive every third of the shorter one. `Ok(false)`: a session
-/// or our key is gone.
+/// or our key is gone. `Ok(true)` is only as recent as the read that found
+/// our key first: a linearizable one, unless our key is on the waiter
+/// session, whose move to the holder's session compares it again (`look`).
 async fn wait_turn(
     conn: &EtcdConn,
     prefix: &str,
@@ -432,7 +444,7 @@ async fn wait_turn(
     loop {
         let watched = match predecessor.take() {
             Some(p) => p,
-            None => match look(conn, prefix, key, revision).await? {
+            None => match look(conn, prefix, key, revision, sessions.waiter.is_some()).await? {
                 Look::Gone => return Ok(false),
                 Look::First => return Ok(true),
                 Look::Behind(key) => key,

@@ -48,6 +48,12 @@
 //!   deletion is missed and the watch is one etcd serves at once), then
 //!   looks again. First come, first served by construction.
 //!   Every wait mode waits this way (`poll`, `notify` and `fair` alike).
+//!   The look that finds the waiter first reads linearizably, unless its
+//!   key is on the waiter session: then the move to the holder's session,
+//!   which compares the key's create revision, decides. A member that has
+//!   not applied a revoke yet (it deletes the first key, the waiter's once
+//!   the key before it went) still shows the waiter's key first: the
+//!   waiter is never told it holds a key a revoke has deleted.
 //! - **A waiter's key is on a short lease.** With a ttl longer than
 //!   `WAITER_LEASE` (2 s), one transaction creates the key on the holder's
 //!   session if nobody holds or waits, else on the client's waiter session
@@ -59,7 +65,11 @@
 //! - **Giving up deletes the key**: a wait that runs out before it returns
 //!   `Timeout`, a refusal or failure and a dropped future in the background
 //!   (tracked by the client's `Cleanups`, which `LockClient::flush` waits
-//!   for), again while the deletion fails and the session may live.
+//!   for), again while the deletion fails and the session may live. A
+//!   resent grant that finds a session gone (`LeaseGone`) deletes the key
+//!   too before it queues again: the send whose reply was lost may have
+//!   created it on the holder's session, which lives on, and it would stay
+//!   first, nobody's.
 //! - **Loss**: a keep-alive that finds the session gone, a holder key that
 //!   is gone or re-created, or the local monotonic deadline passing first
 //!   (then the key is deleted in the background: the session may live on

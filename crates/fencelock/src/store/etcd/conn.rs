@@ -94,6 +94,22 @@ struct Inner {
     /// The response timeout: what one request may take, all members
     /// together.
     response_timeout: Duration,
+    /// Faults a test injects (feature `testing`).
+    #[cfg(feature = "testing")]
+    faults: TestFaults,
+}
+
+/// Faults a test injects into one connection (feature `testing`): a
+/// transaction's reply held back (and lost), a member serving serializable
+/// reads from the past.
+#[cfg(feature = "testing")]
+#[derive(Default)]
+struct TestFaults {
+    /// The next transaction's reply is held back until this completes
+    /// (sent or dropped); `true`: it is then lost (a transient error).
+    held_reply: Mutex<Option<(tokio::sync::oneshot::Receiver<()>, bool)>>,
+    /// Serializable reads are served as of this revision (0: current).
+    stale_reads_at: std::sync::atomic::AtomicI64,
 }
 
 /// One listed member: its client, made at first use (with credentials,
@@ -184,6 +200,8 @@ impl EtcdConn {
                 target,
                 options,
                 response_timeout: settings.response_timeout,
+                #[cfg(feature = "testing")]
+                faults: TestFaults::default(),
             }),
         };
         // Any member answering is enough.
@@ -394,11 +412,73 @@ impl EtcdConn {
         &self,
         txn: Txn,
     ) -> std::result::Result<TxnResponse, etcd_client::Error> {
-        self.call(Resend::Safe, |mut c| {
-            let txn = txn.clone();
-            async move { c.txn(txn).await }
-        })
-        .await
+        let reply = self
+            .call(Resend::Safe, |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await;
+        #[cfg(feature = "testing")]
+        let reply = self.held_reply(reply).await;
+        reply
+    }
+
+    /// Makes the reply of the next [`EtcdConn::txn`] wait until `until`
+    /// completes (sent or dropped); with `lose`, the reply is then lost:
+    /// the transaction was applied, and the caller gets a transient error
+    /// (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn hold_next_reply(&self, until: tokio::sync::oneshot::Receiver<()>, lose: bool) {
+        *self
+            .inner
+            .faults
+            .held_reply
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((until, lose));
+    }
+
+    /// `reply`, held back (and lost) if [`EtcdConn::hold_next_reply`] said so.
+    #[cfg(feature = "testing")]
+    async fn held_reply(
+        &self,
+        reply: std::result::Result<TxnResponse, etcd_client::Error>,
+    ) -> std::result::Result<TxnResponse, etcd_client::Error> {
+        let held = self
+            .inner
+            .faults
+            .held_reply
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let Some((until, lose)) = held else {
+            return reply;
+        };
+        let _ = until.await;
+        if lose {
+            return Err(no_answer(&self.inner.url, self.inner.response_timeout));
+        }
+        reply
+    }
+
+    /// Serves serializable reads as of `revision` (`None`: as they come),
+    /// as a member that has applied nothing after it would (feature
+    /// `testing`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn serve_stale_reads(&self, revision: Option<i64>) {
+        self.inner
+            .faults
+            .stale_reads_at
+            .store(revision.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// `options` of a serializable read, as of the revision
+    /// [`EtcdConn::serve_stale_reads`] set, if any (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn stale(&self, options: GetOptions) -> GetOptions {
+        match self.inner.faults.stale_reads_at.load(Ordering::Relaxed) {
+            0 => options,
+            revision => options.with_revision(revision),
+        }
     }
 
     /// A transaction sent to one member only, unless it surely never left:

@@ -38,8 +38,11 @@ pub(crate) enum Found {
     },
     /// Someone holds or waits (try once): the caller created nothing.
     Refused,
-    /// The lease the key was to live on is gone (expired or revoked): the
-    /// caller created nothing.
+    /// The lease the key was to live on is gone (expired or revoked): this
+    /// transaction wrote nothing. An earlier send of it whose reply was
+    /// lost may have created the key, on a lease that lives
+    /// (`try_or_queue_txn`: on the holder's, then the waiter's is gone): the
+    /// caller deletes it.
     LeaseGone,
 }
 

@@ -22,13 +22,32 @@ pub(crate) enum Look {
 /// Reads the two newest keys up to our create revision: ours, and the one
 /// just before it if any.
 ///
-/// A serializable read (served by the member, without a quorum round) is
-/// enough when it shows our own key: it is then a snapshot at a revision at
-/// or after our key's creation, and keys created before ours can only
-/// disappear, never come back; so "none before ours" in it is true now. A
-/// member lagging behind may not show our key yet: then a linearizable read
-/// decides.
-pub(crate) async fn look(conn: &EtcdConn, prefix: &str, key: &str, revision: i64) -> Result<Look> {
+/// `compared_after`: a transaction that compares our key's create revision
+/// (the move to the holder's session, `attach`) runs after a `First`,
+/// before anyone is told the lock is theirs. Then a serializable read
+/// (served by the member, without a quorum round) is enough when it shows
+/// our own key: it is a snapshot at a revision at or after our key's
+/// creation, and keys created before ours can only disappear, never come
+/// back; so "none before ours" in it is true now, and a key before ours
+/// in it is watched only once a linearizable read found it still there.
+/// What it cannot tell is that our own key is still there: a revoke
+/// deletes the first key, ours once the key before it went, and a member
+/// that has not applied the revoke yet still shows it first; the compare
+/// that follows finds it gone. A member lagging behind may not show our
+/// key yet: then a linearizable read decides. Without such a compare
+/// (a waiter on the holder's session is told it holds at once) the read
+/// is linearizable: a quorum round trip (etcd's ReadIndex, no Raft write)
+/// more than a serializable read, once per look.
+pub(crate) async fn look(
+    conn: &EtcdConn,
+    prefix: &str,
+    key: &str,
+    revision: i64,
+    compared_after: bool,
+) -> Result<Look> {
+    if !compared_after {
+        return read_queue(conn, prefix, key, revision, false).await;
+    }
     match read_queue(conn, prefix, key, revision, true).await? {
         Look::Gone => read_queue(conn, prefix, key, revision, false).await,
         seen => Ok(seen),
@@ -50,6 +69,10 @@ async fn read_queue(
         .with_keys_only();
     if serializable {
         options = options.with_serializable();
+        #[cfg(feature = "testing")]
+        {
+            options = conn.stale(options);
+        }
     }
     let reply = conn
         .get(prefix, Some(options))

@@ -10,6 +10,7 @@ mod cluster;
 mod credentials;
 mod fenced_key;
 mod migration;
+mod races;
 mod safety;
 mod sessions;
 mod tls;
