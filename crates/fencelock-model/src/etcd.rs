@@ -53,20 +53,22 @@
 //!   sent again with the same key while the holder session's local
 //!   deadline has not passed, else the attempt fails and its key is
 //!   deleted (`OwnKey`). `LeaseGone` keeps both sessions alive (which
-//!   marks the one that is gone) and starts a new attempt *without
-//!   deleting the key* (`own.clear()`: see the first finding). Queued, a
-//!   waiter watches the key just before its own and looks again when that
-//!   key is deleted ([`Action::Look`], `look`: our key gone → a new
-//!   attempt; no key before ours → first; else watch the key before ours),
-//!   keeping its sessions alive meanwhile ([`Action::KeepAlive`]; one
-//!   that is gone, or past its local deadline, ends the attempt, and its
-//!   key is deleted). A waiter that became first takes `sent` then and,
-//!   with a waiter session, moves its key to the holder's session
-//!   ([`Action::Attach`], `attach`, compared by create revision; refused:
-//!   a new attempt, the key deleted). The lock's local deadline is the
-//!   holder session's, capped at `sent + ttl − drift`; a grant with no tick
-//!   of it left is too late (`arrived_too_late`: the key is deleted, and a
-//!   new attempt made).
+//!   marks the one that is gone), deletes the key by its name (a send
+//!   whose reply was lost may have created it: the first finding) and
+//!   starts a new attempt. Queued, a waiter watches the key just before
+//!   its own and looks again when that key is deleted ([`Action::Look`],
+//!   `look`: our key gone → a new attempt; no key before ours → first;
+//!   else watch the key before ours; a linearizable read on the holder's
+//!   session, a serializable one on the waiter session, where `attach`
+//!   compares the key next: the second finding), keeping its sessions
+//!   alive meanwhile ([`Action::KeepAlive`]; one that is gone, or past its
+//!   local deadline, ends the attempt, and its key is deleted). A waiter
+//!   that became first takes `sent` then and, with a waiter session,
+//!   moves its key to the holder's session ([`Action::Attach`], `attach`,
+//!   compared by create revision; refused: a new attempt, the key
+//!   deleted). The lock's local deadline is the holder session's, capped
+//!   at `sent + ttl − drift`; a grant with no tick of it left is too late
+//!   (`arrived_too_late`: the key is deleted, and a new attempt made).
 //! - **A held lock** (`engine/etcd/mod.rs`, `store/etcd/held.rs`): the
 //!   renewal ([`Action::Renew`], `keep_alive`) sends nothing once the
 //!   lock's or the session's local deadline passed (then the key is
@@ -103,9 +105,11 @@
 //! - [`Faults::lost_reply`]: a grant transaction runs, its reply is lost,
 //!   and the client sends it again with the same key (once per run).
 //! - [`Faults::revoke`]: a revoke and its seal (once per run).
-//! - [`Faults::stale_look`]: one `look` is served by a member that has not
-//!   applied the last write yet: its serializable read, which `look`
-//!   trusts when it shows our key (once per run).
+//! - [`Faults::stale_look`]: one `look` of a waiter on the waiter session
+//!   is served by a member that has not applied the last write yet: its
+//!   serializable read, which `look` trusts when it shows our key, since
+//!   `attach` compares the key before the waiter is told (once per run). A
+//!   waiter on the holder's session reads linearizably: no stale look.
 //!
 //! etcd commits every write to a majority (Raft) before it replies, so an
 //! acknowledged write is never lost: unlike the Redis model there is no
@@ -184,40 +188,48 @@
 //!   Traces are printed with etcd's own revisions ([`EtcdLockModel::relabel`]
 //!   off).
 //!
-//! # Findings on the recipe as written
+//! # Findings, fixed
 //!
-//! Each is a counterexample the checker finds (`tests/etcd.rs` asserts and
-//! prints it):
+//! The checker found two counterexamples in the recipe as it was first
+//! written; both are fixed in the library, and each old rule is a
+//! [`Broken`] switch that brings its counterexample back
+//! (`tests/etcd.rs`):
 //!
-//! - **A key orphaned after `LeaseGone` blocks the lock** (a waiter
-//!   session and a lost reply). The first `try_or_queue_txn` finds no key
-//!   and creates the client's key on the holder's session; its reply is
-//!   lost. By the resend the waiter session has expired (nothing keeps it
-//!   alive during `send_grant`'s resends, which go on while the holder
-//!   session lives: an etcd out of reach for longer than `WAITER_LEASE`,
-//!   or a pause), so the resend's put on it fails the whole transaction
-//!   (`LeaseGone`). `attempt` then clears `own` ("the caller created
-//!   nothing"), and the key of the first send stays, first, on the holder's
-//!   session, which the `LeaseGone` branch has just kept alive. The next
-//!   attempt takes that same session, queues behind the orphan and keeps
-//!   the session alive while it waits (as do the client's other locks of
-//!   the same ttl): nobody holds the lock and nobody gets it until the
-//!   client stops keeping its session alive. "The lock passes within the
-//!   drift margin" fails.
-//! - **A revoked waiter told that it holds** (a revoke and a stale look).
-//!   A waiter's key has just become first (the key before it went), and
-//!   the revoke deletes it before the waiter looked; the waiter's
-//!   serializable `look` is served by a member that has not applied the
-//!   revoke, shows its key first, and the waiter is told it holds the lock
-//!   after the revoke returned, with a fence at or below the revocation
-//!   fence. The seal refuses its writes (so would `write_held`), C4 ends a
-//!   revoked lease at the revoke, and its first renewal finds the key gone;
-//!   "no grant of a revoked key" fails.
+//! - **A key orphaned after `LeaseGone` blocked the lock** (a waiter
+//!   session and a lost reply; [`Broken::keep_key_on_lease_gone`]). The
+//!   first `try_or_queue_txn` finds no key and creates the client's key on
+//!   the holder's session; its reply is lost. By the resend the waiter
+//!   session has expired (nothing keeps it alive during `send_grant`'s
+//!   resends, which go on while the holder session lives: an etcd out of
+//!   reach for longer than `WAITER_LEASE`, or a pause), so the resend's
+//!   put on it fails the whole transaction (`LeaseGone`). `attempt` cleared
+//!   `own` ("the caller created nothing"), and the key of the first send
+//!   stayed, first, on the holder's session, which the `LeaseGone` branch
+//!   had just kept alive. The next attempt took that same session, queued
+//!   behind the orphan and kept the session alive while it waited (as do
+//!   the client's other locks of the same ttl): nobody held the lock and
+//!   nobody got it until the client stopped keeping its session alive.
+//!   "The lock passes within the drift margin" failed. The attempt now
+//!   deletes its key by name before it queues again.
+//! - **A revoked waiter was told that it held** (a revoke and a stale look;
+//!   [`Broken::serializable_holder_look`]). A waiter's key has just become
+//!   first (the key before it went), and the revoke deletes it before the
+//!   waiter looked; the waiter's serializable `look` is served by a member
+//!   that has not applied the revoke, shows its key first, and the waiter
+//!   was told it held the lock after the revoke returned, with a fence at
+//!   or below the revocation fence. The seal refused its writes (so would
+//!   `write_held`), C4 ends a revoked lease at the revoke, and its first
+//!   renewal found the key gone; "no grant of a revoked key" failed. The
+//!   look of a waiter on the holder's session is now linearizable; on the
+//!   waiter session a stale look that shows the key first is followed by
+//!   `attach`, which compares the key's create revision and finds it gone
+//!   (checked with a stale look and a revoke on the waiter session).
 //!
 //! # Negative controls
 //!
-//! Each switch in [`Broken`] is a mistake the code says it avoids; with
-//! it, the checker must find a counterexample (`tests/etcd.rs`).
+//! Each switch in [`Broken`] is a mistake the code says it avoids, or one
+//! of the two old rules above; with it, the checker must find a
+//! counterexample (`tests/etcd.rs`).
 
 use stateright::{Model, Property};
 
@@ -643,8 +655,8 @@ pub struct Faults {
     /// A revoke of whoever holds the lock, and the seal of the fenced key
     /// at the revocation fence.
     pub revoke: bool,
-    /// A waiter's `look` is served by a member that has not applied the
-    /// last write yet.
+    /// A waiter's serializable `look` (on the waiter session) is served by
+    /// a member that has not applied the last write yet.
     pub stale_look: bool,
 }
 
@@ -682,6 +694,16 @@ pub struct Broken {
     /// deleted key) instead of keeping the lease alive and reading the key
     /// (design §2.2: a renewal never re-creates the lock). Caught by C7.
     pub recreating_renewal: bool,
+    /// `LeaseGone` clears the attempt's key as if nothing had been created
+    /// (`own.clear()`, the recipe before its fix): a key an earlier send
+    /// whose reply was lost created on the holder's session stays, first
+    /// and nobody's. Caught by the bounded liveness.
+    pub keep_key_on_lease_gone: bool,
+    /// A waiter on the holder's session trusts a serializable look that
+    /// shows its key (the recipe before its fix): a member that has not
+    /// applied a revoke of its key tells it that it holds. Caught by "no
+    /// grant of a revoked key".
+    pub serializable_holder_look: bool,
     /// The revocation fence is the deleting write's revision even when a
     /// key is left (`EtcdEngine::revoke`: "a key created now would queue
     /// behind the waiters, and its fence would lie above theirs, so sealing
@@ -893,7 +915,8 @@ pub enum Action {
     /// Client `i`, waiting, looks where its key stands (the watched key is
     /// gone, or none is watched).
     Look(u8),
-    /// As [`Action::Look`], served by a member one write behind.
+    /// As [`Action::Look`], a serializable read served by a member one
+    /// write behind.
     StaleLook(u8),
     /// Client `i`, waiting, keeps its sessions alive.
     KeepAlive(u8),
@@ -1102,8 +1125,9 @@ impl EtcdLockModel {
         match found {
             Found::LeaseGone => {
                 // Which lease is gone: a keep-alive of each tells (and marks
-                // it). The attempt created nothing, it assumes (`own.clear()`):
-                // no key is deleted.
+                // it). A send whose reply was lost may have created the key:
+                // it is deleted by its name (`own.remove_now()`), unless the
+                // old rule assumes nothing was created (`own.clear()`).
                 let c = next.clients[i];
                 next.clients[i].session =
                     keep_session(&mut next.etcd, c.session, self.ttl, self.drift, now);
@@ -1111,7 +1135,11 @@ impl EtcdLockModel {
                     next.clients[i].waiter =
                         keep_session(&mut next.etcd, c.waiter, w, self.drift, now);
                 }
-                next.clients[i].phase = Phase::Idle;
+                if self.broken.keep_key_on_lease_gone {
+                    next.clients[i].phase = Phase::Idle;
+                } else {
+                    Self::give_up(next, i);
+                }
             }
             Found::First(revision) if on_waiter => {
                 next.clients[i].phase = Phase::Attaching {
@@ -1468,15 +1496,24 @@ impl Model for EtcdLockModel {
                         actions.push(Action::GrantReplyLost(i));
                     }
                 }
-                Phase::Waiting { watching, .. } => {
+                Phase::Waiting {
+                    watching,
+                    on_waiter,
+                    ..
+                } => {
                     let watch_ended =
                         watching.is_none_or(|(name, create)| !state.etcd.has(name, create));
                     if watch_ended {
                         actions.push(Action::Look(i));
-                        if state
-                            .behind
-                            .as_ref()
-                            .is_some_and(|keys| *keys != state.etcd.keys)
+                        // Only a serializable look can be stale: on the
+                        // waiter session (`attach` compares the key next),
+                        // or on the holder's with the old rule.
+                        let serializable = on_waiter || self.broken.serializable_holder_look;
+                        if serializable
+                            && state
+                                .behind
+                                .as_ref()
+                                .is_some_and(|keys| *keys != state.etcd.keys)
                         {
                             actions.push(Action::StaleLook(i));
                         }
