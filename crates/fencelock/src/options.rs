@@ -290,7 +290,7 @@ impl LockOptions {
     /// granted lock; this narrows that window to grants a replica has seen.
     /// A lock handed over by a release is acknowledged the same way (the
     /// waiter renews it first, then waits for the replicas). Renewals (the
-    /// keeper's and [`Lease::extend`](crate::Lease::extend)) wait for the
+    /// keeper's and [`LeaseHandle::extend`](crate::LeaseHandle::extend)) wait for the
     /// replicas too, and one acknowledged by fewer does not move the
     /// lease's deadline ([`Error::RenewalNotReplicated`]; the keeper
     /// retries): a failover could lose it, and the new primary would then
