@@ -483,3 +483,26 @@ async fn revoke_refuses_bad_names_and_options() -> Result<()> {
     ensure!(revoked.deposed.is_none());
     Ok(())
 }
+
+/// A revoke right after the server restarted: the restart broke the
+/// client's connection, which the client only finds out by using it. The
+/// revoke is sent once (it is not safe to repeat), so it first makes sure
+/// of a live connection with an idempotent `PING` (retried as any
+/// idempotent call), and goes through instead of failing with a broken
+/// pipe. Also on a client that never used its connection since.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoke_right_after_a_server_restart_goes_through() -> Result<()> {
+    let mut server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await?;
+    let lease = client.try_acquire(NAME, &client.options()).await?;
+    ensure!(lease.release().await?.is_released());
+    for round in 0..3 {
+        tokio::task::block_in_place(|| server.restart());
+        let revoked = client
+            .revoke(NAME, &client.options(), &[])
+            .await
+            .with_context(|| format!("revoke {round} after a restart"))?;
+        ensure!(revoked.deposed.is_none(), "{revoked:?}");
+    }
+    Ok(())
+}

@@ -108,6 +108,8 @@ impl RedisEngine {
     /// passes the lock on (`revoke.lua`), waiting for the options'
     /// replicas.
     pub(crate) async fn revoke(&self, keys: &LockKeys, opts: &LockOptions) -> Result<Revocation> {
+        // Sent once: first make sure it goes out on a live connection.
+        self.conn.ensure_live(keys.lock()).await?;
         let call = Revoke {
             lock: keys.lock(),
             mint: Mint::new(opts),

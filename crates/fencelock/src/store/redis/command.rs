@@ -11,6 +11,30 @@ use super::errors::first_failure;
 use crate::error::Result;
 
 impl RedisConn {
+    /// Makes sure the connection that serves `key` is live, before a call
+    /// that is sent once (a revoke: sent again, it would depose the next
+    /// holder). A connection that a server restart or a failover broke is
+    /// only found out by using it, and the call that finds it fails: so a
+    /// `PING` finds it instead, and is sent again while it fails that way
+    /// (the connection manager reconnects meanwhile), three times at most.
+    pub(crate) async fn ensure_live(&self, key: &str) -> Result<()> {
+        let ping = redis::cmd("PING");
+        let mut attempt = 0;
+        loop {
+            match self.plain::<redis::Value>(&ping, Some(key)).await {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if attempt < 2
+                        && (e.is_io_error() || e.is_connection_dropped() || e.is_timeout()) =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
+                }
+                Err(e) => return Err(self.map_error(e, &[key])),
+            }
+        }
+    }
+
     /// Runs a plain command on `key` (used for reads such as `HMGET`).
     pub(crate) async fn cmd<T: FromRedisValue>(&self, key: &str, cmd: &redis::Cmd) -> Result<T> {
         self.plain(cmd, Some(key))
