@@ -111,6 +111,10 @@ pub struct Store {
     pub clock_step: i64,
     /// The broken rules in force.
     pub broken: Broken,
+    /// The guide layout: the lock value is the bare token (no fence), so a
+    /// retry by the holding token gets the fence key's value back, and a
+    /// release or extend compares the token alone. Off: `TOKEN:FENCE`.
+    pub bare: bool,
     /// After how many server clock units of waiting a notify head is handed
     /// the lock like a fair one (`STARVATION_THRESHOLD`); `None`: never.
     /// The exhaustive model leaves it off (a starving notify head's
@@ -151,6 +155,7 @@ impl Store {
             mode,
             clock_step: 0,
             broken,
+            bare: false,
             starving: None,
         }
     }
@@ -243,7 +248,14 @@ impl Store {
         self.expire(now);
         let last = self.fence_key;
         if let Some(held) = self.lock {
-            if held.token == token {
+            // The fence a retry gets back: the value's, or in the guide
+            // layout the fence key's (none stored: not recognised as a
+            // retry, `grant.lua`'s `mine` is nil).
+            let mine = match self.bare {
+                false => Some(held.fence),
+                true => self.fence_key,
+            };
+            if let Some(fence) = mine.filter(|_| held.token == token) {
                 // A retry (or a lock handed over): the same grant back, the
                 // lease restarted.
                 self.lock = Some(Held {
@@ -253,7 +265,7 @@ impl Store {
                 if let Some(i) = self.position(token) {
                     self.queue.remove(i);
                 }
-                return Grant::Granted(held.fence);
+                return Grant::Granted(fence);
             }
             if queues && mode != WaitMode::Poll {
                 self.enqueue(token, mode, ttl, now, waiter_lease);
@@ -286,6 +298,12 @@ impl Store {
         Grant::Granted(fence)
     }
 
+    /// Whether the lock value of `held` is the one granted to `token` with
+    /// `fence` (in the guide layout the value is the token alone).
+    fn is_value(&self, held: Held, token: Token, fence: u64) -> bool {
+        held.token == token && (self.bare || held.fence == fence)
+    }
+
     /// One item of a batched grant (`grant_many.lua`): the common case of
     /// a caller that never queues, decided as [`Store::grant`] decides it;
     /// `None` when the item is sent back to go alone, nothing written (a
@@ -312,7 +330,7 @@ impl Store {
         self.expire(now);
         match self.lock {
             None => (0, PassedOn::Nobody),
-            Some(h) if self.broken.unchecked_release || (h.token == token && h.fence == fence) => {
+            Some(h) if self.broken.unchecked_release || self.is_value(h, token, fence) => {
                 self.lock = None;
                 (1, self.pass_on(now))
             }
@@ -328,7 +346,7 @@ impl Store {
         self.expire(now);
         match self.lock {
             None => Some(0),
-            Some(h) if self.broken.unchecked_release || (h.token == token && h.fence == fence) => {
+            Some(h) if self.broken.unchecked_release || self.is_value(h, token, fence) => {
                 if !self.queue.is_empty() {
                     return None;
                 }
@@ -368,7 +386,7 @@ impl Store {
     pub fn extend(&mut self, now: u32, token: Token, fence: u64, ttl: u32) -> i8 {
         self.expire(now);
         match self.lock {
-            Some(h) if h.token == token && h.fence == fence => {
+            Some(h) if self.is_value(h, token, fence) => {
                 self.lock = Some(Held {
                     expires_at: now + ttl,
                     ..h
@@ -411,8 +429,8 @@ impl Store {
 
     /// A revoke (`revoke.lua`): deletes the lock whoever holds it, mints
     /// the revocation fence and passes the lock on. Returns the revocation
-    /// fence and the deposed holder (token, fence).
-    pub fn revoke(&mut self, now: u32) -> (u64, Option<(Token, u64)>, PassedOn) {
+    /// fence and the deposed holder (token, fence if known).
+    pub fn revoke(&mut self, now: u32) -> (u64, Option<(Token, Option<u64>)>, PassedOn) {
         let (fence, deposed) = self.depose(now);
         (fence, deposed, self.pass_on(now))
     }
@@ -421,12 +439,22 @@ impl Store {
     /// revocation fence. `revoke.lua` reads the server clock again for its
     /// `pass_on` ([`Store::pass_on`]), which the differential test runs at
     /// that second instant.
-    pub fn depose(&mut self, now: u32) -> (u64, Option<(Token, u64)>) {
+    pub fn depose(&mut self, now: u32) -> (u64, Option<(Token, Option<u64>)>) {
         self.expire(now);
-        let deposed = self.lock.map(|h| (h.token, h.fence));
+        // The deposed holder's fence: the value's, or in the guide layout
+        // the last fence issued.
+        let deposed = self.lock.map(|h| {
+            let fence = if self.bare {
+                self.fence_key
+            } else {
+                Some(h.fence)
+            };
+            (h.token, fence)
+        });
+        let held_fence = self.lock.map(|h| h.fence);
         self.lock = None;
         let fence = if self.broken.revoke_without_mint {
-            deposed.map_or(self.fence_key.unwrap_or(0), |(_, f)| f)
+            held_fence.unwrap_or(self.fence_key.unwrap_or(0))
         } else {
             self.mint(now)
         };

@@ -41,7 +41,8 @@ use redis::aio::MultiplexedConnection;
 
 /// Operations per seed.
 const OPS: usize = 400;
-/// Seeds of the real scripts (half clock, half counter fences).
+/// Seeds of the real scripts (clock and counter fences, the default and
+/// the guide layout, in turn).
 const SEEDS: u64 = 40;
 /// The lease and waiter lease of every caller: long, so that only the
 /// harness ends them.
@@ -82,7 +83,9 @@ type Reply = String;
 /// The keys of one name and the resource, as compared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Keys {
-    lock: Option<(Token, u64)>,
+    /// The holder, and the fence its value carries (none in the guide
+    /// layout, whose value is the bare token).
+    lock: Option<(Token, Option<u64>)>,
     fence: Option<u64>,
     /// Queue members in order: token and mode.
     queue: Vec<(Token, model::WaitMode)>,
@@ -235,16 +238,24 @@ impl Run {
         let mut conn = server.client().get_multiplexed_async_connection().await?;
         // Each run starts from nothing (the server is this test's own).
         let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        // Seeds take turns: clock and counter fences, each in the default
+        // layout and in the guide's.
         let mode = if seed.is_multiple_of(2) {
             FenceMode::Clock
         } else {
             FenceMode::Counter
         };
-        let keys = LockKeys::new("diff:", KeyLayout::HashTagged, &format!("seed{seed}"))?;
+        let layout = if seed % 4 < 2 {
+            KeyLayout::HashTagged
+        } else {
+            KeyLayout::Guide
+        };
+        let keys = LockKeys::new("diff:", layout, &format!("seed{seed}"))?;
         let resource = format!("diff:resource:{seed}");
         let mut callers = Vec::new();
         for (i, wait_mode) in MODES.into_iter().enumerate() {
             let opts = LockOptions::default()
+                .layout(layout)
                 .ttl(LEASE)
                 .waiter_lease(LEASE)
                 .fence_mode(mode)
@@ -269,6 +280,7 @@ impl Run {
             model::Broken::default(),
         );
         store.starving = Some(u64::try_from(STARVATION_THRESHOLD.as_micros())?);
+        store.bare = layout == KeyLayout::Guide;
         let base_ms = i64::try_from(time_us(&mut conn).await? / 1000)?;
         let mut run = Run {
             conn,
@@ -384,9 +396,10 @@ impl Run {
             .await?;
         let lock = match lock {
             None => None,
+            Some(v) if self.store.bare => Some((self.token_of(&v)?, None)),
             Some(v) => {
                 let (token, fence) = v.rsplit_once(':').context("a lock value without ':'")?;
-                Some((self.token_of(token)?, fence.parse()?))
+                Some((self.token_of(token)?, Some(fence.parse()?)))
             }
         };
         let mut scores = Scores::default();
@@ -428,7 +441,9 @@ impl Run {
 
     fn model_keys(store: &Store, res: &Resource, now: u32) -> Keys {
         Keys {
-            lock: store.live_lock(now).map(|h| (h.token, h.fence)),
+            lock: store
+                .live_lock(now)
+                .map(|h| (h.token, (!store.bare).then_some(h.fence))),
             fence: store.fence_key,
             queue: store.queue.iter().map(|w| (w.token, w.mode)).collect(),
             resource: (res.fence, res.holder, res.value),
@@ -438,11 +453,12 @@ impl Run {
     fn value_of(&self, i: usize) -> Option<String> {
         let c = &self.callers[i];
         c.granted.map(|f| {
-            fencelock::testing::lock_value(
-                &token_text(c.token),
-                Fence::new(f),
-                KeyLayout::HashTagged,
-            )
+            let layout = if self.store.bare {
+                KeyLayout::Guide
+            } else {
+                KeyLayout::HashTagged
+            };
+            fencelock::testing::lock_value(&token_text(c.token), Fence::new(f), layout)
         })
     }
 
@@ -773,7 +789,9 @@ impl Run {
                     "fence {:?} deposed {:?} at {:?}",
                     i64::try_from(fence).ok(),
                     deposed.map(|(t, _)| t),
-                    deposed.and_then(|(_, f)| i64::try_from(f).ok())
+                    deposed
+                        .and_then(|(_, f)| f)
+                        .and_then(|f| i64::try_from(f).ok())
                 )
             }
             Op::Write {
@@ -960,6 +978,16 @@ impl Run {
                 _ => "hand-over: to a starving notify head",
             });
         }
+        // The guide layout's own branches (a bare value: the retry's fence
+        // from the fence key, the compare by token alone).
+        if self.store.bare {
+            if kinds.contains(&"grant: a retry gets its grant back") {
+                kinds.push("guide layout: a retry gets the fence key back");
+            }
+            if kinds.contains(&"release: released") {
+                kinds.push("guide layout: a release by token");
+            }
+        }
         for kind in kinds {
             *self.seen.entry(kind).or_default() += 1;
         }
@@ -1044,7 +1072,9 @@ async fn run_seed(
 }
 
 /// Every kind of outcome the sequences must reach.
-const KINDS: [&str; 21] = [
+const KINDS: [&str; 23] = [
+    "guide layout: a retry gets the fence key back",
+    "guide layout: a release by token",
     "grant: granted",
     "grant: a retry gets its grant back",
     "grant: held by another",
