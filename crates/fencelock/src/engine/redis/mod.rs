@@ -21,7 +21,9 @@ use crate::holder::holder_id;
 use crate::keys::{KeyLayout, LockKeys, lock_key_pattern, lock_name_of};
 use crate::options::LockOptions;
 use crate::store::Checked;
-use crate::store::redis::ops::{Extend, ExtendMany, Inspect, Mint, PassOn, Release, Revoke};
+use crate::store::redis::ops::{
+    Extend, ExtendMany, Inspect, Mint, PassOn, Release, Revoke, ScriptCall,
+};
 use crate::store::redis::{BatchGroup, Coalescer, RedisConn, Topology, wire};
 use server_clock::ServerClocks;
 use wakeups::Wakeups;
@@ -72,16 +74,7 @@ impl RedisEngine {
             value: &hold.value,
             ttl: granted.ttl,
         };
-        match hold.replication {
-            Some(replication) => {
-                let (checked, acked) = self
-                    .conn
-                    .run_replicated(&call, replication.replicas, replication.timeout)
-                    .await?;
-                replicated_renewal(&granted.name, checked, acked, replication)
-            }
-            None => self.conn.run(&call).await,
-        }
+        self.renew(&call, &granted.name, hold.replication).await
     }
 
     /// One compare-and-delete of `granted`, which passes the lock on to a
@@ -159,19 +152,11 @@ impl RedisEngine {
             ttl,
         };
         // The keeper batches only leases that wait for the same replicas.
-        let replication = leases.first().and_then(|g| g.replication());
-        let reply = match replication {
-            Some(replication) => {
-                let (reply, acked) = self
-                    .conn
-                    .run_replicated(&call, replication.replicas, replication.timeout)
-                    .await?;
-                let name = leases.first().map_or("", |g| g.name.as_str());
-                replicated_renewal(name, reply, acked, replication)?
-            }
-            None => self.conn.run(&call).await?,
-        };
-        let codes = reply
+        let first = leases.first();
+        let name = first.map_or("", |g| g.name.as_str());
+        let codes = self
+            .renew(&call, name, first.and_then(|g| g.replication()))
+            .await?
             .per_lease(pairs.len())
             .map_err(|e| Error::UnexpectedReply(e.to_string()))?;
         if let Some(first) = leases.first() {
@@ -262,22 +247,33 @@ impl RedisEngine {
     }
 }
 
-/// A renewal's reply once `WAIT` counted `acked` replicas: too few, and the
-/// renewal does not count (the lease keeps its earlier deadline, and the
-/// keeper retries), since a failover could lose it and expire the lock on
-/// the new primary before the deadline the client would compute from it.
-fn replicated_renewal<T>(
-    name: &str,
-    reply: T,
-    acked: u32,
-    replication: crate::options::Replication,
-) -> Result<T> {
-    if acked < replication.replicas {
-        return Err(Error::RenewalNotReplicated {
-            name: name.to_owned(),
-            acked,
-            wanted: replication.replicas,
-        });
+impl RedisEngine {
+    /// Runs a renewal `call` (of lock `name`'s lease, or a batch led by it),
+    /// with its `WAIT` when the grant waited for `replication`: acknowledged
+    /// by too few replicas, the renewal does not count (the lease keeps its
+    /// earlier deadline, and the keeper retries), since a failover could
+    /// lose it and expire the lock on the new primary before the deadline
+    /// the client would compute from it.
+    async fn renew<C: ScriptCall>(
+        &self,
+        call: &C,
+        name: &str,
+        replication: Option<crate::options::Replication>,
+    ) -> Result<C::Reply> {
+        let Some(replication) = replication else {
+            return self.conn.run(call).await;
+        };
+        let (reply, acked) = self
+            .conn
+            .run_replicated(call, replication.replicas, replication.timeout)
+            .await?;
+        if acked < replication.replicas {
+            return Err(Error::RenewalNotReplicated {
+                name: name.to_owned(),
+                acked,
+                wanted: replication.replicas,
+            });
+        }
+        Ok(reply)
     }
-    Ok(reply)
 }
