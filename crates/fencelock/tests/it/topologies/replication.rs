@@ -87,11 +87,14 @@ async fn renewals_wait_for_the_replicas_the_grant_waited_for() -> Result<()> {
     let primary = RedisServer::start();
     let replica = primary.start_replica();
     let client = LockClient::connect(&primary.url()).await?;
-    let ttl = Duration::from_millis(900);
+    // The grant must be acknowledged while the replica runs, so its wait
+    // is generous (a loaded machine can take a while to schedule the
+    // replica); the ttl leaves room for the renewals that wait it out.
+    let ttl = Duration::from_secs(3);
     let replicated = client
         .options()
         .ttl(ttl)
-        .wait_for_replicas(1, Duration::from_millis(50));
+        .wait_for_replicas(1, Duration::from_millis(500));
     let lease = client.try_acquire("renewed", &replicated).await?;
     let alone = client
         .try_acquire("renewed-alone", &client.options().ttl(ttl))
