@@ -167,6 +167,36 @@ pub enum Error {
         reason: LossReason,
     },
 
+    /// The name is in use as another kind of lock: a mutex asked for a
+    /// name held as a semaphore, or the other way round. One name is one
+    /// kind while it has holders. Nothing was changed.
+    #[error(
+        "lock {name:?} is held as a {held}, but was asked for as a {asked}; nothing was changed - one name is one kind of lock: give the {asked} another name"
+    )]
+    KindConflict {
+        /// The lock name.
+        name: String,
+        /// The kind it is held as: `"mutex"` or `"semaphore"`.
+        held: &'static str,
+        /// The kind asked for.
+        asked: &'static str,
+    },
+
+    /// A semaphore was asked for with another permit count than the one its
+    /// holders use. Nothing was changed; once the last holder is gone, the
+    /// next grant sets the count.
+    #[error(
+        "semaphore {name:?} has {held} permits while it has holders, but was asked for with {asked}; nothing was changed - use one permit count for a name everywhere"
+    )]
+    PermitsConflict {
+        /// The semaphore's name.
+        name: String,
+        /// The count its holders use.
+        held: u32,
+        /// The count asked for.
+        asked: u32,
+    },
+
     /// A key that fencelock uses holds a value of another Redis type (or a
     /// fence key holds a non-integer). Nothing was overwritten.
     #[error(
@@ -439,6 +469,8 @@ impl Error {
             | Error::WriteNotReplicated { .. } => Class::of(Kind::Other, Retry::AfterBackoff),
             Error::LockLost { .. } => Class::of(Kind::Loss, Retry::Never),
             Error::WrongType { .. }
+            | Error::KindConflict { .. }
+            | Error::PermitsConflict { .. }
             | Error::NoPermission { .. }
             | Error::Tls { .. }
             | Error::Config { .. } => Class::config(),

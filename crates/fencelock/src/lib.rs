@@ -216,7 +216,7 @@ mod resource;
 mod store;
 
 pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, MAX_PREFIX_LEN};
-pub use engine::{Deposed, LockState};
+pub use engine::{Deposed, LockState, PermitHolder};
 pub use error::{DriverError, Error, LossReason, Result, Retry};
 pub use fence::Fence;
 pub use holder::{REVOKED_HOLDER, holder_id};
@@ -225,7 +225,7 @@ pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};
 pub use options::{
     DEFAULT_WAITER_LEASE, ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, FENCE_RETENTION, FenceMode,
-    LockOptions, MAX_FENCE_EPOCH, MAX_TTL, MIN_TTL, NOTIFY_HANDOVER_LEASE, Renewal, Replication,
+    LockOptions, MAX_FENCE_EPOCH, MAX_PERMITS, MAX_TTL, MIN_TTL, NOTIFY_HANDOVER_LEASE, Renewal, Replication,
     STARVATION_THRESHOLD, WaitMode,
 };
 #[cfg(feature = "postgres")]

@@ -130,6 +130,11 @@ pub const MAX_FENCE_EPOCH: u16 = 1023;
 /// by changing its URL is safe at the resource.
 pub const ETCD_DEFAULT_FENCE_EPOCH: u16 = 1;
 
+/// Most permits a semaphore may have ([`LockOptions::permits`]). Every
+/// grant looks at each slot of its name in one script, so the bound keeps
+/// that call short.
+pub const MAX_PERMITS: u32 = 1024;
+
 /// How many replicas must acknowledge a grant, a renewal, a revoke (or a
 /// fenced write), and for
 /// how long to wait for them: Redis `WAIT`.
@@ -181,6 +186,7 @@ pub struct LockOptions {
     pub(crate) metrics_family: Option<String>,
     pub(crate) replication: Option<Replication>,
     pub(crate) fence_epoch: Option<u16>,
+    pub(crate) permits: Option<u32>,
 }
 
 impl Default for LockOptions {
@@ -198,6 +204,7 @@ impl Default for LockOptions {
             metrics_family: None,
             replication: None,
             fence_epoch: None,
+            permits: None,
         }
     }
 }
@@ -381,6 +388,40 @@ impl LockOptions {
         self.fence_mode
     }
 
+    /// Makes the acquisition take one of `permits` **permits** of a fenced
+    /// semaphore instead of a mutex: up to `permits` holders at once, each
+    /// in its own slot `0..permits` ([`LeaseHandle::slot`](crate::LeaseHandle::slot)),
+    /// with a fence minted from the name's one clock-floored counter. A
+    /// resource fences permits per slot (`FencedHash::slot`): a stale
+    /// holder of a slot is refused once the slot's next holder wrote; two
+    /// live permits of different slots never refuse each other.
+    ///
+    /// Everything else is the mutex's: the three wait modes (fair is FIFO
+    /// across all permits; a waiter is woken when any slot frees), renewal
+    /// in the keeper's batches, the loss signal, compare-and-delete
+    /// release. A name is either a mutex or a semaphore while it has
+    /// holders: the other kind gets [`Error::KindConflict`](crate::Error::KindConflict),
+    /// and a different permit count [`Error::PermitsConflict`](crate::Error::PermitsConflict)
+    /// (once the last holder is gone, the next grant sets the count). Not
+    /// in the guide layout (its Python workers know no semaphores), and
+    /// between 1 and [`MAX_PERMITS`].
+    ///
+    /// ```
+    /// use fencelock::LockOptions;
+    ///
+    /// let opts = LockOptions::default().permits(4);
+    /// assert_eq!(opts.permits_value(), Some(4));
+    /// ```
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
+        self
+    }
+
+    /// The semaphore's permit count, or `None` for a mutex.
+    pub fn permits_value(&self) -> Option<u32> {
+        self.permits
+    }
+
     /// The renewal interval these options give, or `None` when renewal is off.
     pub fn renewal_interval(&self) -> Option<Duration> {
         match self.renewal {
@@ -427,6 +468,18 @@ impl LockOptions {
             return Err(Error::InvalidOption(format!(
                 "fence epoch {epoch} is above the maximum of {MAX_FENCE_EPOCH}: fences must stay below 2^63"
             )));
+        }
+        if let Some(permits) = self.permits {
+            if permits == 0 || permits > MAX_PERMITS {
+                return Err(Error::InvalidOption(format!(
+                    "{permits} permits: a semaphore has between 1 and {MAX_PERMITS}"
+                )));
+            }
+            if self.layout == KeyLayout::Guide {
+                return Err(Error::InvalidOption(
+                    "a semaphore cannot use the guide layout (lock:NAME): the guide's workers know only a mutex; use the default layout".into(),
+                ));
+            }
         }
         if let Renewal::Every(every) = self.renewal
             && (every.is_zero() || every >= self.ttl)

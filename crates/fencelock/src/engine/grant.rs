@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-#[cfg(feature = "etcd")]
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::keys::LockKeys;
 use crate::options::{LockOptions, Replication};
@@ -38,6 +36,8 @@ pub(crate) struct Granted {
 pub(crate) enum Hold {
     /// A Redis mutex: the lock key and its exact value.
     Redis(RedisHold),
+    /// A permit of a Redis semaphore: its key, slot and identity.
+    RedisPermit(PermitHold),
     /// An etcd mutex: the holder's own key, its lease and create revision.
     #[cfg(feature = "etcd")]
     Etcd(EtcdHold),
@@ -64,6 +64,25 @@ pub(crate) struct RedisHold {
     pub(crate) replication: Option<Replication>,
 }
 
+/// A permit of a Redis semaphore as held: the semaphore key (a hash) and
+/// the slot's `TOKEN:FENCE`, which its renewals and release compare (the
+/// stored value also carries the permit's deadline, which renewals move).
+#[derive(Debug)]
+pub(crate) struct PermitHold {
+    /// The semaphore key (`LockKeys::lock`).
+    pub(crate) lock: String,
+    /// The slot, `0..permits`.
+    pub(crate) slot: u32,
+    /// `TOKEN:FENCE` (the store's fence): the token is its first
+    /// `token_len` bytes.
+    pub(crate) ident: String,
+    token_len: usize,
+    /// How fences are minted for the name (a release's pass-on reads it).
+    pub(crate) mint: Mint,
+    /// The replicas its renewals wait for, as its grant did.
+    pub(crate) replication: Option<Replication>,
+}
+
 /// An etcd mutex as held: the holder's key `NAMESPACE PREFIX NAME/LEASE/ACQ`
 /// (which stores the holder id, not the token), the client's session it
 /// lives on, and its create revision (the fence before its epoch).
@@ -74,6 +93,8 @@ pub(crate) struct EtcdHold {
     pub(crate) token: String,
     pub(crate) session: std::sync::Arc<super::etcd::Session>,
     pub(crate) revision: i64,
+    /// The semaphore slot it holds, `None` for a mutex.
+    pub(crate) slot: Option<u32>,
 }
 
 impl Granted {
@@ -104,6 +125,30 @@ impl Granted {
         }
     }
 
+    /// A grant on Redis of `slot` of semaphore `keys` to `token`, with the
+    /// store's `fence` (before the fence epoch).
+    pub(crate) fn on_redis_permit(
+        name: &str,
+        keys: &LockKeys,
+        token: &str,
+        (fence, slot): (Fence, u32),
+        opts: &LockOptions,
+    ) -> Self {
+        Granted {
+            name: name.to_owned(),
+            fence: Fence::new(fence.get().saturating_add(opts.fence_base(0))),
+            ttl: opts.ttl,
+            hold: Hold::RedisPermit(PermitHold {
+                lock: keys.lock().to_owned(),
+                slot,
+                ident: wire::lock_value(token, fence, crate::keys::KeyLayout::HashTagged),
+                token_len: token.len(),
+                mint: Mint::new(opts),
+                replication: opts.replication,
+            }),
+        }
+    }
+
     /// A grant on etcd: `fence` is already in its epoch.
     #[cfg(feature = "etcd")]
     pub(crate) fn on_etcd(name: &str, fence: Fence, opts: &LockOptions, hold: EtcdHold) -> Self {
@@ -119,8 +164,20 @@ impl Granted {
     pub(crate) fn token(&self) -> &str {
         match &self.hold {
             Hold::Redis(h) => &h.value[..h.token_len],
+            Hold::RedisPermit(h) => &h.ident[..h.token_len],
             #[cfg(feature = "etcd")]
             Hold::Etcd(h) => &h.token,
+        }
+    }
+
+    /// What a Redis semaphore's permit holds.
+    ///
+    /// # Errors
+    /// [`Error::UnexpectedReply`] if the grant is not a Redis permit.
+    pub(crate) fn permit(&self) -> Result<&PermitHold> {
+        match &self.hold {
+            Hold::RedisPermit(h) => Ok(h),
+            _ => Err(self.not_from("Redis semaphore")),
         }
     }
 
@@ -133,16 +190,26 @@ impl Granted {
     pub(crate) fn replication(&self) -> Option<Replication> {
         match &self.hold {
             Hold::Redis(h) => h.replication,
+            Hold::RedisPermit(h) => h.replication,
             #[cfg(feature = "etcd")]
             Hold::Etcd(_) => None,
+        }
+    }
+
+    /// The semaphore slot this grant holds, `None` for a mutex.
+    pub(crate) fn slot(&self) -> Option<u32> {
+        match &self.hold {
+            Hold::Redis(_) => None,
+            Hold::RedisPermit(h) => Some(h.slot),
+            #[cfg(feature = "etcd")]
+            Hold::Etcd(h) => h.slot,
         }
     }
 
     pub(crate) fn redis(&self) -> Result<&RedisHold> {
         match &self.hold {
             Hold::Redis(h) => Ok(h),
-            #[cfg(feature = "etcd")]
-            Hold::Etcd(_) => Err(self.not_from("Redis")),
+            _ => Err(self.not_from("Redis mutex")),
         }
     }
 
@@ -154,14 +221,13 @@ impl Granted {
     pub(crate) fn etcd(&self) -> Result<&EtcdHold> {
         match &self.hold {
             Hold::Etcd(h) => Ok(h),
-            Hold::Redis(_) => Err(self.not_from("etcd")),
+            _ => Err(self.not_from("etcd")),
         }
     }
 
-    #[cfg(feature = "etcd")]
     fn not_from(&self, store: &str) -> Error {
         Error::UnexpectedReply(format!(
-            "the lease of {:?} was not granted by {store}, but is renewed or released there",
+            "the lease of {:?} was not granted as a {store} lock, but is renewed or released as one",
             self.name
         ))
     }
@@ -171,6 +237,7 @@ impl Granted {
     pub(crate) fn key(&self) -> &str {
         match &self.hold {
             Hold::Redis(h) => &h.lock,
+            Hold::RedisPermit(h) => &h.lock,
             #[cfg(feature = "etcd")]
             Hold::Etcd(h) => &h.key,
         }

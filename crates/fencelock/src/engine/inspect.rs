@@ -26,4 +26,28 @@ pub enum LockState {
         /// which fencelock never creates).
         remaining: Option<Duration>,
     },
+    /// The name is a semaphore with holders
+    /// ([`LockOptions::permits`](crate::LockOptions::permits)).
+    Semaphore {
+        /// Its permit count.
+        permits: u32,
+        /// The holder of each held slot, by slot.
+        holders: Vec<PermitHolder>,
+        /// The last fence issued for the name, if the fence key still exists.
+        last_fence: Option<Fence>,
+    },
+}
+
+/// The holder of one slot of a semaphore, in [`LockState::Semaphore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PermitHolder {
+    /// The slot, `0..permits`.
+    pub slot: u32,
+    /// The holder's public id ([`holder_id`](crate::holder_id) of its token).
+    pub holder: String,
+    /// The permit's fence.
+    pub fence: Option<Fence>,
+    /// Time left until the permit lapses, as the server sees it.
+    pub remaining: Duration,
 }

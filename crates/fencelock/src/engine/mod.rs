@@ -17,10 +17,12 @@
 //! [`Engine::release`].
 //!
 //! **The seam for new primitives.** What a grant holds in the store is a
-//! [`Hold`](grant::Hold); a new primitive (a fenced semaphore's slot, a
-//! read-write lock's reader) adds a `Hold` variant, its store calls, and
-//! its arms in `extend`, `release` and `renew_many`. The lease layer, the
-//! keeper and the client façade do not change.
+//! [`Hold`](grant::Hold); a new primitive adds a `Hold` variant, its store
+//! calls, and its arms in `extend`, `release` and `renew_many`. The lease
+//! layer, the keeper and the client façade do not change. The fenced
+//! semaphore is one: a grant of [`LockOptions::permits`] holds one slot
+//! (`Hold::RedisPermit` on Redis; on etcd the holder's key and its slot),
+//! and the wait loop, the keeper and the lease are the mutex's.
 //!
 //! | module | concern |
 //! |---|---|
@@ -60,7 +62,7 @@ pub(crate) use revoke::Revocation;
 /// Who hears why a waiting acquisition's attempts failed while its wait
 /// goes on (see `LockClient::acquire_reporting`).
 pub(crate) type Waiting<'a> = Option<&'a (dyn Fn(&Error) + Send + Sync)>;
-pub use inspect::LockState;
+pub use inspect::{LockState, PermitHolder};
 
 /// The engine of one client: one variant per kind of store.
 // The etcd side is one pointer; the Redis one is not boxed, to keep every
@@ -203,6 +205,10 @@ impl Engine {
         match self {
             Engine::Redis(r) => r.try_acquire(name, keys, opts).await,
             #[cfg(feature = "etcd")]
+            Engine::Etcd(_) if opts.permits.is_some() => Err(Error::InvalidOption(
+                "semaphores (permits) are not available on etcd yet".into(),
+            )),
+            #[cfg(feature = "etcd")]
             Engine::Etcd(e) => e.acquire(name, keys, opts, false).await,
         }
     }
@@ -219,6 +225,10 @@ impl Engine {
     ) -> Result<Acquired> {
         match self {
             Engine::Redis(r) => r.acquire(name, keys, opts, waiting).await,
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(_) if opts.permits.is_some() => Err(Error::InvalidOption(
+                "semaphores (permits) are not available on etcd yet".into(),
+            )),
             #[cfg(feature = "etcd")]
             Engine::Etcd(e) => e.acquire(name, keys, opts, true).await,
         }

@@ -66,6 +66,15 @@ impl LeaseHandle {
         self.state.grant.fence
     }
 
+    /// The semaphore slot this lease holds (`0..permits`, see
+    /// [`LockOptions::permits`](crate::LockOptions::permits)); `None` for
+    /// a mutex. Write to your slot's partition through the resource's slot
+    /// view (`FencedHash::slot`), so a stale holder of the same slot is
+    /// refused.
+    pub fn slot(&self) -> Option<u32> {
+        self.state.grant.slot()
+    }
+
     /// The holder token of this grant (a UUID v4: 122 random bits): a secret that
     /// lets whoever knows it release or extend the lock and write as this
     /// holder. Pass it to fenced writes; show [`LeaseHandle::holder_id`]

@@ -355,6 +355,7 @@ async fn attempt(
             token,
             session,
             revision,
+            slot: None,
         },
     );
     Ok(Some(Acquired {

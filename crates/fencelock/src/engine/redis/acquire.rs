@@ -31,7 +31,9 @@ use crate::keys::LockKeys;
 use crate::options::{LockOptions, WaitMode};
 use crate::store::Checked;
 use crate::store::redis::RedisConn;
-use crate::store::redis::ops::{Grant, GrantReply, Leave, Mint, PassOn};
+use crate::store::redis::ops::{
+    Grant, GrantReply, Leave, Mint, PassOn, SemGrant, SemGrantReply, SemLeaving, SemRelease,
+};
 use crate::store::redis::wire::{QueueMember, wake_channel};
 
 /// A refused grant attempt.
@@ -306,6 +308,9 @@ impl RedisEngine {
         standing: Standing<'_>,
         unreleased: &mut Option<Granted>,
     ) -> Result<std::result::Result<Acquired, Refused>> {
+        if let Some(permits) = opts.permits {
+            return Box::pin(self.attempt_permit(name, keys, token, opts, permits, standing)).await;
+        }
         let ttl = opts.ttl;
         let sent = Instant::now();
         let grant = Grant {
@@ -320,18 +325,26 @@ impl RedisEngine {
         };
         let (reply, acked) = match opts.replication {
             Some(replication) => {
-                let (reply, acked) = Box::pin(self.conn.run_replicated(
+                let (reply, acked) = match Box::pin(self.conn.run_replicated(
                     &grant,
                     replication.replicas,
                     replication.timeout,
                 ))
-                .await?;
-                (reply, Some(acked))
+                .await
+                {
+                    Ok(replied) => replied,
+                    Err(e) => return Err(Box::pin(self.kind_conflict(name, keys, e)).await),
+                };
+                (Ok(reply), Some(acked))
             }
             // Batched with the client's concurrent grants when it can be:
             // `sent` is taken before the call joins a batch, so the lease's
             // deadline never starts after Redis runs it.
-            None => (self.batches.grant(&self.conn, &grant).await?, None),
+            None => (self.batches.grant(&self.conn, &grant).await, None),
+        };
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => return Err(Box::pin(self.kind_conflict(name, keys, e)).await),
         };
         let fence = match reply {
             GrantReply::Granted(fence) => fence,
@@ -377,6 +390,127 @@ impl RedisEngine {
         match self.release(&granted).await {
             Ok(_) => *unreleased = None,
             Err(_) => *unreleased = Some(granted),
+        }
+    }
+
+    /// One grant attempt of a semaphore slot: the permit, or the refusal.
+    /// A grant it gives back is released at once (a permit's release
+    /// changes nothing else; one that fails lapses after its ttl).
+    async fn attempt_permit(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        token: &str,
+        opts: &LockOptions,
+        permits: u32,
+        standing: Standing<'_>,
+    ) -> Result<std::result::Result<Acquired, Refused>> {
+        let ttl = opts.ttl;
+        let sent = Instant::now();
+        let grant = SemGrant {
+            keys,
+            mint: Mint::new(opts),
+            token,
+            ttl,
+            wait_mode: opts.wait_mode,
+            permits,
+            member: standing.member,
+            waiter_lease: opts.waiter_lease,
+            queued: standing.queued,
+        };
+        let (reply, acked) = match opts.replication {
+            Some(replication) => {
+                let (reply, acked) = self
+                    .conn
+                    .run_replicated(&grant, replication.replicas, replication.timeout)
+                    .await?;
+                (reply, Some(acked))
+            }
+            None => (self.conn.run(&grant).await?, None),
+        };
+        let granted = match reply {
+            SemGrantReply::Granted { fence, slot } => {
+                Granted::on_redis_permit(name, keys, token, (fence, slot), opts)
+            }
+            SemGrantReply::Held { remaining, seen } => {
+                return Ok(Err(Refused { remaining, seen }));
+            }
+            SemGrantReply::Reserved { seen } => {
+                return Ok(Err(Refused {
+                    remaining: None,
+                    seen,
+                }));
+            }
+            SemGrantReply::HeldAsMutex => {
+                return Err(Error::KindConflict {
+                    name: name.to_owned(),
+                    held: "mutex",
+                    asked: "semaphore",
+                });
+            }
+            SemGrantReply::OtherPermits(held) => {
+                return Err(Error::PermitsConflict {
+                    name: name.to_owned(),
+                    held,
+                    asked: permits,
+                });
+            }
+        };
+        let deadline = sent + ttl - drift(ttl);
+        let refusal = match (opts.replication, acked) {
+            (Some(replication), Some(acked)) if acked < replication.replicas => {
+                Some(Error::NotReplicated {
+                    name: name.to_string(),
+                    acked,
+                    wanted: replication.replicas,
+                })
+            }
+            _ if arrived_too_late(deadline, ttl, Instant::now()) => Some(Error::GrantTooLate {
+                name: name.to_string(),
+                elapsed: sent.elapsed(),
+                ttl,
+            }),
+            _ => None,
+        };
+        if let Some(refusal) = refusal {
+            if let Err(e) = self.release(&granted).await {
+                tracing::warn!(lock = %name, error = %e, "a permit given back could not be released; it lapses after its ttl");
+            }
+            return Err(refusal);
+        }
+        tracing::debug!(lock = %name, fence = %granted.fence, slot = ?granted.slot(), "acquired");
+        Ok(Ok(Acquired {
+            granted,
+            deadline,
+            renew_now: false,
+        }))
+    }
+
+    /// A mutex grant's error `e`, told as [`Error::KindConflict`] when it
+    /// met a semaphore: a hash with a permit count at the lock key, which a
+    /// grant's `SET` finds of the wrong type (looked at only on that error,
+    /// so the grant itself pays nothing for it).
+    async fn kind_conflict(&self, name: &str, keys: &LockKeys, e: Error) -> Error {
+        let Error::WrongType { key, .. } = &e else {
+            return e;
+        };
+        if key != keys.lock() {
+            return e;
+        }
+        let permits: Result<Option<String>> = self
+            .conn
+            .cmd(
+                keys.lock(),
+                redis::cmd("HGET").arg(keys.lock()).arg("permits"),
+            )
+            .await;
+        match permits {
+            Ok(Some(_)) => Error::KindConflict {
+                name: name.to_owned(),
+                held: "semaphore",
+                asked: "mutex",
+            },
+            _ => e,
         }
     }
 
@@ -447,7 +581,7 @@ impl RedisEngine {
 /// held up by a waiter that is gone, and a lock handed over to it meanwhile
 /// is passed on. Best effort: the waiter lease removes the entry anyway.
 struct QueuedGuard {
-    leave: Option<(RedisConn, LockKeys, QueueMember, Mint)>,
+    leave: Option<(RedisConn, LockKeys, QueueMember, Mint, bool)>,
 }
 
 impl QueuedGuard {
@@ -458,7 +592,15 @@ impl QueuedGuard {
         opts: &LockOptions,
     ) -> Self {
         QueuedGuard {
-            leave: member.map(|m| (conn.clone(), keys.clone(), m.clone(), Mint::new(opts))),
+            leave: member.map(|m| {
+                (
+                    conn.clone(),
+                    keys.clone(),
+                    m.clone(),
+                    Mint::new(opts),
+                    opts.permits.is_some(),
+                )
+            }),
         }
     }
 
@@ -469,17 +611,28 @@ impl QueuedGuard {
 
 impl Drop for QueuedGuard {
     fn drop(&mut self) {
-        let Some((conn, keys, member, mint)) = self.leave.take() else {
+        let Some((conn, keys, member, mint, semaphore)) = self.leave.take() else {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
+                let pass_on = PassOn {
+                    publish: conn.publish(),
+                };
+                if semaphore {
+                    let leave = SemRelease {
+                        lock: keys.lock(),
+                        mint,
+                        pass_on,
+                        what: SemLeaving::Waiter(&member),
+                    };
+                    let _ = conn.run(&leave).await;
+                    return;
+                }
                 let leave = Leave {
                     keys: &keys,
                     mint,
-                    pass_on: PassOn {
-                        publish: conn.publish(),
-                    },
+                    pass_on,
                     member: &member,
                 };
                 let _ = conn.run(&leave).await;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use super::grant::{Granted, RedisHold};
-use super::inspect::LockState;
+use super::inspect::{LockState, PermitHolder};
 use super::revoke::{Deposed, Revocation};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
@@ -22,7 +22,8 @@ use crate::keys::{KeyLayout, LockKeys, lock_key_pattern, lock_name_of};
 use crate::options::LockOptions;
 use crate::store::Checked;
 use crate::store::redis::ops::{
-    Extend, ExtendMany, Inspect, Mint, PassOn, Release, Revoke, ScriptCall,
+    Extend, ExtendMany, Inspect, Mint, PassOn, PermitRef, Release, Revoke, ScriptCall, SemExtend,
+    SemInspect, SemLeaving, SemRelease,
 };
 use crate::store::redis::{BatchGroup, Coalescer, RedisConn, Topology, wire};
 use server_clock::ServerClocks;
@@ -68,6 +69,9 @@ impl RedisEngine {
 
     /// One compare-and-pexpire of `granted` to its ttl.
     pub(crate) async fn extend(&self, granted: &Granted) -> Result<Checked> {
+        if granted.slot().is_some() {
+            return Ok(self.renew_many(&[granted], granted.ttl).await?[0]);
+        }
         let hold = granted.redis()?;
         let call = Extend {
             key: &hold.lock,
@@ -80,6 +84,9 @@ impl RedisEngine {
     /// One compare-and-delete of `granted`, which passes the lock on to a
     /// waiter (batched with the client's concurrent releases).
     pub(crate) async fn release(&self, granted: &Granted) -> Result<Checked> {
+        if granted.slot().is_some() {
+            return self.release_permit(granted).await;
+        }
         let hold = granted.redis()?;
         self.batches
             .release(
@@ -132,16 +139,49 @@ impl RedisEngine {
         })
     }
 
-    /// One compare-and-pexpire script call for a batch of leases of one
-    /// ttl (one [`BatchGroup`]): one code per lease, in order.
+    /// Renews a batch of leases of one ttl (one [`BatchGroup`]): one code
+    /// per lease, in order. Mutexes go in one compare-and-pexpire call,
+    /// semaphore permits in one more.
     pub(crate) async fn renew_many(
         &self,
         leases: &[&Granted],
         ttl: Duration,
     ) -> Result<Vec<Checked>> {
+        let (permits, mutexes): (Vec<(usize, &Granted)>, Vec<(usize, &Granted)>) = leases
+            .iter()
+            .copied()
+            .enumerate()
+            .partition(|(_, g)| g.slot().is_some());
+        let mut codes = vec![Checked::Done; leases.len()];
+        for (codes_of, (i, _)) in [
+            (self.renew_mutexes(&mutexes, ttl).await?, &mutexes),
+            (self.renew_permits(&permits, ttl).await?, &permits),
+        ]
+        .iter()
+        .flat_map(|(got, of)| got.iter().zip(of.iter()))
+        {
+            codes[*i] = *codes_of;
+        }
+        if let Some(first) = leases.first() {
+            self.server_clocks
+                .check(&self.conn, self.batch_group(first), first.key())
+                .await;
+        }
+        Ok(codes)
+    }
+
+    /// One compare-and-pexpire script call for mutex leases.
+    async fn renew_mutexes(
+        &self,
+        leases: &[(usize, &Granted)],
+        ttl: Duration,
+    ) -> Result<Vec<Checked>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
         let holds = leases
             .iter()
-            .map(|g| g.redis())
+            .map(|(_, g)| g.redis())
             .collect::<Result<Vec<&RedisHold>>>()?;
         let pairs: Vec<(&str, &str)> = holds
             .iter()
@@ -152,19 +192,62 @@ impl RedisEngine {
             ttl,
         };
         // The keeper batches only leases that wait for the same replicas.
-        let first = leases.first();
-        let name = first.map_or("", |g| g.name.as_str());
-        let codes = self
-            .renew(&call, name, first.and_then(|g| g.replication()))
+        let first = leases[0].1;
+        self.renew(&call, &first.name, first.replication())
             .await?
             .per_lease(pairs.len())
-            .map_err(|e| Error::UnexpectedReply(e.to_string()))?;
-        if let Some(first) = leases.first() {
-            self.server_clocks
-                .check(&self.conn, self.batch_group(first), first.key())
-                .await;
+            .map_err(|e| Error::UnexpectedReply(e.to_string()))
+    }
+
+    /// One renewal script call for semaphore permits.
+    async fn renew_permits(
+        &self,
+        leases: &[(usize, &Granted)],
+        ttl: Duration,
+    ) -> Result<Vec<Checked>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(codes)
+        let permits = leases
+            .iter()
+            .map(|(_, g)| {
+                g.permit()
+                    .map(|h| (h.lock.as_str(), h.slot, h.ident.as_str()))
+            })
+            .collect::<Result<Vec<PermitRef<'_>>>>()?;
+        let call = SemExtend {
+            permits: &permits,
+            ttl,
+        };
+        let first = leases[0].1;
+        self.renew(&call, &first.name, first.replication())
+            .await?
+            .per_lease(permits.len())
+            .map_err(|e| Error::UnexpectedReply(e.to_string()))
+    }
+
+    /// Compare-and-delete of a permit's slot; wakes the first waiters.
+    async fn release_permit(&self, granted: &Granted) -> Result<Checked> {
+        let hold = granted.permit()?;
+        let call = SemRelease {
+            lock: &hold.lock,
+            mint: hold.mint,
+            pass_on: PassOn {
+                publish: self.conn.publish(),
+            },
+            what: SemLeaving::Permit {
+                slot: hold.slot,
+                ident: &hold.ident,
+            },
+        };
+        match self.conn.run(&call).await? {
+            1 => Ok(Checked::Done),
+            0 => Ok(Checked::NotOurs(crate::error::LossReason::Expired)),
+            -1 => Ok(Checked::NotOurs(crate::error::LossReason::TakenOver)),
+            other => Err(Error::UnexpectedReply(format!(
+                "a semaphore release returned the unknown code {other}"
+            ))),
+        }
     }
 
     /// Which of this client's renewals may share a script call with
@@ -199,7 +282,15 @@ impl RedisEngine {
     ) -> Result<LockState> {
         let base = defaults.fence_base(0);
         let epoch = |f: Fence| Fence::new(f.get().saturating_add(base));
-        let reply = self.conn.run(&Inspect::of(keys)).await?;
+        let reply = match self.conn.run(&Inspect::of(keys)).await {
+            Ok(reply) => reply,
+            // A hash at the lock key: a semaphore (or data fencelock did
+            // not write, which its snapshot shows as nothing held).
+            Err(Error::WrongType { key, .. }) if key == keys.lock() => {
+                return self.inspect_semaphore(keys, defaults).await;
+            }
+            Err(e) => return Err(e),
+        };
         let last_fence = reply
             .last_fence
             .and_then(|f| f.parse::<Fence>().ok())
@@ -220,6 +311,38 @@ impl RedisEngine {
         })
     }
 
+    /// The state of semaphore `keys` (one atomic script).
+    async fn inspect_semaphore(
+        &self,
+        keys: &LockKeys,
+        defaults: &LockOptions,
+    ) -> Result<LockState> {
+        let base = defaults.fence_base(0);
+        let epoch = |f: Fence| Fence::new(f.get().saturating_add(base));
+        let snapshot = self.conn.run(&SemInspect::of(keys)).await?;
+        let last_fence = snapshot
+            .last_fence
+            .and_then(|f| f.parse::<Fence>().ok())
+            .map(epoch);
+        Ok(match snapshot.permits {
+            None => LockState::Free { last_fence },
+            Some(permits) => LockState::Semaphore {
+                permits,
+                holders: snapshot
+                    .slots
+                    .into_iter()
+                    .map(|s| PermitHolder {
+                        slot: s.slot,
+                        holder: holder_id(&s.token),
+                        fence: s.fence.map(epoch),
+                        remaining: s.remaining,
+                    })
+                    .collect(),
+                last_fence,
+            },
+        })
+    }
+
     /// How many waiters are queued for lock `keys`.
     pub(crate) async fn waiters(&self, keys: &LockKeys) -> Result<u64> {
         self.conn
@@ -235,15 +358,19 @@ impl RedisEngine {
         pattern: &str,
         layout: KeyLayout,
     ) -> Result<Vec<String>> {
-        let keys = self
-            .conn
-            .scan(&lock_key_pattern(prefix, layout, pattern), Some("string"))
-            .await?;
-        Ok(keys
+        // Mutexes are strings, semaphores hashes.
+        let pattern = lock_key_pattern(prefix, layout, pattern);
+        let mut keys = self.conn.scan(&pattern, Some("string")).await?;
+        if layout == KeyLayout::HashTagged {
+            keys.extend(self.conn.scan(&pattern, Some("hash")).await?);
+        }
+        let mut names: Vec<String> = keys
             .iter()
             .filter_map(|key| lock_name_of(prefix, layout, key))
             .map(str::to_owned)
-            .collect())
+            .collect();
+        names.sort_unstable();
+        Ok(names)
     }
 }
 

@@ -11,6 +11,8 @@
 //! | [`LEAVE`] | a waiter gives up its place | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `leave.lua` |
 //! | [`EXTEND`], [`EXTEND_MANY`] | compare-and-pexpire, of one lease or a batch | `common.lua`, `extend.lua` / `extend_many.lua` |
 //! | [`FENCED_WRITE`] | a fenced write to a Redis hash | `common.lua`, `fenced_write.lua` |
+//! | [`SEM_GRANT`], [`SEM_RELEASE`] | a semaphore's grant of one slot; its release, or a waiter leaving | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `sem_grant.lua` / `sem_release.lua` |
+//! | [`SEM_EXTEND`], [`SEM_INSPECT`] | renewal of one or many permits; a snapshot of a semaphore | `common.lua`, `sem_extend.lua` / `sem_inspect.lua` |
 //! | [`INSPECT`] | a snapshot of a lock | `common.lua`, `inspect.lua` |
 //!
 //! `common.lua` has the calls whose errors name the one command or key in
@@ -111,6 +113,43 @@ pub(crate) static REVOKE: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/revoke.lua")
+    ))
+});
+
+/// A semaphore's grant of one slot, with its fence.
+pub(crate) static SEM_GRANT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/fast_helpers.lua"),
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/sem_grant.lua")
+    ))
+});
+
+/// A permit's compare-and-delete, or a waiter leaving; wakes the first
+/// waiters, one per free slot.
+pub(crate) static SEM_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/fast_helpers.lua"),
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/sem_release.lua")
+    ))
+});
+
+/// Renewal of one or many permits (compare the slot, move its deadline).
+pub(crate) static SEM_EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/sem_extend.lua")
+    ))
+});
+
+/// A snapshot of a semaphore.
+pub(crate) static SEM_INSPECT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/sem_inspect.lua")
     ))
 });
 

@@ -16,7 +16,7 @@ use fencelock_testkit::EtcdCluster;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
-use super::basics::poll_async;
+use crate::support::poll_async;
 use crate::support::etcd::{admin, keys_under, lease_ttl};
 
 /// The lock's ttl: far longer than any bound below.

@@ -10,27 +10,8 @@ use fencelock::{
 };
 use tokio::time::Instant;
 
-use crate::support::POLL_DEADLINE;
 use crate::support::etcd::{TestEtcd, keys_under, lease_ttl};
-
-/// Polls `check` (async) every 20 ms until it returns `Some`; fails after
-/// `limit`.
-pub(crate) async fn poll_async<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let give_up = Instant::now() + limit;
-    loop {
-        if let Some(out) = check().await? {
-            return Ok(out);
-        }
-        if Instant::now() >= give_up {
-            bail!("timed out after {limit:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use crate::support::{POLL_DEADLINE, poll_async};
 
 /// A grant is one key, `PREFIX NAME/LEASE/ACQ` (the lease id and the
 /// acquisition's number in hex), holding the public holder id and attached

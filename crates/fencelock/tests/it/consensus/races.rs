@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail, ensure};
 use fencelock::testing::{etcd_hold_next_reply, etcd_serve_stale_reads};
 use fencelock::{KeyLayout, LockClient, LockState};
 
-use super::basics::poll_async;
+use crate::support::poll_async;
 use crate::support::POLL_DEADLINE;
 use crate::support::etcd::{TestEtcd, keys_under};
 

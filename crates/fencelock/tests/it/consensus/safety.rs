@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail, ensure};
 use fencelock::{Fence, LockClient, WriteOutcome};
 use tokio::time::Instant;
 
-use super::basics::poll_async;
+use crate::support::poll_async;
 use crate::support::POLL_DEADLINE;
 use crate::support::etcd::{TestEtcd, keys_under};
 

@@ -12,7 +12,7 @@ use anyhow::{Result, bail, ensure};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use fencelock::{KeyLayout, LockClient, LockState, LossReason};
 
-use super::basics::poll_async;
+use crate::support::poll_async;
 use crate::support::POLL_DEADLINE;
 use crate::support::etcd::{TestEtcd, keys_under};
 

@@ -168,6 +168,25 @@ pub(crate) async fn poll<T>(
     }
 }
 
+/// Polls `check` (async) every 20 ms until it returns `Some`; fails after
+/// `limit`.
+pub(crate) async fn poll_async<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let give_up = Instant::now() + limit;
+    loop {
+        if let Some(out) = check().await? {
+            return Ok(out);
+        }
+        if Instant::now() >= give_up {
+            bail!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Polls `cond` every 5 ms until it holds and returns how long that took;
 /// fails after `limit`.
 pub(crate) async fn poll_until(

@@ -17,6 +17,7 @@
 //! | `leave.rs` | [`Leave`]: a waiter gives up its place | `leave.lua` |
 //! | `revoke.rs` | [`Revoke`]: depose the holder, mint the revocation fence | `revoke.lua` |
 //! | `inspect.rs` | [`Inspect`]: a snapshot of a lock | `inspect.lua` |
+//! | `semaphore.rs` | the fenced semaphore: [`SemGrant`], [`SemRelease`] (also a waiter leaving), [`SemExtend`] (one or many permits), [`SemInspect`] | `sem_grant.lua`, `sem_release.lua`, `sem_extend.lua`, `sem_inspect.lua` |
 //! | `fenced_write.rs` | [`FencedWrite`]: a fenced write to a Redis hash | `fenced_write.lua` |
 //!
 //! This file holds what several of them share: the [`ScriptCall`] trait,
@@ -40,6 +41,7 @@ mod inspect;
 mod leave;
 mod release;
 mod revoke;
+mod semaphore;
 
 pub(crate) use extend::{Extend, ExtendMany};
 pub(crate) use fenced_write::{Change, FencedWrite};
@@ -48,6 +50,9 @@ pub(crate) use inspect::Inspect;
 pub(crate) use leave::Leave;
 pub(crate) use release::{Release, ReleaseItem, ReleaseMany};
 pub(crate) use revoke::Revoke;
+pub(crate) use semaphore::{
+    PermitRef, SemExtend, SemGrant, SemGrantReply, SemInspect, SemLeaving, SemRelease,
+};
 
 /// A script call: its script, its KEYS, and (through [`ToRedisArgs`]) its
 /// ARGV.

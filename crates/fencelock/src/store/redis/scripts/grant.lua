@@ -69,16 +69,7 @@ end
 if touches_queue then queue_live = queue_exists(true) end
 
 local function enqueue(now)
-  if member == '' then return end
-  if not call('ZSCORE', QUEUE, member) then
-    call('ZADD', QUEUE, now, member)
-  end
-  call('ZADD', WAITERS, math.floor(now / 1000) + waiter_lease, member)
-  -- Only ever extend: a waiter with a short lease must not shorten the
-  -- queue under waiters with longer ones.
-  local keep = waiter_lease * 2
-  if call('PTTL', QUEUE) < keep then call('PEXPIRE', QUEUE, keep) end
-  if call('PTTL', WAITERS) < keep then call('PEXPIRE', WAITERS, keep) end
+  enqueue_member(member, waiter_lease, now)
 end
 
 if mine then

@@ -112,6 +112,21 @@ local function dequeue(member)
   call('ZREM', WAITERS, member)
 end
 
+-- Queues MEMBER ("" = never) arriving at NOW (µs), or keeps its place, with
+-- its waiter lease renewed to WAITER_LEASE ms from now.
+local function enqueue_member(member, waiter_lease, now)
+  if member == '' then return end
+  if not call('ZSCORE', QUEUE, member) then
+    call('ZADD', QUEUE, now, member)
+  end
+  call('ZADD', WAITERS, math.floor(now / 1000) + waiter_lease, member)
+  -- Only ever extend: a waiter with a short lease must not shorten the
+  -- queue under waiters with longer ones.
+  local keep = waiter_lease * 2
+  if call('PTTL', QUEUE) < keep then call('PEXPIRE', QUEUE, keep) end
+  if call('PTTL', WAITERS) < keep then call('PEXPIRE', WAITERS, keep) end
+end
+
 -- The first queued waiter whose lease has not ended, and its arrival time in
 -- µs; dead ones are dropped.
 local function live_head(now_ms)
@@ -124,6 +139,25 @@ local function live_head(now_ms)
     dequeue(head)
   end
   return nil
+end
+
+-- The first N queued waiters whose leases have not ended, in queue order;
+-- dead ones met on the way are dropped (at most 64 per call).
+local function live_heads(n, now_ms)
+  local heads, index, dropped = {}, 0, 0
+  while #heads < n and dropped < 64 do
+    local entry = call('ZRANGE', QUEUE, index, index)[1]
+    if not entry then break end
+    local lease_end = tonumber(call('ZSCORE', WAITERS, entry))
+    if lease_end and lease_end > now_ms then
+      heads[#heads + 1] = entry
+      index = index + 1
+    else
+      dequeue(entry)
+      dropped = dropped + 1
+    end
+  end
+  return heads
 end
 
 -- After the lock became free, with a queue (its keys checked): hand the lock

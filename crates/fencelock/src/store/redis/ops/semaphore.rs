@@ -1,0 +1,335 @@
+//! The fenced semaphore's calls: a grant of one slot (`sem_grant.lua`), a
+//! release or a waiter leaving (`sem_release.lua`), renewals of one or
+//! many permits (`sem_extend.lua`), and a snapshot (`sem_inspect.lua`).
+//! The semaphore key is a hash (`permits` and one field per held slot,
+//! `TOKEN:FENCE:DEADLINE`); see `sem_grant.lua`.
+
+use std::time::Duration;
+
+use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
+
+use super::extend::NotExtended;
+use super::{Keys, Mint, PassOn, ScriptCall, write_millis};
+use crate::fence::Fence;
+use crate::keys::LockKeys;
+use crate::options::WaitMode;
+use crate::store::redis::scripts::{self, Lua};
+use crate::store::redis::wire::QueueMember;
+
+/// One grant attempt of a semaphore slot (`sem_grant.lua`).
+#[derive(Debug)]
+pub(crate) struct SemGrant<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) mint: Mint,
+    pub(crate) token: &'a str,
+    pub(crate) ttl: Duration,
+    pub(crate) wait_mode: WaitMode,
+    pub(crate) permits: u32,
+    /// The caller's place in the wait queue, if it waits there.
+    pub(crate) member: Option<&'a QueueMember>,
+    pub(crate) waiter_lease: Duration,
+    /// An earlier attempt of this acquisition may have queued the caller.
+    pub(crate) queued: bool,
+}
+
+impl ToRedisArgs for SemGrant<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        self.mint.write(out);
+        out.write_arg(self.token.as_bytes());
+        write_millis(out, self.ttl);
+        out.write_arg(self.wait_mode.as_arg().as_bytes());
+        out.write_arg(itoa::Buffer::new().format(self.permits).as_bytes());
+        if let Some(member) = self.member {
+            out.write_arg_fmt(member);
+            write_millis(out, self.waiter_lease);
+            out.write_arg(if self.queued { b"1" } else { b"0" });
+        }
+    }
+}
+
+impl ScriptCall for SemGrant<'_> {
+    type Reply = SemGrantReply;
+
+    fn script(&self) -> &'static Lua {
+        &scripts::SEM_GRANT
+    }
+
+    fn keys(&self) -> Keys<'_> {
+        Keys::One([self.keys.lock()])
+    }
+}
+
+/// What a semaphore grant attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SemGrantReply {
+    /// Granted `slot` with `fence` (a retry with the same token gets the
+    /// same slot and fence back).
+    Granted {
+        /// The fence, before the fence epoch.
+        fence: Fence,
+        /// The slot, `0..permits`.
+        slot: u32,
+    },
+    /// Every slot held; the soonest permit lapses in `remaining`.
+    Held {
+        /// The soonest time a permit lapses, if any.
+        remaining: Option<Duration>,
+        /// The fence stored at the refusal.
+        seen: Option<u64>,
+    },
+    /// A slot is free, but reserved for the fair queue's first waiters.
+    Reserved {
+        /// The fence stored at the refusal.
+        seen: Option<u64>,
+    },
+    /// The name is held as a mutex.
+    HeldAsMutex,
+    /// The name has holders under another permit count.
+    OtherPermits(u32),
+}
+
+impl FromRedisValue for SemGrantReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let mut fields: Vec<Value> = FromRedisValue::from_redis_value(v)?;
+        if !(2..=3).contains(&fields.len()) {
+            return Err(format!(
+                "a semaphore grant returned {} fields, not 2 or 3",
+                fields.len()
+            )
+            .into());
+        }
+        let third = (fields.len() == 3).then(|| fields.pop()).flatten();
+        let (code, n): (i64, i64) = FromRedisValue::from_redis_value(Value::Array(fields))?;
+        let seen = || -> Result<Option<u64>, ParsingError> {
+            match third.clone() {
+                None | Some(Value::Nil) => Ok(None),
+                Some(v) => Ok(Some(u64::from_redis_value(v)?)),
+            }
+        };
+        let positive = |what: &str, n: i64| {
+            u64::try_from(n).map_err(|_| -> ParsingError {
+                format!("a semaphore grant returned the negative {what} {n}").into()
+            })
+        };
+        Ok(match code {
+            1 => {
+                let slot = match third.clone() {
+                    Some(v) => u32::from_redis_value(v)?,
+                    None => return Err("a semaphore grant returned no slot".into()),
+                };
+                SemGrantReply::Granted {
+                    fence: Fence::new(positive("fence", n)?),
+                    slot,
+                }
+            }
+            0 => SemGrantReply::Held {
+                remaining: u64::try_from(n).ok().map(Duration::from_millis),
+                seen: seen()?,
+            },
+            2 => SemGrantReply::Reserved { seen: seen()? },
+            3 => SemGrantReply::HeldAsMutex,
+            4 => SemGrantReply::OtherPermits(u32::try_from(positive("permit count", n)?).map_err(
+                |_| -> ParsingError { format!("a semaphore holds {n} permits").into() },
+            )?),
+            other => {
+                return Err(format!("a semaphore grant returned the unknown code {other}").into());
+            }
+        })
+    }
+}
+
+/// A permit's release (compare-and-delete of its slot), or a waiter leaving
+/// the queue; either wakes the first waiters, one per free slot
+/// (`sem_release.lua`).
+#[derive(Debug)]
+pub(crate) struct SemRelease<'a> {
+    pub(crate) lock: &'a str,
+    pub(crate) mint: Mint,
+    pub(crate) pass_on: PassOn,
+    /// What goes.
+    pub(crate) what: SemLeaving<'a>,
+}
+
+/// What a [`SemRelease`] gives up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SemLeaving<'a> {
+    /// A held permit: its slot and `TOKEN:FENCE`.
+    Permit { slot: u32, ident: &'a str },
+    /// A waiter's place in the queue: its member.
+    Waiter(&'a QueueMember),
+}
+
+impl ToRedisArgs for SemRelease<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        self.mint.write(out);
+        self.pass_on.write(out);
+        match self.what {
+            SemLeaving::Permit { slot, ident } => {
+                out.write_arg(itoa::Buffer::new().format(slot).as_bytes());
+                out.write_arg(ident.as_bytes());
+            }
+            SemLeaving::Waiter(member) => {
+                out.write_arg(b"");
+                out.write_arg_fmt(member);
+            }
+        }
+    }
+}
+
+impl ScriptCall for SemRelease<'_> {
+    /// 1, 0 or -1 as `release.lua` for a permit; 1 or 0 (was queued or
+    /// not) for a waiter.
+    type Reply = i64;
+
+    fn script(&self) -> &'static Lua {
+        &scripts::SEM_RELEASE
+    }
+
+    fn keys(&self) -> Keys<'_> {
+        Keys::One([self.lock])
+    }
+}
+
+/// One permit to renew: its semaphore key, slot and `TOKEN:FENCE`.
+pub(crate) type PermitRef<'a> = (&'a str, u32, &'a str);
+
+/// Renewal of one or many permits of one ttl (`sem_extend.lua`). On a
+/// Cluster all keys must share a slot.
+#[derive(Debug)]
+pub(crate) struct SemExtend<'a> {
+    pub(crate) permits: &'a [PermitRef<'a>],
+    pub(crate) ttl: Duration,
+}
+
+impl ToRedisArgs for SemExtend<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        write_millis(out, self.ttl);
+        for (_, slot, ident) in self.permits {
+            out.write_arg(itoa::Buffer::new().format(*slot).as_bytes());
+            out.write_arg(ident.as_bytes());
+        }
+    }
+
+    fn num_of_args(&self) -> usize {
+        1 + 2 * self.permits.len()
+    }
+}
+
+impl ScriptCall for SemExtend<'_> {
+    type Reply = NotExtended;
+
+    fn script(&self) -> &'static Lua {
+        &scripts::SEM_EXTEND
+    }
+
+    fn keys(&self) -> Keys<'_> {
+        Keys::Many(self.permits.iter().map(|(key, _, _)| *key).collect())
+    }
+}
+
+/// An atomic snapshot of a semaphore (`sem_inspect.lua`).
+#[derive(Debug)]
+pub(crate) struct SemInspect<'a> {
+    lock: &'a str,
+    fence: String,
+}
+
+impl<'a> SemInspect<'a> {
+    /// The snapshot of semaphore `keys`.
+    pub(crate) fn of(keys: &'a LockKeys) -> Self {
+        SemInspect {
+            lock: keys.lock(),
+            fence: keys.fence(),
+        }
+    }
+}
+
+impl ToRedisArgs for SemInspect<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, _out: &mut W) {}
+
+    fn num_of_args(&self) -> usize {
+        0
+    }
+}
+
+impl ScriptCall for SemInspect<'_> {
+    type Reply = SemSnapshot;
+
+    fn script(&self) -> &'static Lua {
+        &scripts::SEM_INSPECT
+    }
+
+    fn keys(&self) -> Keys<'_> {
+        Keys::Two([self.lock, &self.fence])
+    }
+}
+
+/// One live permit in a [`SemSnapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlotEntry {
+    pub(crate) slot: u32,
+    pub(crate) token: String,
+    /// The fence, before the fence epoch.
+    pub(crate) fence: Option<Fence>,
+    pub(crate) remaining: Duration,
+}
+
+/// A semaphore's state: its permit count (`None` when nobody holds it)
+/// and its live permits by slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SemSnapshot {
+    pub(crate) permits: Option<u32>,
+    pub(crate) slots: Vec<SlotEntry>,
+    pub(crate) last_fence: Option<String>,
+}
+
+impl FromRedisValue for SemSnapshot {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let (now_ms, fields, last_fence): (u64, Vec<String>, Option<String>) =
+            FromRedisValue::from_redis_value(v)?;
+        let mut permits = None;
+        let mut slots = Vec::new();
+        for pair in fields.chunks_exact(2) {
+            let (field, value) = (&pair[0], &pair[1]);
+            if field == "permits" {
+                permits = value.parse().ok();
+                continue;
+            }
+            let (Ok(slot), Some(permit)) = (field.parse::<u32>(), parse_permit(value)) else {
+                continue;
+            };
+            if permit.deadline_ms > now_ms {
+                slots.push(SlotEntry {
+                    slot,
+                    token: permit.token.to_owned(),
+                    fence: permit.fence,
+                    remaining: Duration::from_millis(permit.deadline_ms - now_ms),
+                });
+            }
+        }
+        slots.sort_by_key(|s| s.slot);
+        Ok(SemSnapshot {
+            permits: if slots.is_empty() { None } else { permits },
+            slots,
+            last_fence,
+        })
+    }
+}
+
+/// A permit as stored in its slot field.
+struct StoredPermit<'a> {
+    token: &'a str,
+    fence: Option<Fence>,
+    deadline_ms: u64,
+}
+
+/// Reads `TOKEN:FENCE:DEADLINE`.
+fn parse_permit(value: &str) -> Option<StoredPermit<'_>> {
+    let (rest, deadline) = value.rsplit_once(':')?;
+    let (token, fence) = rest.rsplit_once(':')?;
+    Some(StoredPermit {
+        token,
+        fence: fence.parse().ok().map(Fence::new),
+        deadline_ms: deadline.parse().ok()?,
+    })
+}

@@ -1,0 +1,36 @@
+-- Renewal of semaphore permits, one or many in one call (the keeper's
+-- batch). After common.lua. KEYS[i]: the semaphore key of permit i (a key
+-- may repeat; on a Cluster all of one slot); ARGV[1]: the new ttl in ms;
+-- ARGV[2i], ARGV[2i + 1]: permit i's slot and "TOKEN:FENCE".
+--
+-- Returns the permits it did not extend as a flat list of pairs {i, code}
+-- (extend_many.lua's reply): code 0 lapsed or gone, -1 anything else
+-- there. Never revives a lapsed permit, never touches another holder's,
+-- and never changes a fence.
+
+local ttl_ms = tonumber(ARGV[1])
+local t = call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i, key in ipairs(KEYS) do
+  local slot, ident = ARGV[2 * i], ARGV[2 * i + 1]
+  local held = redis.pcall('HGET', key, slot)
+  local code = 0
+  if type(held) == 'table' then
+    code = -1
+  elseif held then
+    local who, deadline = string.match(held, '^(.*):(%d+)$')
+    if who ~= ident then
+      code = -1
+    elseif tonumber(deadline) > now_ms then
+      call('HSET', key, slot, ident .. ':' .. string.format('%d', now_ms + ttl_ms))
+      if call('PTTL', key) < ttl_ms then call('PEXPIRE', key, ttl_ms) end
+      code = 1
+    end
+  end
+  if code ~= 1 then
+    out[#out + 1] = i
+    out[#out + 1] = code
+  end
+end
+return out

@@ -1,0 +1,60 @@
+-- Semaphore release, or a waiter leaving its queue. After common.lua and
+-- prelude.lua (KEYS[1] and the permit format are sem_grant.lua's).
+local wake_prefix = LOCK .. ':wake:'  -- wake channel = wake_prefix .. CLIENT
+-- ARGV[2]: how to wake waiters, "PUBLISH" or "SPUBLISH" (Cluster), a space
+-- and a number (release.lua's starvation threshold; a semaphore hands no
+-- slot over, so it is not read).
+local publish = string.match(ARGV[2], '^(%u+) ')
+local slot = ARGV[3]     -- the released slot, or "" for a waiter that leaves
+local ident = ARGV[4]    -- "TOKEN:FENCE" of the permit, or the leaving member
+--
+-- A release returns 1 when released, 0 when the permit had lapsed (or is
+-- gone), -1 when anything else is there; it never touches another holder's
+-- permit. A leave returns 1 if the member was queued, 0 otherwise.
+-- Either way, the first live waiters, one per free slot, are woken: they
+-- take a slot with their own grant (in fair mode the free slots are
+-- reserved for them in queue order, see sem_grant.lua).
+
+local kind = redis.pcall('TYPE', LOCK)
+kind = type(kind) == 'table' and kind['ok']
+if kind ~= 'hash' and kind ~= 'none' then
+  if slot ~= '' then return -1 end
+  kind = 'none'
+end
+local now_ms = math.floor(now_us() / 1000)
+local result
+if slot ~= '' then
+  local held = kind == 'hash' and call('HGET', LOCK, slot)
+  if not held then return 0 end
+  local who, deadline = string.match(held, '^(.*):(%d+)$')
+  if who ~= ident then return -1 end
+  call('HDEL', LOCK, slot)
+  result = tonumber(deadline) > now_ms and 1 or 0
+else
+  queue_exists(true)
+  result = call('ZREM', QUEUE, ident)
+  call('ZREM', WAITERS, ident)
+end
+if kind ~= 'hash' then return result end
+local permits = tonumber(call('HGET', LOCK, 'permits')) or 0
+local live = 0
+local fields = call('HGETALL', LOCK)
+for i = 1, #fields, 2 do
+  if fields[i] ~= 'permits' then
+    local deadline = tonumber(string.match(fields[i + 1], ':(%d+)$'))
+    if deadline and deadline > now_ms then live = live + 1 end
+  end
+end
+if live == 0 then
+  -- Nobody holds a permit: the key goes (and with it the permit count).
+  call('DEL', LOCK)
+end
+local free = math.min(permits - live, 16)
+if free > 0 and queue_exists(false) then
+  for _, head in ipairs(live_heads(free, now_ms)) do
+    local client, waiter = string.match(head, '^([^:]+):([^:]+)')
+    -- pcall: a wake-up is best effort (waiters retry on their own).
+    if client then redis.pcall(publish, wake_prefix .. client, waiter) end
+  end
+end
+return result
