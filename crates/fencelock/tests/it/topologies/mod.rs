@@ -4,6 +4,7 @@
 
 mod cluster;
 mod replication;
+mod semaphore;
 mod sentinel;
 mod tls;
 
