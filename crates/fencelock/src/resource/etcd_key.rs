@@ -17,6 +17,20 @@ use crate::store::etcd::{
 /// read and its write.
 const MAX_RMW_ATTEMPTS: usize = 100;
 
+/// Separates a fenced key from the slot of a slot view in etcd: the ASCII
+/// unit separator (U+001F). It is a control character, which no resource
+/// key may contain (`validate_resource_key` refuses them), so the key of a
+/// slot can never be the key of another resource, whatever its name; and it
+/// is not `/`, so a slot of a key outside the lock space stays outside it.
+const SLOT_SEPARATOR: char = '\u{1f}';
+
+/// The etcd key of `slot`'s pair of the fenced key whose etcd key is
+/// `base`: `BASE`, [`SLOT_SEPARATOR`], `slot:`, the slot in decimal.
+/// Exact keys, never a prefix: slot 1 and slot 11 are two keys.
+fn slot_key(base: &str, slot: u32) -> String {
+    format!("{base}{SLOT_SEPARATOR}slot:{slot}")
+}
+
 /// A key in etcd written only through the fence check, for state kept in
 /// etcd next to its locks. The check runs inside etcd, in one transaction:
 ///
@@ -31,6 +45,12 @@ const MAX_RMW_ATTEMPTS: usize = 100;
 /// The stored value is `FENCE:HOLDER:VALUE` (the fence as 20 digits, the
 /// writer's public [`holder_id`](crate::holder_id), the value);
 /// [`FencedKey::read`] decodes it. Write the key only through `FencedKey`.
+///
+/// A slot view ([`FencedKey::slot`], for a semaphore's permits) keeps the
+/// pair of one slot in a key of its own, `KEY` + `U+001F` + `slot:N`, under
+/// the same rule; see "Per-slot fencing" on
+/// [`FencedHash`](crate::FencedHash) for what it protects and what it does
+/// not.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), fencelock::Error> {
@@ -55,6 +75,9 @@ pub struct FencedKey {
     /// The `resource` label of its metrics.
     family: String,
     stats: Option<StatsHandle>,
+    /// The slot whose pair this view writes (`full_key` is then the slot's
+    /// key); `None`: the key itself.
+    slot: Option<u32>,
 }
 
 /// What a [`FencedKey`] holds.
@@ -104,7 +127,43 @@ impl FencedKey {
             key: key.to_owned(),
             family: crate::metrics::family(key).to_owned(),
             stats,
+            slot: None,
         })
+    }
+
+    /// A view on the (fence, holder) pair of `slot`, kept in an etcd key of
+    /// its own: the key, the unit separator `U+001F` (a control character,
+    /// which no resource key may contain, so no other resource can have this
+    /// key), `slot:` and the slot in decimal — for `invoices/42` and slot 3,
+    /// `invoices/42\u{1f}slot:3` after the URL's namespace. Its writes (held
+    /// ones too), registrations, seals, updates and reads apply the rule of
+    /// [`fence_accepts`](crate::fence_accepts) to that pair only. Nothing is
+    /// sent. Called on a view, it gives the view of `slot` (views do not
+    /// nest). See "Per-slot fencing" on [`FencedHash`](crate::FencedHash)
+    /// for what it protects and what it does not.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::LockClient, fence: fencelock::Fence, token: &str)
+    /// # -> Result<(), fencelock::Error> {
+    /// let partitions = client.fenced_key("jobs/partitions")?;
+    /// // A permit of slot 3: refused only by a newer fence of slot 3.
+    /// let outcome = partitions.slot(3).write(fence, token, "flushed").await?;
+    /// # let _ = outcome;
+    /// # Ok(()) }
+    /// ```
+    pub fn slot(&self, slot: u32) -> FencedKey {
+        let base = format!("{}{}", self.conn.namespace(), self.key);
+        FencedKey {
+            full_key: slot_key(&base, slot),
+            slot: Some(slot),
+            ..self.clone()
+        }
+    }
+
+    /// The slot of a view made by [`FencedKey::slot`]; `None` for the key
+    /// itself.
+    pub fn slot_number(&self) -> Option<u32> {
+        self.slot
     }
 
     /// Sets the `resource` label of this key's metrics and its key in the
@@ -114,7 +173,8 @@ impl FencedKey {
         self
     }
 
-    /// The key, as given (without the URL's namespace).
+    /// The key, as given (without the URL's namespace); a slot view's is
+    /// the same (its pair lives in the slot's key, see [`FencedKey::slot`]).
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -201,7 +261,7 @@ impl FencedKey {
         }
         Err(Error::InvalidOption(format!(
             "{}: the key changed under every one of {MAX_RMW_ATTEMPTS} attempts to seal it",
-            self.key
+            self.described()
         )))
     }
 
@@ -263,7 +323,7 @@ impl FencedKey {
         }
         Err(Error::InvalidOption(format!(
             "{}: the key changed under every one of {MAX_RMW_ATTEMPTS} read-modify-write attempts",
-            self.key
+            self.described()
         )))
     }
 
@@ -275,16 +335,24 @@ impl FencedKey {
         Ok(read_key(&self.conn, &self.full_key).await?.into())
     }
 
+    /// The key, and the slot of a view, for messages.
+    fn described(&self) -> String {
+        match self.slot {
+            None => self.key.clone(),
+            Some(slot) => format!("{} slot {slot}", self.key),
+        }
+    }
+
     fn outcome(&self, fence: Fence, outcome: KeyWrite) -> Result<WriteOutcome> {
         let accepted = outcome == KeyWrite::Accepted;
         crate::metrics::fenced_write(self.stats.as_ref(), &self.family, accepted);
         match outcome {
             KeyWrite::Accepted => {
-                tracing::debug!(resource = %self.key, %fence, "fenced write accepted");
+                tracing::debug!(resource = %self.key, slot = ?self.slot, %fence, "fenced write accepted");
                 Ok(WriteOutcome::Accepted)
             }
             KeyWrite::Stale(stored) | KeyWrite::NotHolder(stored) => {
-                tracing::warn!(resource = %self.key, %fence, current = ?stored.fence, "fenced write rejected: a holder outlived its lease");
+                tracing::warn!(resource = %self.key, slot = ?self.slot, %fence, current = ?stored.fence, "fenced write rejected: a holder outlived its lease");
                 Ok(WriteOutcome::Rejected {
                     current_fence: stored.fence,
                     current_holder: stored.holder,
@@ -320,5 +388,22 @@ impl Fenced for FencedKey {
         value: &str,
     ) -> impl Future<Output = Result<WriteOutcome>> + Send {
         self.write(fence, holder, value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_keys_are_exact_distinct_and_outside_every_user_key() {
+        let (one, eleven) = (slot_key("ns/doc", 1), slot_key("ns/doc", 11));
+        assert_eq!(one, "ns/doc\u{1f}slot:1");
+        assert_ne!(one, eleven);
+        assert_eq!(slot_key("ns/doc", u32::MAX), "ns/doc\u{1f}slot:4294967295");
+        // No '/' added: a key outside the lock space stays outside it.
+        assert!(!one.trim_start_matches("ns/doc").contains('/'));
+        // No resource key may contain the separator, so none equals a slot's key.
+        assert!(validate_resource_key("doc\u{1f}slot:1").is_err());
     }
 }

@@ -26,6 +26,52 @@ use crate::store::redis::ops::{Change, FencedWrite};
 /// lease.release().await?;
 /// # Ok(()) }
 /// ```
+///
+/// # Per-slot fencing (a semaphore's permits)
+///
+/// One stored fence cannot fence N holders at once: the permits of a
+/// semaphore each hold a slot `0..N` and a fence of their own, minted from
+/// the name's one counter, so live permits' fences interleave, and a stale
+/// permit's fence can lie between two live ones. [`FencedHash::slot`] gives
+/// a view of the same key that keeps **one (fence, holder) pair per slot**,
+/// in the fields `fence:SLOT`, `holder:SLOT` and `value:SLOT`; its
+/// [`write`](FencedHash::write), [`register`](FencedHash::register),
+/// [`seal`](FencedHash::seal), [`update`](FencedHash::update) and
+/// [`read`](FencedHash::read) apply the rule of
+/// [`fence_accepts`](crate::fence_accepts) to that slot's pair only. The
+/// hash's own fields (`fence`, `holder`, `value`) belong to the unslotted
+/// hash, which a mutex uses, and no slot touches them.
+///
+/// What it protects: each slot's partition against a stale holder of the
+/// *same* slot (a permit that outlived its lease, after the slot was
+/// granted again with a greater fence). What it does not: two live permits
+/// of *different* slots are both accepted whatever their fences, so it does
+/// not serialize writers of one value. Give each slot its own data (the
+/// "N workers, each owning the partition of its slot" pattern), and write
+/// a slot only with the fence of a permit granted for that slot.
+///
+/// ```no_run
+/// use fencelock::{Fence, FencedHash, WriteOutcome};
+///
+/// /// A permit's work: `slot`, `fence` and `token` come from the
+/// /// semaphore's lease for this worker.
+/// async fn flush(
+///     partitions: &FencedHash,
+///     slot: u32,
+///     fence: Fence,
+///     token: &str,
+/// ) -> Result<(), fencelock::Error> {
+///     let mine = partitions.slot(slot); // fields fence:SLOT, holder:SLOT, value:SLOT
+///     match mine.write(fence, token, "flushed").await? {
+///         WriteOutcome::Accepted => {}
+///         // a newer permit of this slot wrote: this one is stale, stop
+///         _ => return Ok(()),
+///     }
+///     // Reads this slot's value, fence and holder; other slots are not seen.
+///     let _state = mine.read().await?;
+///     Ok(())
+/// }
+/// ```
 #[derive(Debug, Clone)]
 pub struct FencedHash {
     conn: RedisConn,
@@ -36,9 +82,13 @@ pub struct FencedHash {
     stats: Option<StatsHandle>,
     /// Replicas that must acknowledge each accepted write.
     replication: Option<Replication>,
+    /// The slot whose pair this view writes; `None`: the hash's own fields.
+    slot: Option<u32>,
 }
 
-/// What a [`FencedHash`] holds.
+/// What a [`FencedHash`] holds: the hash's own fields, or, read through a
+/// slot view ([`FencedHash::slot`]), that slot's `value:SLOT`,
+/// `fence:SLOT` and `holder:SLOT`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct HashState {
@@ -60,7 +110,29 @@ impl FencedHash {
             family: crate::metrics::family(key).to_string(),
             stats,
             replication: None,
+            slot: None,
         })
+    }
+
+    /// A view of the same hash on the (fence, holder) pair of `slot`: its
+    /// writes, registrations, seals, updates and reads use the fields
+    /// `fence:SLOT`, `holder:SLOT` and `value:SLOT` (`SLOT` in decimal),
+    /// under the rule of [`fence_accepts`](crate::fence_accepts) applied to
+    /// that pair only. Nothing is sent; the view shares the connection,
+    /// metrics and replication settings. Called on a view, it gives the view
+    /// of `slot` (views do not nest). See "Per-slot fencing" on
+    /// [`FencedHash`] for what it protects and what it does not.
+    pub fn slot(&self, slot: u32) -> FencedHash {
+        FencedHash {
+            slot: Some(slot),
+            ..self.clone()
+        }
+    }
+
+    /// The slot of a view made by [`FencedHash::slot`]; `None` for the hash
+    /// itself (its own fields).
+    pub fn slot_number(&self) -> Option<u32> {
+        self.slot
     }
 
     /// Sets the `resource` label of this hash's metrics and its key in the
@@ -82,7 +154,7 @@ impl FencedHash {
         self
     }
 
-    /// The hash's key.
+    /// The hash's key (a slot view's is the same key).
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -146,22 +218,22 @@ impl FencedHash {
         self.write(fence, holder, &next).await
     }
 
-    /// Reads value, fence and holder.
+    /// Reads value, fence and holder (a view's: those of its slot).
     ///
     /// # Errors
     /// [`Error::WrongType`] if the key is not a hash; connection errors.
     pub async fn read(&self) -> Result<HashState> {
-        let (value, fence, holder): (Option<String>, Option<String>, Option<String>) = self
-            .conn
-            .cmd(
-                &self.key,
-                redis::cmd("HMGET")
-                    .arg(&self.key)
-                    .arg("value")
-                    .arg("fence")
-                    .arg("holder"),
-            )
-            .await?;
+        let mut hmget = redis::cmd("HMGET");
+        hmget.arg(&self.key);
+        match self.slot {
+            None => hmget.arg("value").arg("fence").arg("holder"),
+            Some(slot) => hmget
+                .arg(format!("value:{slot}"))
+                .arg(format!("fence:{slot}"))
+                .arg(format!("holder:{slot}")),
+        };
+        let (value, fence, holder): (Option<String>, Option<String>, Option<String>) =
+            self.conn.cmd(&self.key, &hmget).await?;
         Ok(HashState {
             value,
             fence: parse_fence(fence)?,
@@ -169,7 +241,7 @@ impl FencedHash {
         })
     }
 
-    #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.key, %fence, op = change.name(), outcome))]
+    #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.key, slot = ?self.slot, %fence, op = change.name(), outcome))]
     async fn call(&self, fence: Fence, holder: &str, change: Change<'_>) -> Result<WriteOutcome> {
         // A seal names no holder: it records REVOKED_HOLDER.
         if !matches!(change, Change::Seal) {
@@ -180,7 +252,8 @@ impl FencedHash {
             fence,
             holder,
             change,
-        };
+        }
+        .in_slot(self.slot);
         let (reply, acked) = match self.replication {
             Some(Replication { replicas, timeout }) => {
                 let (reply, acked) = self.conn.run_replicated(&write, replicas, timeout).await?;
@@ -191,7 +264,7 @@ impl FencedHash {
         crate::metrics::fenced_write(self.stats.as_ref(), &self.family, reply.accepted);
         let op = change.name();
         if reply.accepted {
-            tracing::debug!(resource = %self.key, %fence, op, "fenced write accepted");
+            tracing::debug!(resource = %self.key, slot = ?self.slot, %fence, op, "fenced write accepted");
             if let Some((acked, wanted)) = acked
                 && acked < wanted
             {
@@ -204,7 +277,7 @@ impl FencedHash {
             Ok(WriteOutcome::Accepted)
         } else {
             let current_fence = parse_fence(reply.stored_fence)?;
-            tracing::warn!(resource = %self.key, %fence, current = ?current_fence, op, "fenced write rejected as stale: a holder outlived its lease");
+            tracing::warn!(resource = %self.key, slot = ?self.slot, %fence, current = ?current_fence, op, "fenced write rejected as stale: a holder outlived its lease");
             Ok(WriteOutcome::Rejected {
                 current_fence,
                 current_holder: reply.stored_holder,

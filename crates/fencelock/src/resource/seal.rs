@@ -43,8 +43,12 @@ pub trait Sealable: Send + Sync {
 }
 
 impl Sealable for FencedHash {
+    /// The key; for a slot view, the key and the slot (`KEY slot N`).
     fn resource(&self) -> String {
-        self.key().to_owned()
+        match self.slot_number() {
+            None => self.key().to_owned(),
+            Some(slot) => format!("{} slot {slot}", self.key()),
+        }
     }
 
     fn seal(&self, fence: Fence) -> SealFuture<'_> {
@@ -54,8 +58,12 @@ impl Sealable for FencedHash {
 
 #[cfg(feature = "etcd")]
 impl Sealable for crate::resource::FencedKey {
+    /// The key as given; for a slot view, the key and the slot (`KEY slot N`).
     fn resource(&self) -> String {
-        self.key().to_owned()
+        match self.slot_number() {
+            None => self.key().to_owned(),
+            Some(slot) => format!("{} slot {slot}", self.key()),
+        }
     }
 
     fn seal(&self, fence: Fence) -> SealFuture<'_> {

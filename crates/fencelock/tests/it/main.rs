@@ -29,6 +29,7 @@ mod owned;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod resource;
+mod resource_slots;
 mod revoke;
 mod support;
 mod topologies;

@@ -160,6 +160,54 @@ const UNDEFINED_COLUMN: &str = "42703";
 /// second query that could race. A table without the fence columns gives
 /// [`Error::MissingFenceColumns`] naming the table.
 ///
+/// # Per-slot fencing (a semaphore's permits)
+///
+/// A semaphore's permits each hold a slot `0..N` and a fence of their own,
+/// and live permits' fences interleave, so they cannot share one row's
+/// fence. Keep **one row per slot**, each with its own `lock_fence` and
+/// `lock_holder`: the key column identifies the slot's row, and nothing
+/// else is needed. Either the slot *is* the key (a table of partitions
+/// keyed by slot), or a unique text key names the resource and the slot
+/// together, the slot last (`orders/3`: a slot has no `/`, so
+/// `"{resource}/{slot}"` never names two rows for one slot, nor one row for
+/// two, and slot 1 and slot 11 stay apart). Write a slot's row only with
+/// the fence of a permit granted for that slot: a stale permit of the same
+/// slot is then refused, while permits of other slots, writing other rows,
+/// are not affected. It does not serialize two live permits writing the
+/// same row (see "Per-slot fencing" on [`FencedHash`](crate::FencedHash)).
+///
+/// Use `bigint` for a slot column (a slot is a `u32`, which Postgres's
+/// `integer` cannot hold whole) and bind `i64::from(slot)`. A key of two
+/// columns (`PRIMARY KEY (partition, slot)`) is not supported: a fenced
+/// table finds its rows by one key column.
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool, slot: u32, fence: fencelock::Fence, token: &str)
+/// # -> Result<(), fencelock::Error> {
+/// use fencelock::{FencedTable, SetClause};
+///
+/// // CREATE TABLE partitions (slot bigint PRIMARY KEY, cursor bigint, ...)
+/// let partitions = FencedTable::new(pool.clone(), "partitions")?.with_key_column("slot")?;
+/// partitions.add_fence_columns().await?;
+///
+/// // `slot`, `fence` and `token` come from this worker's permit.
+/// let advance = SetClause::new().set_sql("cursor = cursor + 1");
+/// let outcome = partitions
+///     .update(&pool, i64::from(slot), fence, token, &advance)
+///     .await?;
+/// if !outcome.is_accepted() {
+///     // a newer permit of this slot wrote: this one is stale, stop
+/// }
+///
+/// // Many resources in one table: a text key with the slot last.
+/// let orders = FencedTable::new(pool.clone(), "slot_state")?;
+/// let key = format!("orders/{slot}");
+/// orders
+///     .upsert(&pool, key.as_str(), fence, token, &SetClause::new().set("state", "open"))
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
 /// # SQL injection
 ///
 /// Table and column names are checked and always sent quoted (`"invoices"`),

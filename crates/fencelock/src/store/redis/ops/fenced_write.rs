@@ -1,5 +1,6 @@
 //! Fenced write: a write or a fence registration on a Redis hash resource,
-//! accepted by the fence rule in `fenced_write.lua`.
+//! accepted by the fence rule in `fenced_write.lua`, on the hash's own
+//! (fence, holder) pair or on the pair of one slot ([`SlotWrite`]).
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
@@ -63,6 +64,46 @@ impl ScriptCall for FencedWrite<'_> {
     }
 }
 
+impl<'a> FencedWrite<'a> {
+    /// This write on the (fence, holder) pair of `slot` (fields
+    /// `fence:SLOT`, `holder:SLOT`, `value:SLOT`), or, with `None`, on the
+    /// hash's own fields, sending exactly the arguments of the plain write.
+    pub(crate) fn in_slot(self, slot: Option<u32>) -> SlotWrite<'a> {
+        SlotWrite { write: self, slot }
+    }
+}
+
+/// A [`FencedWrite`] on one slot's pair of the hash (a semaphore's
+/// permits each fence their own slot), or on the hash's own pair.
+#[derive(Debug)]
+pub(crate) struct SlotWrite<'a> {
+    write: FencedWrite<'a>,
+    slot: Option<u32>,
+}
+
+impl ToRedisArgs for SlotWrite<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        self.write.write_redis_args(out);
+        // ARGV[5] only for a slot: a plain write sends the four arguments
+        // it always sent, so the mutex's hot path carries nothing extra.
+        if let Some(slot) = self.slot {
+            out.write_arg_fmt(slot);
+        }
+    }
+}
+
+impl ScriptCall for SlotWrite<'_> {
+    type Reply = FencedWriteReply;
+
+    fn script(&self) -> &'static Lua {
+        self.write.script()
+    }
+
+    fn keys(&self) -> Keys<'_> {
+        self.write.keys()
+    }
+}
+
 /// What a fenced write found: accepted or not, and the fence and holder the
 /// resource held before the call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,5 +122,38 @@ impl FromRedisValue for FencedWriteReply {
             stored_fence,
             stored_holder,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(call: &impl ToRedisArgs) -> Vec<Vec<u8>> {
+        call.to_redis_args()
+    }
+
+    fn write() -> FencedWrite<'static> {
+        FencedWrite {
+            key: "doc",
+            fence: Fence::new(150),
+            holder: "tok",
+            change: Change::Write("v"),
+        }
+    }
+
+    #[test]
+    fn a_plain_write_sends_the_same_arguments_with_or_without_the_slot_wrapper() {
+        assert_eq!(args(&write().in_slot(None)), args(&write()));
+        assert_eq!(args(&write()).len(), 4);
+    }
+
+    #[test]
+    fn a_slot_write_adds_the_slot_in_canonical_decimal() {
+        let sent = args(&write().in_slot(Some(u32::MAX)));
+        assert_eq!(sent.len(), 5);
+        assert_eq!(sent[..4], args(&write())[..]);
+        assert_eq!(sent[4], b"4294967295".to_vec());
+        assert_eq!(args(&write().in_slot(Some(0)))[4], b"0".to_vec());
     }
 }
