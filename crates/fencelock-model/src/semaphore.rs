@@ -31,6 +31,146 @@ use stateright::{Model, Property};
 
 use crate::store::{Change, Held, Resource, Token};
 
+/// What a semaphore keeps in the store: each slot's permit (its field of
+/// the semaphore key, with the permit's deadline) and the name's fence key.
+/// Its methods are the scripts' transitions (`sem_grant.lua`,
+/// `sem_extend.lua`, `sem_release.lua`); the differential test holds the
+/// real scripts to them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SemStore {
+    /// Each slot's permit.
+    pub slots: Vec<Option<Held>>,
+    /// The last fence issued for the name.
+    pub fence_key: Option<u64>,
+}
+
+/// What a semaphore grant did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SemGranted {
+    /// The slot.
+    pub slot: u8,
+    /// Its fence.
+    pub fence: u64,
+    /// A retry by the token that holds the slot: the same slot and fence.
+    pub retry: bool,
+}
+
+impl SemStore {
+    /// `permits` free slots, no fence issued.
+    pub fn new(permits: u8) -> Self {
+        SemStore {
+            slots: vec![None; usize::from(permits)],
+            fence_key: None,
+        }
+    }
+
+    /// The permit in `slot` if it has not lapsed at `now`.
+    pub fn live(&self, slot: usize, now: u32) -> Option<Held> {
+        self.slots
+            .get(slot)
+            .copied()
+            .flatten()
+            .filter(|h| h.expires_at > now)
+    }
+
+    /// The grant: a retry by a token that holds a slot gets that slot and
+    /// fence back, its lease restarted; otherwise the lowest free slot with
+    /// a fence minted as the mutex mints (`max(last + 1, clock)`, the clock
+    /// `clock`); `None` when every slot is held. `past_permits`: the broken
+    /// grant that adds a slot when all are held.
+    pub fn grant(
+        &mut self,
+        tok: Token,
+        now: u32,
+        ttl: u32,
+        clock: u64,
+        past_permits: bool,
+    ) -> Option<SemGranted> {
+        for slot in 0..self.slots.len() {
+            if let Some(h) = self.live(slot, now)
+                && h.token == tok
+            {
+                self.slots[slot] = Some(Held {
+                    expires_at: now + ttl,
+                    ..h
+                });
+                return Some(SemGranted {
+                    slot: slot as u8,
+                    fence: h.fence,
+                    retry: true,
+                });
+            }
+        }
+        let free = (0..self.slots.len()).find(|&slot| self.live(slot, now).is_none());
+        let slot = match free {
+            Some(slot) => slot,
+            None if past_permits => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+            None => return None,
+        };
+        let fence = (self.fence_key.unwrap_or(0) + 1).max(clock);
+        self.fence_key = Some(fence);
+        self.slots[slot] = Some(Held {
+            token: tok,
+            fence,
+            expires_at: now + ttl,
+        });
+        Some(SemGranted {
+            slot: slot as u8,
+            fence,
+            retry: false,
+        })
+    }
+
+    /// The renewal of `tok`'s permit with `fence` in `slot`, compared and
+    /// never revived once lapsed: 1 renewed, 0 lapsed or gone, -1 another
+    /// holder's live permit (`unchecked`: the broken renewal of any permit
+    /// there).
+    pub fn renew(
+        &mut self,
+        slot: u8,
+        (tok, fence): (Token, u64),
+        now: u32,
+        ttl: u32,
+        unchecked: bool,
+    ) -> i8 {
+        let at = usize::from(slot);
+        match self.live(at, now) {
+            Some(h) if unchecked || (h.token == tok && h.fence == fence) => {
+                self.slots[at] = Some(Held {
+                    expires_at: now + ttl,
+                    ..h
+                });
+                1
+            }
+            Some(_) => -1,
+            None => 0,
+        }
+    }
+
+    /// The release of `tok`'s permit with `fence` in `slot`: 1 released,
+    /// 0 when the slot's permit lapsed (whoever held it) or is gone, -1
+    /// another holder's live permit. `unchecked`: the broken release that
+    /// deletes any permit there.
+    pub fn release(&mut self, slot: u8, tok: Token, fence: u64, now: u32, unchecked: bool) -> i8 {
+        let at = usize::from(slot);
+        let Some(h) = self.live(at, now) else {
+            // A lapsed permit is free whoever held it.
+            if let Some(gone) = self.slots.get_mut(at) {
+                *gone = None;
+            }
+            return 0;
+        };
+        if !unchecked && (h.token != tok || h.fence != fence) {
+            return -1;
+        }
+        self.slots[at] = None;
+        1
+    }
+}
+
 /// Deliberately broken rules (negative controls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct SemBroken {
@@ -124,10 +264,8 @@ pub struct SemClient {
 pub struct SemState {
     /// The tick.
     pub now: u32,
-    /// Each slot's holder (the slot key's value and expiry).
-    pub slots: Vec<Option<Held>>,
-    /// The last fence issued for the name.
-    pub fence_key: Option<u64>,
+    /// The semaphore's key and its fence key.
+    pub store: SemStore,
     /// The resource: each slot's partition, fence and holder (with
     /// `one_fence_for_all_slots`, slot 0's fence and holder stand for all).
     pub resource: Vec<Resource>,
@@ -189,43 +327,6 @@ impl SemaphoreModel {
         }
     }
 
-    fn live(s: &SemState, slot: usize) -> Option<Held> {
-        s.slots[slot].filter(|h| h.expires_at > s.now)
-    }
-
-    /// The grant script: a retry gets its slot back; else the lowest free
-    /// slot, its fence minted; `None` when every slot is held.
-    fn grant(&self, s: &mut SemState, tok: Token) -> Option<(u8, u64, bool)> {
-        for slot in 0..s.slots.len() {
-            if let Some(h) = Self::live(s, slot)
-                && h.token == tok
-            {
-                s.slots[slot] = Some(Held {
-                    expires_at: s.now + self.ttl,
-                    ..h
-                });
-                return Some((slot as u8, h.fence, true));
-            }
-        }
-        let free = (0..s.slots.len()).find(|&slot| Self::live(s, slot).is_none());
-        let slot = match free {
-            Some(slot) => slot,
-            None if self.broken.ignore_permits => {
-                s.slots.push(None);
-                s.slots.len() - 1
-            }
-            None => return None,
-        };
-        let fence = (s.fence_key.unwrap_or(0) + 1).max(u64::from(s.now) * 10);
-        s.fence_key = Some(fence);
-        s.slots[slot] = Some(Held {
-            token: tok,
-            fence,
-            expires_at: s.now + self.ttl,
-        });
-        Some((slot as u8, fence, false))
-    }
-
     /// The resource index a slot's fence is checked at.
     fn fence_index(&self, slot: u8) -> usize {
         if self.broken.one_fence_for_all_slots {
@@ -281,8 +382,7 @@ impl Model for SemaphoreModel {
         let n = usize::from(self.permits);
         vec![SemState {
             now: 0,
-            slots: vec![None; n],
-            fence_key: None,
+            store: SemStore::new(self.permits),
             resource: vec![Resource::default(); n],
             clients: vec![
                 SemClient {
@@ -330,8 +430,16 @@ impl Model for SemaphoreModel {
             SemAction::Grant(i) | SemAction::GrantReplyLost(i) => {
                 let i = usize::from(i);
                 let tok = token(i as u8, next.clients[i].cycles);
-                let granted = self.grant(&mut next, tok);
-                if let Some((_, fence, false)) = granted {
+                let clock = u64::from(next.now) * 10;
+                let granted =
+                    next.store
+                        .grant(tok, next.now, self.ttl, clock, self.broken.ignore_permits);
+                if let Some(SemGranted {
+                    fence,
+                    retry: false,
+                    ..
+                }) = granted
+                {
                     if next.last_grant.is_some_and(|last| fence <= last) {
                         next.flags.fence_went_back = true;
                     }
@@ -339,7 +447,7 @@ impl Model for SemaphoreModel {
                 }
                 if action == SemAction::GrantReplyLost(i as u8) {
                     next.lost_used = true;
-                } else if let Some((slot, fence, _)) = granted {
+                } else if let Some(SemGranted { slot, fence, .. }) = granted {
                     next.clients[i].phase = SemPhase::Holding {
                         slot,
                         fence,
@@ -348,7 +456,7 @@ impl Model for SemaphoreModel {
                     };
                 }
                 // The slots a broken grant added have no resource yet.
-                while next.resource.len() < next.slots.len() {
+                while next.resource.len() < next.store.slots.len() {
                     next.resource.push(Resource::default());
                     next.acked.push(0);
                     next.last_accepted.push(None);
@@ -363,22 +471,20 @@ impl Model for SemaphoreModel {
                     return None;
                 };
                 let tok = token(i as u8, next.clients[i].cycles);
-                let at = usize::from(slot);
-                match Self::live(&next, at) {
-                    Some(h) if h.token == tok && h.fence == fence => {
-                        next.slots[at] = Some(Held {
-                            expires_at: next.now + self.ttl,
-                            ..h
-                        });
-                        next.clients[i].phase = SemPhase::Holding {
-                            slot,
-                            fence,
-                            deadline: next.now + self.ttl,
-                            step,
-                        };
-                    }
+                if next
+                    .store
+                    .renew(slot, (tok, fence), next.now, self.ttl, false)
+                    == 1
+                {
+                    next.clients[i].phase = SemPhase::Holding {
+                        slot,
+                        fence,
+                        deadline: next.now + self.ttl,
+                        step,
+                    };
+                } else {
                     // Lost: the loss signal stops the work.
-                    _ => self.end_cycle(&mut next, i),
+                    self.end_cycle(&mut next, i);
                 }
             }
             SemAction::Work(i) => {
@@ -423,12 +529,17 @@ impl Model for SemaphoreModel {
                         next.clients[i].phase = holding(SemStep::Release);
                     }
                     SemStep::Release => {
-                        let at = usize::from(slot);
-                        if let Some(h) = Self::live(&next, at)
-                            && (self.broken.unchecked_release
-                                || (h.token == tok && h.fence == fence))
-                        {
-                            next.slots[at] = None;
+                        // Only a live permit is released (a lapsed one's
+                        // field is gone below as its key would be).
+                        if next.store.live(usize::from(slot), next.now).is_some() {
+                            let now = next.now;
+                            next.store.release(
+                                slot,
+                                tok,
+                                fence,
+                                now,
+                                self.broken.unchecked_release,
+                            );
                         }
                         self.end_cycle(&mut next, i);
                     }
@@ -437,7 +548,7 @@ impl Model for SemaphoreModel {
         }
         // Expired slot keys are gone.
         let now = next.now;
-        for slot in &mut next.slots {
+        for slot in &mut next.store.slots {
             if slot.is_some_and(|h| h.expires_at <= now) {
                 *slot = None;
             }

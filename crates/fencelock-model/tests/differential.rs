@@ -1130,7 +1130,7 @@ fn the_real_scripts_agree_with_the_model_on_every_operation() -> Result<()> {
 fn each_broken_script_is_caught() -> Result<()> {
     let server = RedisServer::start();
     rt()?.block_on(async {
-        for mutation in ScriptMutation::ALL {
+        for mutation in ScriptMutation::ALL.into_iter().filter(|m| m.breaks_mutex()) {
             let mut caught = None;
             let mut total = 0;
             for seed in 0..SEEDS {

@@ -11,7 +11,8 @@ use crate::keys::LockKeys;
 use crate::options::LockOptions;
 use crate::store::redis::ops::{
     Change, Extend, ExtendMany, FencedWrite, Grant, GrantItem, GrantMany, Leave, Mint, PassOn,
-    Publish, Release, ReleaseItem, ReleaseMany, Revoke, ScriptCall,
+    PermitRef, Publish, Release, ReleaseItem, ReleaseMany, Revoke, ScriptCall, SemExtend, SemGrant,
+    SemLeaving, SemRelease,
 };
 use crate::store::redis::scripts::GRANT_MANY;
 use crate::store::redis::wire::QueueMember;
@@ -215,8 +216,71 @@ impl ProtocolScripts {
         })
     }
 
+    /// One semaphore grant attempt by `token` of one of `permits` slots,
+    /// as a poller (`sem_grant.lua`).
+    pub fn sem_grant(&self, token: &str, permits: u32) -> redis::ScriptInvocation<'static> {
+        self.invoke(&SemGrant {
+            keys: &self.keys,
+            mint: self.mint(),
+            token,
+            ttl: self.opts.ttl,
+            wait_mode: self.opts.wait_mode,
+            permits,
+            member: None,
+            waiter_lease: self.opts.waiter_lease,
+            queued: false,
+        })
+    }
+
+    /// The release of the permit in `slot` granted to `token` with the
+    /// store's `fence` (`sem_release.lua`).
+    pub fn sem_release(
+        &self,
+        slot: u32,
+        token: &str,
+        fence: u64,
+    ) -> redis::ScriptInvocation<'static> {
+        let ident = permit_ident(token, fence);
+        self.invoke(&SemRelease {
+            lock: self.keys.lock(),
+            mint: self.mint(),
+            pass_on: self.pass_on(),
+            what: SemLeaving::Permit {
+                slot,
+                ident: &ident,
+            },
+        })
+    }
+
+    /// Renewals of the permits `(slot, token, store fence)` in one call, as
+    /// the keeper sends them (`sem_extend.lua`).
+    pub fn sem_extend(&self, permits: &[(u32, &str, u64)]) -> redis::ScriptInvocation<'static> {
+        let idents: Vec<String> = permits
+            .iter()
+            .map(|(_, token, fence)| permit_ident(token, *fence))
+            .collect();
+        let refs: Vec<PermitRef<'_>> = permits
+            .iter()
+            .zip(&idents)
+            .map(|((slot, _, _), ident)| (self.keys.lock(), *slot, ident.as_str()))
+            .collect();
+        self.invoke(&SemExtend {
+            permits: &refs,
+            ttl: self.opts.ttl,
+        })
+    }
+
     /// The options' ttl.
     pub fn ttl(&self) -> Duration {
         self.opts.ttl
     }
+}
+
+/// A permit's `TOKEN:FENCE`, as its grant stores it.
+fn permit_ident(token: &str, fence: u64) -> String {
+    crate::store::redis::wire::lock_value(
+        token,
+        Fence::new(fence),
+        crate::keys::KeyLayout::HashTagged,
+    )
 }

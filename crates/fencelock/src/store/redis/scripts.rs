@@ -253,18 +253,35 @@ pub enum ScriptMutation {
     /// Extend (one and batched) renews whatever lock is there, without
     /// comparing the value.
     ExtendWithoutTokenCheck,
+    /// The semaphore grant takes a slot past the permit count when every
+    /// slot is held.
+    GrantPastPermits,
 }
 
 #[cfg(feature = "testing")]
 impl ScriptMutation {
     /// Every mutation.
-    pub const ALL: [ScriptMutation; 5] = [
+    pub const ALL: [ScriptMutation; 6] = [
         ScriptMutation::FenceLengthInverted,
         ScriptMutation::MintWithoutIncrement,
         ScriptMutation::GrantWithoutNx,
         ScriptMutation::ReleaseWithoutTokenCheck,
         ScriptMutation::ExtendWithoutTokenCheck,
+        ScriptMutation::GrantPastPermits,
     ];
+
+    /// Whether this mutation breaks a mutex's scripts.
+    pub fn breaks_mutex(self) -> bool {
+        self != ScriptMutation::GrantPastPermits
+    }
+
+    /// Whether this mutation breaks a semaphore's scripts.
+    pub fn breaks_semaphore(self) -> bool {
+        !matches!(
+            self,
+            ScriptMutation::FenceLengthInverted | ScriptMutation::GrantWithoutNx
+        )
+    }
 
     /// The scripts this mutation breaks, and its replacements.
     fn edits(self) -> (Vec<&'static Lua>, &'static [(&'static str, &'static str)]) {
@@ -274,7 +291,7 @@ impl ScriptMutation {
                 &[("ok = #fence > #s", "ok = #fence < #s")],
             ),
             ScriptMutation::MintWithoutIncrement => (
-                vec![&GRANT, &GRANT_MANY, &RELEASE, &LEAVE, &REVOKE],
+                vec![&GRANT, &GRANT_MANY, &RELEASE, &LEAVE, &REVOKE, &SEM_GRANT],
                 &[
                     ("math.max(last + 1, now)", "math.max(last, now)"),
                     (
@@ -285,19 +302,25 @@ impl ScriptMutation {
             ),
             ScriptMutation::GrantWithoutNx => (vec![&GRANT, &GRANT_MANY], &[("'NX', ", "")]),
             ScriptMutation::ReleaseWithoutTokenCheck => (
-                vec![&RELEASE, &RELEASE_MANY],
+                vec![&RELEASE, &RELEASE_MANY, &SEM_RELEASE],
                 &[
                     ("redis.pcall('GET', lock) == value and ", ""),
                     ("if held ~= value then", "if not held then"),
                     ("elseif held ~= ARGV[i] then", "elseif not held then"),
+                    ("if not lapsed and who ~= ident then return -1 end", ""),
                 ],
             ),
             ScriptMutation::ExtendWithoutTokenCheck => (
-                vec![&EXTEND, &EXTEND_MANY],
+                vec![&EXTEND, &EXTEND_MANY, &SEM_EXTEND],
                 &[
                     ("if held == value then", "if held then"),
                     ("if held == ARGV[i + 1] then", "if held then"),
+                    ("elseif who ~= ident then", "elseif false then"),
                 ],
+            ),
+            ScriptMutation::GrantPastPermits => (
+                vec![&SEM_GRANT],
+                &[("if free <= 0 then", "if free < 0 then")],
             ),
         }
     }

@@ -4,8 +4,8 @@
 -- ARGV[2i], ARGV[2i + 1]: permit i's slot and "TOKEN:FENCE".
 --
 -- Returns the permits it did not extend as a flat list of pairs {i, code}
--- (extend_many.lua's reply): code 0 lapsed or gone, -1 anything else
--- there. Never revives a lapsed permit, never touches another holder's,
+-- (extend_many.lua's reply): code 0 when the slot's permit lapsed or is
+-- gone, -1 when another holder's live permit (or another type) is there. Never revives a lapsed permit, never touches another holder's,
 -- and never changes a fence.
 
 local ttl_ms = tonumber(ARGV[1])
@@ -19,10 +19,13 @@ for i, key in ipairs(KEYS) do
   if type(held) == 'table' then
     code = -1
   elseif held then
+    -- A lapsed permit is gone whoever held it (0, as sem_release.lua).
     local who, deadline = string.match(held, '^(.*):(%d+)$')
-    if who ~= ident then
+    if not deadline or tonumber(deadline) <= now_ms then
+      code = 0
+    elseif who ~= ident then
       code = -1
-    elseif tonumber(deadline) > now_ms then
+    else
       call('HSET', key, slot, ident .. ':' .. string.format('%d', now_ms + ttl_ms))
       if call('PTTL', key) < ttl_ms then call('PEXPIRE', key, ttl_ms) end
       code = 1

@@ -8,9 +8,9 @@ local publish = string.match(ARGV[2], '^(%u+) ')
 local slot = ARGV[3]     -- the released slot, or "" for a waiter that leaves
 local ident = ARGV[4]    -- "TOKEN:FENCE" of the permit, or the leaving member
 --
--- A release returns 1 when released, 0 when the permit had lapsed (or is
--- gone), -1 when anything else is there; it never touches another holder's
--- permit. A leave returns 1 if the member was queued, 0 otherwise.
+-- A release returns 1 when released, 0 when the slot's permit had lapsed
+-- (whoever held it) or is gone, -1 when another holder's live permit is
+-- there, which it never touches. A leave returns 1 if the member was queued, 0 otherwise.
 -- Either way, the first live waiters, one per free slot, are woken: they
 -- take a slot with their own grant (in fair mode the free slots are
 -- reserved for them in queue order, see sem_grant.lua).
@@ -26,10 +26,13 @@ local result
 if slot ~= '' then
   local held = kind == 'hash' and call('HGET', LOCK, slot)
   if not held then return 0 end
+  -- A lapsed permit is free whoever held it: it goes, and the caller's
+  -- permit (if it was) was not released but lost.
   local who, deadline = string.match(held, '^(.*):(%d+)$')
-  if who ~= ident then return -1 end
+  local lapsed = not deadline or tonumber(deadline) <= now_ms
+  if not lapsed and who ~= ident then return -1 end
   call('HDEL', LOCK, slot)
-  result = tonumber(deadline) > now_ms and 1 or 0
+  result = lapsed and 0 or 1
 else
   queue_exists(true)
   result = call('ZREM', QUEUE, ident)
