@@ -48,6 +48,16 @@
 //!    [`LockClient::with_lock`] cancels the critical section and returns
 //!    [`Error::LockLost`].
 //!
+//! ## Semaphores
+//!
+//! [`LockOptions::permits`] makes an acquisition one of N permits of a
+//! fenced semaphore: up to N holders at once, each in its own slot
+//! ([`LeaseHandle::slot`]) with a fence from the name's one counter.
+//! Resources fence permits per slot ([`FencedHash::slot`], `FencedKey::slot`,
+//! a row per slot in Postgres): a stale holder of a slot is refused, two
+//! live permits of different slots never refuse each other. A name is one
+//! kind while held ([`Error::KindConflict`], [`Error::PermitsConflict`]).
+//!
 //! ## Module map
 //!
 //! Three layers, knowledge pointing one way — `client` → `resource` →
@@ -57,9 +67,9 @@
 //! | module | layer | concern |
 //! |---|---|---|
 //! | `client` | façade | [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `revoke` / `inspect`, resources, stats: checks input and delegates, never matches on the kind of store |
-//! | `resource` | resources | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`], [`WriteOutcome`]; a revoke's seals (`resource/seal.rs`: [`Sealable`], [`Revoked`]); `resource::postgres` (feature `postgres`: `FencedTable`, `SetClause`, `RowKey`, sqlx) and `resource::etcd_key` (feature `etcd`: `FencedKey`) |
-//! | `lease` | lease | what a holder has and keeps, for every store and primitive: the [`Lease`] guard and [`LeaseHandle`] (`lease/guard.rs`), the shared state with its deadline and loss signal (`lease/state.rs`), the client's keeper that renews every lease in batches (`lease/keeper.rs`) |
-//! | `engine` | engine | the protocol's decisions and the one place that matches on the kind of store: grant, wait, hand-over, renew, release, inspect. `engine/redis/` (`acquire.rs`: attempts, the wait loop, hand-overs; `wakeups.rs`: the waiters' wake-ups; `mod.rs`: renew, release, inspect) and `engine/etcd/` side by side; `engine/timing.rs` holds the decisions about time as pure functions; `engine/grant.rs` what a grant holds (the seam for new primitives) |
+//! | `resource` | resources | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`] (and its per-slot views, [`FencedHash::slot`]), [`WriteOutcome`]; a revoke's seals (`resource/seal.rs`: [`Sealable`], [`Revoked`]); `resource::postgres` (feature `postgres`: `FencedTable`, `SetClause`, `RowKey`, sqlx) and `resource::etcd_key` (feature `etcd`: `FencedKey` and `FencedKey::slot`) |
+//! | `lease` | lease | what a holder has and keeps, for every store and primitive (a mutex's lease or a semaphore's permit): the [`Lease`] guard and [`LeaseHandle`] (`lease/guard.rs`), the shared state with its deadline and loss signal (`lease/state.rs`), the client's keeper that renews every lease in batches (`lease/keeper.rs`) |
+//! | `engine` | engine | the protocol's decisions and the one place that matches on the kind of store: grant, wait, hand-over, renew, release, inspect. `engine/redis/` (`acquire.rs`: attempts, the wait loop, hand-overs; `wakeups.rs`: the waiters' wake-ups; `mod.rs`: renew, release, inspect) and `engine/etcd/` side by side; `engine/timing.rs` holds the decisions about time as pure functions; `engine/grant.rs` what a grant holds (the seam for new primitives: a semaphore's permit is `Hold::RedisPermit`) |
 //! | [`audit`] | audit | the deployment audit ([`LockClient::audit`], `fencelock doctor`): [`audit::Audit`], its [`audit::Check`] rows and their [`audit::Status`] |
 //! | `store` | store | I/O only. `store/redis/`: typed calls and replies, one file per operation (`store/redis/ops/`), the Lua scripts (`store/redis/scripts/*.lua`), the data kept in Redis (`wire.rs`), the connection (`conn.rs`, `connect.rs`, `invoke.rs`, `command.rs`), Sentinel, Cluster, pub/sub, batching (`coalesce.rs`). `store/etcd/` (feature `etcd`): the connection, keys, the grant transactions, the queue and its watch, keep-alive and release, `FencedKey`'s transactions. TLS and URL redaction |
 //! | `options` | foundation | [`LockOptions`], [`Renewal`], [`FenceMode`], [`WaitMode`] and their limits |

@@ -31,6 +31,7 @@ mod postgres;
 mod resource;
 mod resource_slots;
 mod revoke;
+mod semaphore;
 mod support;
 mod topologies;
 mod two_command_race;
