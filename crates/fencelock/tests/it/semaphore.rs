@@ -441,3 +441,29 @@ async fn a_semaphore_key_holding_other_data_is_named() -> Result<()> {
     ensure!(lease.release().await?.is_released());
     Ok(())
 }
+
+#[tokio::test]
+async fn revoke_refuses_a_semaphore_and_changes_nothing() -> Result<()> {
+    let t = TestRedis::start().await?;
+    let permit = t.client.try_acquire("pool", &permits(&t.client, 2)).await?;
+    let before = t.server.hgetall(permit.key());
+    match t.client.revoke("pool", &t.client.options(), &[]).await {
+        Err(Error::KindConflict {
+            held: "semaphore",
+            asked: "mutex",
+            ..
+        }) => {}
+        other => bail!("a revoke of a semaphore: {other:?}"),
+    }
+    match t.client.revoke("pool", &permits(&t.client, 2), &[]).await {
+        Err(e @ Error::InvalidOption(_)) => ensure!(e.to_string().contains("semaphore")),
+        other => bail!("a revoke with permits: {other:?}"),
+    }
+    ensure!(
+        t.server.hgetall(permit.key()) == before,
+        "the revoke changed the semaphore"
+    );
+    permit.extend().await?;
+    ensure!(permit.release().await?.is_released());
+    Ok(())
+}

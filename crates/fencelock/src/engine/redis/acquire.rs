@@ -486,11 +486,11 @@ impl RedisEngine {
         }))
     }
 
-    /// A mutex grant's error `e`, told as [`Error::KindConflict`] when it
-    /// met a semaphore: a hash with a permit count at the lock key, which a
+    /// A mutex call's error `e` (a grant's, a revoke's), told as
+    /// [`Error::KindConflict`] when it met a semaphore: a hash with a permit count at the lock key, which a
     /// grant's `SET` finds of the wrong type (looked at only on that error,
     /// so the grant itself pays nothing for it).
-    async fn kind_conflict(&self, name: &str, keys: &LockKeys, e: Error) -> Error {
+    pub(super) async fn kind_conflict(&self, name: &str, keys: &LockKeys, e: Error) -> Error {
         let Error::WrongType { key, .. } = &e else {
             return e;
         };

@@ -22,8 +22,8 @@ use crate::keys::{KeyLayout, LockKeys, lock_key_pattern, lock_name_of};
 use crate::options::LockOptions;
 use crate::store::Checked;
 use crate::store::redis::ops::{
-    Extend, ExtendMany, Inspect, Mint, PassOn, PermitRef, Release, Revoke, ScriptCall, SemExtend,
-    SemInspect, SemLeaving, SemRelease,
+    Extend, ExtendMany, Inspect, Mint, NotExtended, PassOn, PermitRef, Release, Revoke, ScriptCall,
+    SemExtend, SemInspect, SemLeaving, SemRelease,
 };
 use crate::store::redis::{BatchGroup, Coalescer, RedisConn, Topology, wire};
 use server_clock::ServerClocks;
@@ -107,7 +107,20 @@ impl RedisEngine {
     /// Deposes whoever holds lock `keys`, mints the revocation fence and
     /// passes the lock on (`revoke.lua`), waiting for the options'
     /// replicas.
-    pub(crate) async fn revoke(&self, keys: &LockKeys, opts: &LockOptions) -> Result<Revocation> {
+    pub(crate) async fn revoke(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        opts: &LockOptions,
+    ) -> Result<Revocation> {
+        match self.revoke_mutex(keys, opts).await {
+            Err(e) => Err(Box::pin(self.kind_conflict(name, keys, e)).await),
+            revoked => revoked,
+        }
+    }
+
+    /// [`RedisEngine::revoke`] of a mutex.
+    async fn revoke_mutex(&self, keys: &LockKeys, opts: &LockOptions) -> Result<Revocation> {
         // Sent once: first make sure it goes out on a live connection.
         self.conn.ensure_live(keys.lock()).await?;
         let call = Revoke {
@@ -191,12 +204,7 @@ impl RedisEngine {
             leases: &pairs,
             ttl,
         };
-        // The keeper batches only leases that wait for the same replicas.
-        let first = leases[0].1;
-        self.renew(&call, &first.name, first.replication())
-            .await?
-            .per_lease(pairs.len())
-            .map_err(|e| Error::UnexpectedReply(e.to_string()))
+        self.renew_batch(&call, leases).await
     }
 
     /// One renewal script call for semaphore permits.
@@ -219,10 +227,23 @@ impl RedisEngine {
             permits: &permits,
             ttl,
         };
-        let first = leases[0].1;
-        self.renew(&call, &first.name, first.replication())
+        self.renew_batch(&call, leases).await
+    }
+
+    /// Runs the batched renewal `call` of `leases` (not empty): one code
+    /// per lease, in order. The keeper batches only leases that wait for
+    /// the same replicas, so the first one's stand for all.
+    async fn renew_batch<C: ScriptCall<Reply = NotExtended>>(
+        &self,
+        call: &C,
+        leases: &[(usize, &Granted)],
+    ) -> Result<Vec<Checked>> {
+        let Some((_, first)) = leases.first() else {
+            return Ok(Vec::new());
+        };
+        self.renew(call, &first.name, first.replication())
             .await?
-            .per_lease(permits.len())
+            .per_lease(leases.len())
             .map_err(|e| Error::UnexpectedReply(e.to_string()))
     }
 

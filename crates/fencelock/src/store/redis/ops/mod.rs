@@ -43,7 +43,7 @@ mod release;
 mod revoke;
 mod semaphore;
 
-pub(crate) use extend::{Extend, ExtendMany};
+pub(crate) use extend::{Extend, ExtendMany, NotExtended};
 pub(crate) use fenced_write::{Change, FencedWrite};
 pub(crate) use grant::{Grant, GrantItem, GrantMany, GrantReply};
 pub(crate) use inspect::Inspect;

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
-use super::extend::NotExtended;
-use super::{Keys, Mint, PassOn, ScriptCall, write_millis};
+use super::{Keys, Mint, NotExtended, PassOn, ScriptCall, write_millis};
 use crate::fence::Fence;
 use crate::keys::LockKeys;
 use crate::options::WaitMode;
