@@ -141,6 +141,30 @@ async fn a_user_with_the_readme_rule_runs_every_operation() -> Result<()> {
     );
     ensure!(hash.read().await?.value.as_deref() == Some("0+1"));
     ensure!(lease.release().await? == ReleaseOutcome::Released);
+
+    // A semaphore: grants, a renewal, a waiter woken by a release, status.
+    let sem = holder.options().permits(1).ttl(Duration::from_secs(30));
+    let permit = holder.try_acquire("pool", &sem).await?;
+    permit.extend().await?;
+    let task = {
+        let (waiter, sem) = (waiter.clone(), sem.clone().wait(Duration::from_secs(10)));
+        tokio::spawn(async move { waiter.acquire("pool", &sem).await })
+    };
+    let pool = holder.keys("pool", KeyLayout::HashTagged)?;
+    poll("the semaphore's waiter to queue", POLL_DEADLINE, || {
+        (server.query::<i64>(&["ZCARD", &pool.queue()]) == 1).then_some(())
+    })
+    .await?;
+    ensure!(matches!(
+        holder.inspect("pool", KeyLayout::HashTagged).await?,
+        fencelock::LockState::Semaphore { permits: 1, .. }
+    ));
+    ensure!(permit.release().await? == ReleaseOutcome::Released);
+    let next = tokio::time::timeout(POLL_DEADLINE, task)
+        .await
+        .context("the semaphore's waiter was not woken")???;
+    ensure!(next.slot() == Some(0));
+    ensure!(next.release().await? == ReleaseOutcome::Released);
     Ok(())
 }
 
@@ -173,6 +197,12 @@ enum Attempt {
     FencedWrite,
     /// A read of `invoice:1`.
     FencedRead,
+    /// One grant of a semaphore's permit.
+    SemGrant,
+    /// A permit's grant, then its release.
+    SemRelease,
+    /// A permit's grant, then `extend`.
+    SemExtend,
 }
 
 /// Runs `attempt` as the user at `url` and returns the error it met.
@@ -228,6 +258,20 @@ async fn refusal(server: &RedisServer, url: &str, attempt: Attempt) -> Result<Er
                 .map(drop)
         }
         Attempt::FencedRead => client.fenced_hash("invoice:1")?.read().await.map(drop),
+        Attempt::SemGrant => client.try_acquire(name, &opts.permits(2)).await.map(drop),
+        Attempt::SemRelease => client
+            .try_acquire(name, &opts.permits(2))
+            .await?
+            .release()
+            .await
+            .map(drop),
+        Attempt::SemExtend => {
+            client
+                .try_acquire(name, &opts.permits(2))
+                .await?
+                .extend()
+                .await
+        }
     };
     outcome.err().context("not refused")
 }
@@ -272,6 +316,9 @@ async fn a_user_missing_one_part_of_the_rule_is_told_which() -> Result<()> {
         ("+zrem", WaitThenGrant, "run the command ZREM", "+zrem"),
         ("+hset", FencedWrite, "run the command HSET", "+hset"),
         ("+hmget", FencedRead, "run the command HMGET", "+hmget"),
+        ("+hgetall", SemGrant, "run the command HGETALL", "+hgetall"),
+        ("+hget", SemExtend, "run the command HGET", "+hget"),
+        ("+hdel", SemRelease, "run the command HDEL", "+hdel"),
         (
             "~invoice:*",
             FencedWrite,

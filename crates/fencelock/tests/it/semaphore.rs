@@ -265,29 +265,26 @@ async fn a_waiter_is_woken_when_any_slot_frees() -> Result<()> {
     Ok(())
 }
 
+/// Fair waiters take permits in queue order: with two permits held and four
+/// waiters queued, each release frees one slot, and the first waiter still
+/// waiting gets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_waiters_are_served_in_queue_order_across_permits() -> Result<()> {
     let t = TestRedis::start().await?;
     let opts = permits(&t.client, 2)
         .wait_mode(WaitMode::Fair)
         .wait(Duration::from_secs(20));
-    let holders = [
+    let mut held = vec![
         t.client.try_acquire("fifo", &opts).await?,
         t.client.try_acquire("fifo", &opts).await?,
     ];
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut waiters = Vec::new();
+    let (granted, mut grants) = tokio::sync::mpsc::unbounded_channel();
     for i in 0..4usize {
         let client = LockClient::connect(&t.server.url()).await?;
-        let (opts, order) = (opts.clone(), order.clone());
-        waiters.push(tokio::spawn(async move {
-            let lease = client.acquire("fifo", &opts).await?;
-            // Fences are minted in grant order (two waiters granted at once
-            // may get here in either order).
-            order.lock().await.push((lease.fence(), i));
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            anyhow::Ok(lease.release().await?.is_released())
-        }));
+        let (opts, granted) = (opts.clone(), granted.clone());
+        tokio::spawn(async move {
+            let _ = granted.send((i, client.acquire("fifo", &opts).await));
+        });
         // Queue one at a time, so the queue order is i.
         crate::support::poll_async("the waiter to queue", POLL_DEADLINE, || async {
             Ok(
@@ -297,16 +294,48 @@ async fn fair_waiters_are_served_in_queue_order_across_permits() -> Result<()> {
         })
         .await?;
     }
-    for lease in holders {
+    // One slot frees at a time: the next waiter in the queue gets it.
+    for expected in 0..4usize {
+        ensure!(held.remove(0).release().await?.is_released());
+        let (i, lease) = tokio::time::timeout(POLL_DEADLINE, grants.recv())
+            .await?
+            .context("a waiter ended")?;
+        ensure!(
+            i == expected,
+            "waiter {i} got the freed slot, not waiter {expected}"
+        );
+        held.push(lease?);
+    }
+    for lease in held {
         ensure!(lease.release().await?.is_released());
     }
-    for w in waiters {
-        ensure!(w.await??);
+    Ok(())
+}
+
+/// A free slot is reserved for the fair queue's first live waiter: a fair
+/// newcomer is refused while that waiter has not come for it. Negative
+/// control: a notify newcomer, which honours no reservation, takes it.
+#[tokio::test]
+async fn a_freed_slot_is_reserved_for_the_first_fair_waiter() -> Result<()> {
+    let t = TestRedis::start().await?;
+    let fair = permits(&t.client, 1).wait_mode(WaitMode::Fair);
+    let held = t.client.try_acquire("reserved", &fair).await?;
+    // A queued fair waiter that does not come when woken (its process
+    // paused), with a long waiter lease.
+    let keys = t.client.keys("reserved", KeyLayout::HashTagged)?;
+    let member = "someone:1:fair:5000:1000:0b5e7a9c-0000-4000-8000-000000000001";
+    t.server.cmd(&["ZADD", &keys.queue(), "1", member]);
+    t.server
+        .cmd(&["ZADD", &keys.waiters(), "99999999999999", member]);
+    ensure!(held.release().await?.is_released());
+    match t.client.try_acquire("reserved", &fair).await {
+        Err(Error::Contended { .. }) => {}
+        other => bail!("a fair newcomer took the reserved slot: {other:?}"),
     }
-    let mut granted = order.lock().await.clone();
-    granted.sort();
-    let order: Vec<usize> = granted.iter().map(|(_, i)| *i).collect();
-    ensure!(order == [0, 1, 2, 3], "served in {order:?}");
+    let notify = fair.clone().wait_mode(WaitMode::Notify);
+    let barged = t.client.try_acquire("reserved", &notify).await?;
+    ensure!(barged.slot() == Some(0));
+    ensure!(barged.release().await?.is_released());
     Ok(())
 }
 

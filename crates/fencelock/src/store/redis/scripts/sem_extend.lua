@@ -17,6 +17,9 @@ for i, key in ipairs(KEYS) do
   local held = redis.pcall('HGET', key, slot)
   local code = 0
   if type(held) == 'table' then
+    -- Another type (a mutex took the name) is another holder's; any other
+    -- error (an ACL) is raised again through call(), which names it.
+    if string.sub(held.err, 1, 9) ~= 'WRONGTYPE' then call('HGET', key, slot) end
     code = -1
   elseif held then
     -- A lapsed permit is gone whoever held it (0, as sem_release.lua).

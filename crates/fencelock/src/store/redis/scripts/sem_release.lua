@@ -15,8 +15,7 @@ local ident = ARGV[4]    -- "TOKEN:FENCE" of the permit, or the leaving member
 -- take a slot with their own grant (in fair mode the free slots are
 -- reserved for them in queue order, see sem_grant.lua).
 
-local kind = redis.pcall('TYPE', LOCK)
-kind = type(kind) == 'table' and kind['ok']
+local kind = call('TYPE', LOCK)['ok']
 if kind ~= 'hash' and kind ~= 'none' then
   if slot ~= '' then return -1 end
   kind = 'none'
