@@ -19,11 +19,12 @@
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::holder::new_token;
-use crate::keys::LockKeys;
 use crate::keys::glob_escape;
+use crate::keys::{KeyLayout, LockKeys};
 use crate::options::{LockOptions, WaitMode};
 use crate::store::redis::ops::{
     Change, Extend, FencedWrite, Grant, GrantReply, Inspect, Leave, Mint, PassOn, Publish, Release,
+    SemExtend, SemGrant, SemGrantReply, SemInspect, SemLeaving, SemRelease,
 };
 use crate::store::redis::scripts;
 use crate::store::redis::wire::{QueueMember, lock_value, wake_channel};
@@ -37,6 +38,8 @@ const QUEUE: &str = "waiting in notify and fair mode";
 const STATUS: &str = "fencelock status and top";
 /// Fenced Redis hashes.
 const HASHES: &str = "fenced Redis hashes (FencedHash, fencelock read/write/update)";
+/// What the semaphore's calls are for.
+const SEMAPHORES: &str = "semaphores (permits: grant, renewal, release, status)";
 /// Pub/sub wake-ups.
 const WAKEUPS: &str = "wake-ups: waiters poll instead";
 /// `fencelock top` (and the audit's fence scan).
@@ -164,6 +167,14 @@ pub(super) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> R
         Need::Locks(LOCKS),
     )?;
     let fence = locks(conn, &keys, &opts, &id, &mut report).await?;
+    // A semaphore of its own (a hash where the probe lock is a string), in
+    // the layout semaphores use.
+    let sem_keys = LockKeys::new(
+        prefix,
+        KeyLayout::HashTagged,
+        &format!("fencelock-doctor-{id}-permits"),
+    )?;
+    semaphores(conn, &sem_keys, &opts, &mut report).await?;
     fenced_hash(conn, &resource, fence, &mut report).await?;
     wakeups(conn, &keys, &id, &mut report).await?;
     report.note(
@@ -191,6 +202,8 @@ pub(super) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> R
         &keys.queue(),
         &keys.waiters(),
         &resource,
+        sem_keys.lock(),
+        &sem_keys.fence(),
     ];
     let deleted = report.note(
         conn.cmd::<u64>(keys.lock(), redis::cmd("DEL").arg(&probe_keys[..]))
@@ -283,6 +296,69 @@ async fn locks(
         )?;
     }
     Ok(Some(fence))
+}
+
+/// A permit of a semaphore of one: grant, renew, inspect, release.
+async fn semaphores(
+    conn: &RedisConn,
+    keys: &LockKeys,
+    opts: &LockOptions,
+    report: &mut ProbeReport,
+) -> Result<()> {
+    let holder = new_token();
+    let granted = report.note(
+        conn.run(&SemGrant {
+            keys,
+            mint: Mint::new(opts),
+            token: &holder,
+            ttl: opts.ttl,
+            wait_mode: WaitMode::Poll,
+            permits: 1,
+            member: None,
+            waiter_lease: opts.waiter_lease,
+            queued: false,
+        })
+        .await,
+        Need::Feature(SEMAPHORES),
+    )?;
+    let Some(SemGrantReply::Granted { fence, slot }) = granted else {
+        if let Some(other) = granted {
+            report.failures.push(format!(
+                "the probe semaphore {} was not granted ({other:?})",
+                keys.lock()
+            ));
+        }
+        return Ok(());
+    };
+    let ident = lock_value(&holder, fence, KeyLayout::HashTagged);
+    report.note(
+        conn.run(&SemExtend {
+            permits: &[(keys.lock(), slot, &ident)],
+            ttl: opts.ttl,
+        })
+        .await,
+        Need::Feature(SEMAPHORES),
+    )?;
+    report.note(
+        conn.run(&SemInspect::of(keys)).await,
+        Need::Feature(SEMAPHORES),
+    )?;
+    report.note(
+        conn.run(&SemRelease {
+            lock: keys.lock(),
+            mint: Mint::new(opts),
+            pass_on: PassOn {
+                publish: conn.publish(),
+            },
+            what: SemLeaving::Permit {
+                slot,
+                ident: &ident,
+            },
+        })
+        .await,
+        Need::Feature(SEMAPHORES),
+    )?;
+    Ok(())
 }
 
 /// A first grant attempt of `token`.
