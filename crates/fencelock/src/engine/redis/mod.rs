@@ -29,6 +29,9 @@ use crate::store::redis::{BatchGroup, Coalescer, RedisConn, Topology, wire};
 use server_clock::ServerClocks;
 use wakeups::Wakeups;
 
+/// A lease of a renewal batch, with its place in the batch.
+type Indexed<'a> = (usize, &'a Granted);
+
 /// The Redis side of one client: its connection, the batches of its
 /// concurrent grants and releases, and the waiters it has registered for
 /// wake-ups.
@@ -160,7 +163,7 @@ impl RedisEngine {
         leases: &[&Granted],
         ttl: Duration,
     ) -> Result<Vec<Checked>> {
-        let (permits, mutexes): (Vec<(usize, &Granted)>, Vec<(usize, &Granted)>) = leases
+        let (permits, mutexes): (Vec<Indexed<'_>>, Vec<Indexed<'_>>) = leases
             .iter()
             .copied()
             .enumerate()
@@ -184,11 +187,7 @@ impl RedisEngine {
     }
 
     /// One compare-and-pexpire script call for mutex leases.
-    async fn renew_mutexes(
-        &self,
-        leases: &[(usize, &Granted)],
-        ttl: Duration,
-    ) -> Result<Vec<Checked>> {
+    async fn renew_mutexes(&self, leases: &[Indexed<'_>], ttl: Duration) -> Result<Vec<Checked>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -208,11 +207,7 @@ impl RedisEngine {
     }
 
     /// One renewal script call for semaphore permits.
-    async fn renew_permits(
-        &self,
-        leases: &[(usize, &Granted)],
-        ttl: Duration,
-    ) -> Result<Vec<Checked>> {
+    async fn renew_permits(&self, leases: &[Indexed<'_>], ttl: Duration) -> Result<Vec<Checked>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -236,7 +231,7 @@ impl RedisEngine {
     async fn renew_batch<C: ScriptCall<Reply = NotExtended>>(
         &self,
         call: &C,
-        leases: &[(usize, &Granted)],
+        leases: &[Indexed<'_>],
     ) -> Result<Vec<Checked>> {
         let Some((_, first)) = leases.first() else {
             return Ok(Vec::new());
