@@ -64,7 +64,9 @@ Exit codes:
   update: the command's own code if it failed, 65 its output is not text
   all: 64 usage, 69 Redis or etcd unreachable, 70 internal error, 78 bad configuration
        (wrong password, a missing ACL permission, a key of the wrong type, a
-       database that does not exist, redis-server missing)";
+       database that does not exist, redis-server missing, a lock name held as
+       the other kind of lock: `run --permits` on a mutex or the reverse, or
+       another permit count)";
 
 /// The subcommands, in the order `fencelock --help` lists them.
 // A variant has no doc comment: clap would show it in place of the about

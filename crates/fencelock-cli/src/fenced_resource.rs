@@ -23,6 +23,53 @@ pub(crate) const REPLICAS_ENV: &str = "FENCELOCK_REPLICAS";
 /// `--replica-timeout`.
 pub(crate) const REPLICA_TIMEOUT_ENV: &str = "FENCELOCK_REPLICA_TIMEOUT";
 
+/// The environment variable through which `fencelock run --permits N`
+/// passes the permit's slot (0 to N-1) to its command.
+pub(crate) const SLOT_ENV: &str = "FENCELOCK_SLOT";
+
+/// Which (fence, holder) pair of a resource a call uses: the resource's own,
+/// or one semaphore slot's (inside `fencelock run --permits N`, the
+/// permit's slot by default).
+#[derive(Debug, Args)]
+pub(crate) struct SlotArg {
+    /// Use SLOT's pair of the resource: the fields value:SLOT, fence:SLOT
+    /// and holder:SLOT of a Redis hash (on etcd a key of its own), fenced
+    /// apart from the other slots and from the resource's own pair (inside
+    /// `fencelock run --permits N`: the permit's slot, FENCELOCK_SLOT).
+    #[arg(long, env = SLOT_ENV, hide_env_values = true, value_name = "SLOT", value_parser = parse_slot)]
+    pub(crate) slot: Option<u32>,
+}
+
+/// Parses `--slot` (or FENCELOCK_SLOT): a number from 0 to 2^32-1.
+fn parse_slot(s: &str) -> Result<u32, String> {
+    if s.trim().is_empty() {
+        return Err(format!(
+            "empty: a slot is a number, e.g. 0 (to use the resource's own pair inside `fencelock run --permits`, unset {SLOT_ENV}: env -u {SLOT_ENV} …)"
+        ));
+    }
+    s.trim()
+        .parse()
+        .map_err(|_| format!("not a slot: a slot is a number from 0 to {}", u32::MAX))
+}
+
+impl SlotArg {
+    /// The resource as messages name it: `KEY`, or `KEY slot N`.
+    pub(crate) fn label(&self, resource: &str) -> String {
+        match self.slot {
+            Some(slot) => format!("{resource} slot {slot}"),
+            None => resource.to_owned(),
+        }
+    }
+
+    /// Adds `"slot"` to a JSON object of a slot's call (a call on the
+    /// resource's own pair keeps the fields it always had).
+    pub(crate) fn annotate(&self, object: &mut serde_json::Value) {
+        if let Some(slot) = self.slot {
+            object["slot"] = slot.into();
+        }
+    }
+}
+
 /// How many replicas must acknowledge a resource write (Redis `WAIT`)
 /// before it counts as done.
 #[derive(Debug, Args)]
@@ -89,6 +136,16 @@ impl Resource {
         } else {
             Resource::Hash(client.fenced_hash(name)?)
         })
+    }
+
+    /// The view of `slot`'s (fence, holder) pair of this resource
+    /// (`FencedHash::slot`, `FencedKey::slot`), or the resource itself.
+    pub(crate) fn in_slot(self, slot: &SlotArg) -> Self {
+        match (self, slot.slot) {
+            (Resource::Hash(h), Some(n)) => Resource::Hash(h.slot(n)),
+            (Resource::Key(k), Some(n)) => Resource::Key(k.slot(n)),
+            (resource, None) => resource,
+        }
     }
 
     /// This resource, its writes and registrations waiting for `wait`'s

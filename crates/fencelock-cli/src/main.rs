@@ -27,6 +27,7 @@
 //! | `commands/torture.rs` | `fencelock torture`: the safety harness (engine: `fencelock-torture`) and its hidden `torture-worker` |
 //! | `connect.rs` | global options to a connected client and lock options |
 //! | `fenced_resource.rs` | what `read`, `write` and `update` share: the resource (a Redis hash or an etcd key), the writer's fence and token, a refusal as stale |
+//! | `semaphore_view.rs` | how `status` and `top` show a semaphore's holders, one per slot |
 //! | `diagnostics.rs` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
 //! | `exit.rs` | exit codes (sysexits-style, as in the README) and the one-line error that ends the process |
 //! | `redact.rs` | credentials kept out of every output: URLs shown without passwords, messages and logs scrubbed |
@@ -54,6 +55,7 @@ mod global_options;
 mod private_etcd;
 mod private_redis;
 mod redact;
+mod semaphore_view;
 mod torture_topology;
 mod usage_error;
 mod watchdog;

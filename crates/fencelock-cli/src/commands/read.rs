@@ -5,7 +5,7 @@ use clap::Args;
 use fencelock::WriteOutcome;
 use serde_json::json;
 
-use crate::fenced_resource::{REJECTED, ReplicaWait, Resource, not_replicated, stale};
+use crate::fenced_resource::{REJECTED, ReplicaWait, Resource, SlotArg, not_replicated, stale};
 use crate::global_options::GlobalOptions;
 use crate::{connect, exit};
 
@@ -39,6 +39,9 @@ pub(crate) struct ReadArgs {
         value_name = "TOKEN"
     )]
     pub(crate) holder: Option<String>,
+    /// The slot whose pair to read (and register), if any.
+    #[command(flatten)]
+    pub(crate) slot: SlotArg,
     /// With --register: how many replicas must acknowledge the
     /// registration.
     #[command(flatten)]
@@ -64,6 +67,10 @@ Examples:
   j=$(fencelock read --register counter --json) &&
     v=$(echo \"$j\" | jq -r '.value // 0') && fencelock write counter $((v + 1))
 
+With --slot (FENCELOCK_SLOT, which `fencelock run --permits` sets), the
+read (and --register) uses that slot's pair: the fields value:SLOT,
+fence:SLOT and holder:SLOT.
+
 With --register --replicas N (inside `fencelock run --replicas N`: N), the
 registration waits until N replicas acknowledged it, so a failover cannot
 undo it; exit 4 if fewer did in time (it WAS applied on the master; the
@@ -76,7 +83,10 @@ Exit codes: 0 read; 3 --register rejected (a newer fence took over); 4
 /// fence.
 pub(crate) async fn exec(global: &GlobalOptions, args: &ReadArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
-    let hash = Resource::of(&client, &args.resource)?.replicated(&args.replicas);
+    let hash = Resource::of(&client, &args.resource)?
+        .in_slot(&args.slot)
+        .replicated(&args.replicas);
+    let label = args.slot.label(&args.resource);
     if args.register {
         let fence = args.fence.ok_or_else(|| {
             exit::fail(
@@ -96,17 +106,16 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &ReadArgs) -> anyhow::Res
         };
         if let WriteOutcome::Rejected { current_fence, .. } = registered {
             if args.json {
-                println!(
-                    "{}",
-                    json!({
-                        "resource": args.resource, "registered": false, "fence": fence.get(),
-                        "current_fence": current_fence.map(|f| f.get()),
-                    })
-                );
+                let mut object = json!({
+                    "resource": args.resource, "registered": false, "fence": fence.get(),
+                    "current_fence": current_fence.map(|f| f.get()),
+                });
+                args.slot.annotate(&mut object);
+                println!("{object}");
             }
             eprintln!(
                 "fencelock: {}",
-                stale(&args.resource, "register", fence, current_fence)
+                stale(&label, "register", fence, current_fence)
             );
             return Ok(REJECTED);
         }
@@ -121,17 +130,17 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &ReadArgs) -> anyhow::Res
         if args.register {
             object["registered"] = true.into();
         }
+        args.slot.annotate(&mut object);
         println!("{object}");
     } else if exists {
         println!(
-            "{}: {:?} (fence {}, holder {})",
-            args.resource,
+            "{label}: {:?} (fence {}, holder {})",
             state.value.as_deref().unwrap_or(""),
             state.fence.map_or("none".into(), |f| f.to_string()),
             state.holder.as_deref().unwrap_or("unknown")
         );
     } else {
-        println!("{}: absent", args.resource);
+        println!("{label}: absent");
     }
     Ok(exit::OK)
 }

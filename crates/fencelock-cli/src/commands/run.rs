@@ -20,8 +20,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::arg_values::{WaitModeArg, parse_duration};
-use crate::fenced_resource::{REPLICA_TIMEOUT_ENV, REPLICAS_ENV};
-use crate::global_options::GlobalOptions;
+use crate::fenced_resource::{REPLICA_TIMEOUT_ENV, REPLICAS_ENV, SLOT_ENV};
+use crate::global_options::{GlobalOptions, Layout};
 use crate::{connect, exit, redact, watchdog};
 
 /// Run a command while holding a lock: acquire, run it (no shell unless
@@ -65,6 +65,13 @@ pub(crate) struct RunArgs {
     /// How long to wait for --replicas.
     #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "DURATION", requires = "replicas")]
     pub(crate) replica_timeout: Duration,
+
+    /// Take one of N permits of a fenced semaphore instead of the lock:
+    /// up to N commands hold NAME at once, each in its own slot 0..N-1
+    /// (passed as FENCELOCK_SLOT), each with its own fence. N is 1 to 1024;
+    /// use one N for a name everywhere. Not with --layout guide.
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    pub(crate) permits: Option<u32>,
 
     /// Exit code when the lock is not acquired.
     #[arg(long, default_value_t = 75, value_name = "N")]
@@ -116,6 +123,8 @@ const HELP: &str = "\
 The command gets these environment variables:
   FENCELOCK_NAME, FENCELOCK_KEY, FENCELOCK_TOKEN, FENCELOCK_FENCE,
   FENCELOCK_TTL_MS, FENCELOCK_URL (and its old name FENCELOCK_REDIS_URL),
+  with --permits also FENCELOCK_SLOT (the permit's slot, 0 to N-1; unset
+  for a lock without --permits, also when inherited),
   with --replicas also FENCELOCK_REPLICAS and FENCELOCK_REPLICA_TIMEOUT,
   and FENCELOCK_TLS_CA, FENCELOCK_TLS_CERT, FENCELOCK_TLS_KEY (absolute
   paths) when --tls-ca, --tls-cert, --tls-key are given (also with
@@ -129,6 +138,18 @@ if the URL has one: the command and every process it starts can read them
 FENCELOCK_URL and FENCELOCK_REDIS_URL out. On etcd, FENCELOCK_KEY is the
 holder's etcd key and FENCELOCK_FENCE its create revision in fence epoch 1
 (2^53 + revision).
+
+With --permits N, NAME is a fenced semaphore: up to N commands hold it at
+once, each in its own slot (the lowest free one), with a fence of its own;
+the next waits as for a held lock (--wait, --no-wait, --wait-mode, exit
+75). Everything else is the same: renewal, a lost permit (76), signals,
+the release. `fencelock write`, `read` and `update` inside use the slot's
+own pair of the resource (fields value:SLOT, fence:SLOT, holder:SLOT), so a
+stale holder of the same slot is refused while the other slots' holders
+write their own. A name is one kind while it has holders: `run --permits`
+on a name held by a `run` without it (a mutex), `run` without it on a
+semaphore, or another N than its holders use exits 78 at once with the
+reason, nothing changed.
 
 The lock is held (and renewed) until every process of the command's tree
 has exited, not only the command: background jobs, pipelines, double forks.
@@ -156,7 +177,9 @@ while the command ran; 74 the command exited 0 but its lock could not be
 released (it stays held until its ttl runs out; a command's own non-zero
 code wins); 69 Redis or etcd unreachable; 78 bad configuration (refused
 credentials on any topology, a missing permission, a TLS file or handshake
-refused); 64 usage.
+refused, a name held as the other kind of lock or with another --permits,
+the reason on stderr);
+64 usage (--permits not from 1 to 1024, or with --layout guide).
 
 While it waits, `run` keeps trying through a held lock, a master that
 refuses writes (NOREPLICAS, READONLY, LOADING, MASTERDOWN), an unreachable
@@ -168,7 +191,26 @@ that cannot be reached when `run` starts exits 69 at once.
 Examples:
   fencelock run nightly-report -- ./report.sh --date today
   fencelock run --no-wait --conflict-exit-code 0 cleanup -- ./cleanup.sh
-  fencelock run --ttl 30s --wait 2m migrate -c 'make migrate && make seed'";
+  fencelock run --ttl 30s --wait 2m migrate -c 'make migrate && make seed'
+  fencelock run --permits 2 encoders -c 'echo \"slot $FENCELOCK_SLOT, fence $FENCELOCK_FENCE\"'
+  fencelock run --permits 2 flushers -- sh -c 'fencelock write partitions flushed'";
+
+/// Parses `--permits N`: a number from 1 to [`fencelock::MAX_PERMITS`].
+fn parse_permits(s: &str) -> Result<u32, String> {
+    let max = fencelock::MAX_PERMITS;
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=u64::from(max)).contains(&n) => Ok(n as u32),
+        Ok(0) => Err(format!(
+            "a semaphore needs at least 1 permit (use a number from 1 to {max})"
+        )),
+        Ok(n) => Err(format!(
+            "{n} permits is more than the most a semaphore may have, {max}"
+        )),
+        Err(_) => Err(format!(
+            "not a number of permits (use a number from 1 to {max})"
+        )),
+    }
+}
 
 /// Parses `HOST:PORT`: an IP address (`127.0.0.1:9464`, `[::1]:9464`) or a
 /// host name, resolved now; the first IPv4 address wins (`localhost` then
@@ -209,6 +251,12 @@ pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// `fencelock run`: the command's own exit code, or one of [`HELP`]'s.
 pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Result<u8> {
     let (program, program_args) = command_line(args)?;
+    if args.permits.is_some() && global.layout == Layout::Guide {
+        return Err(exit::fail(
+            exit::USAGE,
+            "--permits cannot be used with --layout guide: the guide's workers know only a lock (lock:NAME); use the default layout for a semaphore",
+        ));
+    }
     let started = Instant::now();
     let wait = if args.no_wait {
         Duration::ZERO
@@ -225,6 +273,10 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
         .wait(wait.saturating_sub(started.elapsed()));
     let opts = match args.replicas {
         Some(replicas) => opts.wait_for_replicas(replicas, args.replica_timeout),
+        None => opts,
+    };
+    let opts = match args.permits {
+        Some(permits) => opts.permits(permits),
         None => opts,
     };
     opts.validate()?;
@@ -288,6 +340,12 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
+    // A permit's slot; a lock has none, and a slot inherited from an outer
+    // `run --permits` must not make the nested writes use that slot's pair.
+    match lease.slot() {
+        Some(slot) => cmd.env(SLOT_ENV, slot.to_string()),
+        None => cmd.env_remove(SLOT_ENV),
+    };
     if args.no_url_env {
         // Also ones inherited from our own environment.
         cmd.env_remove("FENCELOCK_URL")
@@ -389,9 +447,9 @@ async fn supervise(
                     .map(|r| redact::scrub(&r.to_string()))
                     .unwrap_or_default();
                 eprintln!(
-                    "fencelock: lock {:?} (fence {}) was lost while the command ran ({reason}); stopping it",
+                    "fencelock: lock {:?} ({}) was lost while the command ran ({reason}); stopping it",
                     lease.name(),
-                    lease.fence()
+                    held_as(&lease)
                 );
                 lost = true;
                 tell(Signal::SIGUSR1);
@@ -418,14 +476,14 @@ async fn supervise(
         );
     }
     let name = lease.name().to_string();
-    let fence = lease.fence();
+    let held = held_as(&lease);
     let ttl = lease.ttl();
     match lease.release().await {
         Ok(ReleaseOutcome::Released) => {}
         Ok(ReleaseOutcome::NotOurs(reason)) => {
             let reason = redact::scrub(&reason.to_string());
             eprintln!(
-                "fencelock: lock {name:?} (fence {fence}) was no longer ours when the command ended ({reason}): it may have overlapped with another holder"
+                "fencelock: lock {name:?} ({held}) was no longer ours when the command ended ({reason}): it may have overlapped with another holder"
             );
             return Ok(LOST);
         }
@@ -434,7 +492,7 @@ async fn supervise(
             // The lock expires by itself after its ttl; until then it keeps
             // every other worker out, which the exit code must not hide.
             eprintln!(
-                "fencelock: could not release lock {name:?} (fence {fence}): {}; it stays held until its ttl ({} ms) runs out",
+                "fencelock: could not release lock {name:?} ({held}): {}; it stays held until its ttl ({} ms) runs out",
                 redact::scrub(&e.to_string()),
                 ttl.as_millis()
             );
@@ -445,6 +503,15 @@ async fn supervise(
         }
     }
     Ok(exit_code(status))
+}
+
+/// What a lease holds, for messages: `fence F`, or `fence F, slot S` for a
+/// permit of a semaphore.
+fn held_as(lease: &Lease) -> String {
+    match lease.slot() {
+        Some(slot) => format!("fence {}, slot {slot}", lease.fence()),
+        None => format!("fence {}", lease.fence()),
+    }
 }
 
 /// The command's exit code, or 128+N if it died of signal N.
@@ -563,11 +630,7 @@ async fn acquire_with_progress(
                     // grant, given back for too few replicas.
                     Some(reason) => format!("fencelock: waiting for {name}: {reason}, {waited} s"),
                     None => {
-                        let holder = match client.inspect(name, opts.layout_value()).await {
-                            Ok(LockState::Held { holder, .. }) => holder,
-                            Ok(_) => "nobody (being taken)".to_string(),
-                            Err(_) => "unknown".to_string(),
-                        };
+                        let holder = held_by(client.inspect(name, opts.layout_value()).await);
                         format!("fencelock: waiting for {name}, held by {holder}, {waited} s")
                     }
                 };
@@ -586,6 +649,26 @@ async fn acquire_with_progress(
         eprintln!();
     }
     result
+}
+
+/// Who holds a lock, for the progress line: a holder id, or for a
+/// semaphore `2 of 2 permits (ID, ID)`.
+fn held_by(state: fencelock::Result<LockState>) -> String {
+    match state {
+        Ok(LockState::Held { holder, .. }) => holder,
+        Ok(LockState::Semaphore {
+            permits, holders, ..
+        }) => {
+            let ids: Vec<&str> = holders.iter().map(|h| h.holder.as_str()).collect();
+            format!(
+                "{} of {permits} permits ({})",
+                holders.len(),
+                ids.join(", ")
+            )
+        }
+        Ok(_) => "nobody (being taken)".to_string(),
+        Err(_) => "unknown".to_string(),
+    }
 }
 
 /// The signals `run` handles.

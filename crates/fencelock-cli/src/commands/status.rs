@@ -1,12 +1,13 @@
 //! `fencelock status`: whether a lock is held, by whom, its fence, the time
-//! left and its waiters, as a line or one JSON object.
+//! left and its waiters, as a line or one JSON object; for a semaphore, its
+//! permit count and the holder of each held slot.
 
 use clap::Args;
 use fencelock::LockState;
 use serde_json::json;
 
 use crate::global_options::GlobalOptions;
-use crate::{connect, exit};
+use crate::{connect, exit, semaphore_view};
 
 /// Show whether a lock is held, by whom, its fence and the time left.
 #[derive(Debug, Args)]
@@ -24,6 +25,12 @@ const HELP: &str = "\
 Examples:
   fencelock status nightly-report
   fencelock status invoice:42 --json
+
+A semaphore (`fencelock run --permits N`) is shown with its permit count
+and one line per held slot: the slot, the holder id, its fence and the time
+left. Its --json object has `held` (true while any permit is held),
+`holder`, `fence` and `ttl_ms` null, `last_fence`, and `permits` and
+`holders` (an array of {slot, holder, fence, ttl_ms} objects, by slot); a lock's object has neither `permits` nor `holders`.
 
 Exit code 0 whether held or free; read `held` in --json output.";
 
@@ -51,6 +58,15 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &StatusArgs) -> anyhow::R
             LockState::Free { last_fence } => json!({
                 "name": args.name, "key": key, "held": false, "holder": null,
                 "fence": null, "last_fence": last_fence.map(|f| f.get()), "ttl_ms": null,
+            }),
+            LockState::Semaphore {
+                permits,
+                holders,
+                last_fence,
+            } => json!({
+                "name": args.name, "key": key, "held": true, "holder": null,
+                "fence": null, "last_fence": last_fence.map(|f| f.get()), "ttl_ms": null,
+                "permits": permits, "holders": semaphore_view::holders_json(holders),
             }),
             other => json!({ "name": args.name, "key": key, "state": format!("{other:?}") }),
         };
@@ -82,6 +98,28 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &StatusArgs) -> anyhow::R
                 args.name,
                 last_fence.map_or(String::new(), |f| format!(" (last fence {f})"))
             ),
+            LockState::Semaphore {
+                permits,
+                holders,
+                last_fence,
+            } => {
+                println!(
+                    "{}: semaphore, {} of {permits} permit{} held{}{queue}",
+                    args.name,
+                    holders.len(),
+                    if *permits == 1 { "" } else { "s" },
+                    last_fence.map_or(String::new(), |f| format!(", last fence {f}"))
+                );
+                for h in holders {
+                    println!(
+                        "  slot {}: held by {}, fence {}, {} ms left",
+                        h.slot,
+                        h.holder,
+                        h.fence.map_or("unknown".into(), |f| f.to_string()),
+                        h.remaining.as_millis()
+                    );
+                }
+            }
             other => println!("{}: {other:?}", args.name),
         }
     }

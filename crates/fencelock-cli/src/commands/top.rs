@@ -3,22 +3,22 @@
 //! Lock names come from the library's `lock_names` (`SCAN` on every master,
 //! never `KEYS`, which blocks the server), each lock is read with its atomic
 //! `inspect`, and the waiters are its wait queue's length (notify and fair
-//! modes; 0 when nobody queues). On a terminal the table is redrawn in place
+//! modes; 0 when nobody queues). A semaphore shows one row per held slot. On a terminal the table is redrawn in place
 //! every interval until Ctrl-C; `--once` prints one snapshot and exits.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use clap::Args;
-use fencelock::{KeyLayout, LockClient, LockState};
+use fencelock::{KeyLayout, LockClient, LockState, PermitHolder};
 use serde_json::json;
 
 use crate::arg_values::parse_duration;
 use crate::global_options::GlobalOptions;
-use crate::{connect, exit};
+use crate::{connect, exit, semaphore_view};
 
-/// Show the locks under a pattern, live: name, holder, fence, ttl left and
-/// waiters (found with SCAN, never KEYS; on etcd, one range read).
+/// Show the locks under a pattern, live: name, slot, holder, fence, ttl left
+/// and waiters (found with SCAN, never KEYS; on etcd, one range read).
 #[derive(Debug, Args)]
 #[command(after_help = HELP)]
 pub(crate) struct TopArgs {
@@ -43,17 +43,37 @@ Examples:
   fencelock top 'invoice:*' --interval 500ms
   fencelock top 'invoice:*' --once --json
 
-PATTERN is a Redis glob on lock names (default *).";
+PATTERN is a Redis glob on lock names (default *).
 
-/// One held lock.
+A semaphore (`fencelock run --permits N`) has one row per held slot, its
+SLOT column `SLOT/N` (a lock's is -) and its waiters on its first row. In
+--json it is one object with `holder`, `fence` and `ttl_ms` null, and
+`permits` and `holders` (an array of {slot, holder, fence, ttl_ms}
+objects, by slot); a lock's object has neither.";
+
+/// One held lock or semaphore.
 #[derive(Debug)]
 struct Row {
     name: String,
     key: String,
-    holder: String,
-    fence: Option<u64>,
-    remaining: Option<Duration>,
+    held: Held,
     waiters: u64,
+}
+
+/// Who holds a row's name.
+#[derive(Debug)]
+enum Held {
+    /// A lock, by one holder.
+    Lock {
+        holder: String,
+        fence: Option<u64>,
+        remaining: Option<Duration>,
+    },
+    /// A semaphore, by the holders of its held slots.
+    Semaphore {
+        permits: u32,
+        holders: Vec<PermitHolder>,
+    },
 }
 
 /// `fencelock top`: snapshots until Ctrl-C, or one with `--once`.
@@ -113,13 +133,20 @@ async fn snapshot(
             continue;
         };
         // Released between the SCAN and now: not shown.
-        let LockState::Held {
-            holder,
-            fence,
-            remaining,
-        } = client.inspect(&name, layout).await?
-        else {
-            continue;
+        let held = match client.inspect(&name, layout).await? {
+            LockState::Held {
+                holder,
+                fence,
+                remaining,
+            } => Held::Lock {
+                holder,
+                fence: fence.map(|f| f.get()),
+                remaining,
+            },
+            LockState::Semaphore {
+                permits, holders, ..
+            } if !holders.is_empty() => Held::Semaphore { permits, holders },
+            _ => continue,
         };
         // A queue key of another type counts as no waiters; a missing
         // permission is reported.
@@ -131,49 +158,110 @@ async fn snapshot(
         rows.push(Row {
             name,
             key: keys.lock().to_owned(),
-            holder,
-            fence: fence.map(|f| f.get()),
-            remaining,
+            held,
             waiters,
         });
     }
     Ok(rows)
 }
 
-/// The table: name, holder id, fence, ttl left, waiters.
+/// One line of the table: slot, holder id, fence, time left, waiters.
+struct Line<'a> {
+    name: &'a str,
+    slot: String,
+    holder: &'a str,
+    fence: Option<u64>,
+    remaining: Option<Duration>,
+    waiters: String,
+}
+
+/// The table's lines: one per lock, one per held slot of a semaphore (its
+/// waiters on the first).
+fn lines(rows: &[Row]) -> Vec<Line<'_>> {
+    let mut lines = Vec::new();
+    for r in rows {
+        match &r.held {
+            Held::Lock {
+                holder,
+                fence,
+                remaining,
+            } => lines.push(Line {
+                name: &r.name,
+                slot: "-".to_owned(),
+                holder,
+                fence: *fence,
+                remaining: *remaining,
+                waiters: r.waiters.to_string(),
+            }),
+            Held::Semaphore { permits, holders } => {
+                for (i, h) in holders.iter().enumerate() {
+                    lines.push(Line {
+                        name: &r.name,
+                        slot: format!("{}/{permits}", h.slot),
+                        holder: &h.holder,
+                        fence: h.fence.map(|f| f.get()),
+                        remaining: Some(h.remaining),
+                        waiters: if i == 0 {
+                            r.waiters.to_string()
+                        } else {
+                            String::new()
+                        },
+                    });
+                }
+            }
+        }
+    }
+    lines
+}
+
+/// The table: name, slot, holder id, fence, ttl left, waiters.
 fn render(rows: &[Row]) -> String {
-    let width = rows
+    let lines = lines(rows);
+    let width = lines
         .iter()
-        .map(|r| r.name.chars().count())
+        .map(|l| l.name.chars().count())
         .max()
         .unwrap_or(0)
         .max(4);
+    let slot_width = lines.iter().map(|l| l.slot.len()).max().unwrap_or(0).max(4);
     let mut text = format!(
-        "{:<width$}  {:<10} {:>20} {:>10} {:>8}\n",
-        "NAME", "HOLDER", "FENCE", "TTL LEFT", "WAITERS"
+        "{:<width$}  {:<slot_width$} {:<10} {:>20} {:>10} {:>8}\n",
+        "NAME", "SLOT", "HOLDER", "FENCE", "TTL LEFT", "WAITERS"
     );
-    for r in rows {
-        let holder = r.holder.clone();
+    for l in &lines {
         text.push_str(&format!(
-            "{:<width$}  {:<10} {:>20} {:>10} {:>8}\n",
-            r.name,
-            holder,
-            r.fence.map_or("?".to_owned(), |f| f.to_string()),
-            r.remaining
+            "{:<width$}  {:<slot_width$} {:<10} {:>20} {:>10} {:>8}\n",
+            l.name,
+            l.slot,
+            l.holder,
+            l.fence.map_or("?".to_owned(), |f| f.to_string()),
+            l.remaining
                 .map_or("-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64())),
-            r.waiters
+            l.waiters
         ));
     }
     text
 }
 
+/// One JSON object per row: a lock's `holder`, `fence`, `ttl_ms`; a
+/// semaphore's `permits` and `holders` besides (its `holder`, `fence` and
+/// `ttl_ms` null).
 fn to_json(rows: &[Row]) -> serde_json::Value {
     rows.iter()
-        .map(|r| {
-            json!({
-                "name": r.name, "key": r.key, "holder": r.holder, "fence": r.fence,
-                "ttl_ms": r.remaining.map(|d| d.as_millis() as u64), "waiters": r.waiters,
-            })
+        .map(|r| match &r.held {
+            Held::Lock {
+                holder,
+                fence,
+                remaining,
+            } => json!({
+                "name": r.name, "key": r.key, "holder": holder, "fence": fence,
+                "ttl_ms": remaining.map(|d| d.as_millis() as u64), "waiters": r.waiters,
+            }),
+            Held::Semaphore { permits, holders } => json!({
+                "name": r.name, "key": r.key, "holder": null, "fence": null,
+                "ttl_ms": null, "waiters": r.waiters,
+                "permits": permits, "holders": semaphore_view::holders_json(holders),
+            }),
         })
         .collect()
 }

@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::fenced_resource::{
-    REJECTED, ReplicaWait, Resource, Writer, not_replicated, replicas_help, stale,
+    REJECTED, ReplicaWait, Resource, SlotArg, Writer, not_replicated, replicas_help, stale,
 };
 use crate::global_options::GlobalOptions;
 use crate::{child, connect, exit};
@@ -25,6 +25,9 @@ pub(crate) struct UpdateArgs {
     /// The writer's fence and holder token.
     #[command(flatten)]
     pub(crate) writer: Writer,
+    /// The slot whose pair to update, if any.
+    #[command(flatten)]
+    pub(crate) slot: SlotArg,
     /// How many replicas must acknowledge the new value.
     #[command(flatten)]
     pub(crate) replicas: ReplicaWait,
@@ -52,6 +55,10 @@ updates under `fencelock run` never overwrite one another (a plain
 `fencelock read` followed by `fencelock write` can). An acknowledged update
 survives a failover only with --replicas (below): the new value waits for
 the replicas, the registration before it need not.
+
+With --slot (FENCELOCK_SLOT, which `fencelock run --permits` sets), the
+update registers, reads and writes that slot's pair: the fields value:SLOT,
+fence:SLOT and holder:SLOT.
 
 ",
     replicas_help!(),
@@ -83,7 +90,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &UpdateArgs) -> anyhow::R
         ));
     };
     let client = connect::client(global).await?;
-    let hash = Resource::of(&client, &args.resource)?;
+    let hash = Resource::of(&client, &args.resource)?.in_slot(&args.slot);
     // Register first: from here on, no stale holder's write can land between
     // our read and our write.
     if let WriteOutcome::Rejected { current_fence, .. } = hash
@@ -110,15 +117,18 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &UpdateArgs) -> anyhow::R
     match written {
         WriteOutcome::Accepted => {
             if args.json {
-                println!(
-                    "{}",
-                    json!({
-                        "resource": args.resource, "accepted": true, "fence": args.writer.fence.get(),
-                        "value": new,
-                    })
-                );
+                let mut object = json!({
+                    "resource": args.resource, "accepted": true, "fence": args.writer.fence.get(),
+                    "value": new,
+                });
+                args.slot.annotate(&mut object);
+                println!("{object}");
             } else {
-                println!("{}: updated (fence {})", args.resource, args.writer.fence);
+                println!(
+                    "{}: updated (fence {})",
+                    args.slot.label(&args.resource),
+                    args.writer.fence
+                );
             }
             Ok(exit::OK)
         }
@@ -130,17 +140,21 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &UpdateArgs) -> anyhow::R
 /// Reports an update refused as stale; its exit code.
 fn rejected(args: &UpdateArgs, what: &str, current_fence: Option<Fence>) -> u8 {
     if args.json {
-        println!(
-            "{}",
-            json!({
-                "resource": args.resource, "accepted": false, "fence": args.writer.fence.get(),
-                "current_fence": current_fence.map(|f| f.get()),
-            })
-        );
+        let mut object = json!({
+            "resource": args.resource, "accepted": false, "fence": args.writer.fence.get(),
+            "current_fence": current_fence.map(|f| f.get()),
+        });
+        args.slot.annotate(&mut object);
+        println!("{object}");
     }
     eprintln!(
         "fencelock: {}",
-        stale(&args.resource, what, args.writer.fence, current_fence)
+        stale(
+            &args.slot.label(&args.resource),
+            what,
+            args.writer.fence,
+            current_fence
+        )
     );
     REJECTED
 }

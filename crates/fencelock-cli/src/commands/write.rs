@@ -7,7 +7,7 @@ use fencelock::WriteOutcome;
 use serde_json::json;
 
 use crate::fenced_resource::{
-    REJECTED, ReplicaWait, Resource, Writer, not_replicated, replicas_help,
+    REJECTED, ReplicaWait, Resource, SlotArg, Writer, not_replicated, replicas_help,
 };
 use crate::global_options::GlobalOptions;
 use crate::{connect, exit};
@@ -24,6 +24,9 @@ pub(crate) struct WriteArgs {
     /// The writer's fence and holder token.
     #[command(flatten)]
     pub(crate) writer: Writer,
+    /// The slot whose pair to write, if any.
+    #[command(flatten)]
+    pub(crate) slot: SlotArg,
     /// How many replicas must acknowledge the write.
     #[command(flatten)]
     pub(crate) replicas: ReplicaWait,
@@ -41,6 +44,13 @@ Examples:
   fencelock write invoice:42 closed --fence 1796030814974827 --holder 3f2a…
   # inside `fencelock run`, --fence and --holder default to the lock's own:
   fencelock run invoice-42 -- sh -c 'fencelock write invoice:42 closed'
+  # inside `fencelock run --permits N`, the permit's slot too (--slot):
+  fencelock run --permits 2 flushers -- sh -c 'fencelock write partitions flushed'
+
+With --slot (FENCELOCK_SLOT, which `fencelock run --permits` sets), the
+write uses that slot's pair: the fields value:SLOT, fence:SLOT and
+holder:SLOT, refused only by a newer fence of the same slot; the other
+slots and the resource's own value, fence and holder are left alone.
 
 On etcd the resource is a fenced etcd key next to the locks: a key that
 starts with the lock prefix and has a '/' after it (lock:job/1) lies in a
@@ -56,6 +66,7 @@ accepted and applied on the master but acknowledged by fewer than
 pub(crate) async fn exec(global: &GlobalOptions, args: &WriteArgs) -> anyhow::Result<u8> {
     let client = connect::client(global).await?;
     let outcome = match Resource::of(&client, &args.resource)?
+        .in_slot(&args.slot)
         .replicated(&args.replicas)
         .write(args.writer.fence, &args.writer.holder, &args.value)
         .await
@@ -75,20 +86,19 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &WriteArgs) -> anyhow::Re
         } => (false, *current_fence, current_holder.clone()),
         other => anyhow::bail!("unexpected write outcome {other:?}"),
     };
+    let label = args.slot.label(&args.resource);
     if args.json {
-        println!(
-            "{}",
-            json!({
-                "resource": args.resource, "accepted": accepted, "fence": args.writer.fence.get(),
-                "current_fence": current_fence.map(|f| f.get()), "current_holder": current_holder,
-            })
-        );
+        let mut object = json!({
+            "resource": args.resource, "accepted": accepted, "fence": args.writer.fence.get(),
+            "current_fence": current_fence.map(|f| f.get()), "current_holder": current_holder,
+        });
+        args.slot.annotate(&mut object);
+        println!("{object}");
     } else if accepted {
-        println!("{}: accepted (fence {})", args.resource, args.writer.fence);
+        println!("{label}: accepted (fence {})", args.writer.fence);
     } else {
         println!(
-            "{}: REJECTED as stale: fence {} is older than the resource's {} (a newer holder wrote)",
-            args.resource,
+            "{label}: REJECTED as stale: fence {} is older than the resource's {} (a newer holder wrote)",
             args.writer.fence,
             current_fence.map_or("?".into(), |f| f.to_string())
         );

@@ -21,6 +21,7 @@ mod readme;
 mod revoke;
 mod run;
 mod secrets;
+mod semaphore;
 mod support;
 mod topologies;
 mod torture;

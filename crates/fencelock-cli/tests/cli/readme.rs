@@ -41,8 +41,45 @@ fn first_command(block: &[&str]) -> String {
 }
 
 /// The blocks this file runs, by first command.
-const RUN_HERE: [&str; 1] =
-    ["fencelock run invoice-42 -- sh -c 'fencelock write invoice:42 closed'"];
+const RUN_HERE: [&str; 2] = [
+    "fencelock run invoice-42 -- sh -c 'fencelock write invoice:42 closed'",
+    "fencelock run --permits 2 encoders -c 'echo \"slot $FENCELOCK_SLOT, fence $FENCELOCK_FENCE\"'",
+];
+
+/// The `run --permits` snippet of "Command line", as the README holds it
+/// (checked against the README's block, once the README has one).
+const PERMITS_SNIPPET: &str = r#"fencelock run --permits 2 encoders -c 'echo "slot $FENCELOCK_SLOT, fence $FENCELOCK_FENCE"'
+# inside, write, read and update use the slot's own pair: value:SLOT, fence:SLOT, holder:SLOT
+fencelock run --permits 2 flushers -- sh -c 'fencelock write partitions flushed'
+fencelock read partitions --slot 0   # partitions slot 0: "flushed" (fence …, holder …)"#;
+
+/// Runs `script` with `sh -e` against `server`, the `fencelock` under test
+/// first on `PATH`: its stdout.
+fn run_snippet(server: &RedisServer, script: &str) -> String {
+    let bin_dir = Path::new(BIN).parent().expect("the binary's directory");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("sh")
+        .arg("-ec")
+        .arg(script)
+        .env("PATH", path)
+        .env("FENCELOCK_URL", server.url())
+        .env_remove("FENCELOCK_REDIS_URL")
+        .env_remove("FENCELOCK_SLOT")
+        .output()
+        .expect("runs sh");
+    assert!(
+        out.status.success(),
+        "the snippet failed ({:?}):\n{}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
 
 /// The read-modify-write snippet of "Command line": the fenced write, the
 /// update through a command, and the update by hand (`read --register`,
@@ -55,31 +92,41 @@ fn the_readme_read_modify_write_snippet_runs_as_written() {
         .find(|b| first_command(b) == RUN_HERE[0])
         .expect("the README's read-modify-write snippet");
     let server = RedisServer::start();
-    let bin_dir = Path::new(BIN).parent().expect("the binary's directory");
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new("sh")
-        .arg("-ec")
-        .arg(block.join("\n"))
-        .env("PATH", path)
-        .env("FENCELOCK_URL", server.url())
-        .env_remove("FENCELOCK_REDIS_URL")
-        .output()
-        .expect("runs sh");
-    assert!(
-        out.status.success(),
-        "the snippet failed ({:?}):\n{}\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_snippet(&server, &block.join("\n"));
     // `write invoice:42 closed`, then two increments of `counter`.
     let value = |key: &str| server.query::<Option<String>>(&["HGET", key, "value"]);
     assert_eq!(value("invoice:42").as_deref(), Some("closed"));
     assert_eq!(value("counter").as_deref(), Some("2"));
+}
+
+/// The `run --permits` snippet of "Command line" runs as written: the
+/// first permit's slot and fence printed, the write in slot 0's pair of
+/// the resource, and the read of that pair. The README's block, once it
+/// has one, is this snippet.
+#[test]
+fn the_readme_permits_snippet_runs_as_written() {
+    let text = readme();
+    if let Some(block) = sh_blocks(&text)
+        .into_iter()
+        .find(|b| first_command(b) == RUN_HERE[1])
+    {
+        assert_eq!(block.join("\n").trim_end(), PERMITS_SNIPPET);
+    }
+    let server = RedisServer::start();
+    let stdout = run_snippet(&server, PERMITS_SNIPPET);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(lines[0].starts_with("slot 0, fence "), "{stdout}");
+    assert!(
+        lines[1].starts_with("partitions slot 0: accepted (fence "),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with("partitions slot 0: \"flushed\" (fence "),
+        "{stdout}"
+    );
+    let stored: Vec<Option<String>> = server.query(&["HMGET", "partitions", "value:0", "value"]);
+    assert_eq!(stored, [Some("flushed".to_string()), None]);
 }
 
 /// Every ```sh block of the README is run here or listed, with why it is

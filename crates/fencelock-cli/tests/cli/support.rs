@@ -13,13 +13,14 @@ pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
 
 /// Environment variables that stand in for options: a test sets the ones it
 /// means, none is inherited.
-const OPTION_VARS: [&str; 8] = [
+const OPTION_VARS: [&str; 9] = [
     "FENCELOCK_REPLICAS",
     "FENCELOCK_REPLICA_TIMEOUT",
     "FENCELOCK_REDIS_URL",
     "FENCELOCK_URL",
     "FENCELOCK_FENCE",
     "FENCELOCK_TOKEN",
+    "FENCELOCK_SLOT",
     "FENCELOCK_WAIT_MODE",
     "FENCELOCK_LOG",
 ];
