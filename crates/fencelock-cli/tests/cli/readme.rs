@@ -47,7 +47,7 @@ const RUN_HERE: [&str; 2] = [
 ];
 
 /// The `run --permits` snippet of "Command line", as the README holds it
-/// (checked against the README's block, once the README has one).
+/// (checked against the README's block).
 const PERMITS_SNIPPET: &str = r#"fencelock run --permits 2 encoders -c 'echo "slot $FENCELOCK_SLOT, fence $FENCELOCK_FENCE"'
 # inside, write, read and update use the slot's own pair: value:SLOT, fence:SLOT, holder:SLOT
 fencelock run --permits 2 flushers -- sh -c 'fencelock write partitions flushed'
@@ -101,17 +101,16 @@ fn the_readme_read_modify_write_snippet_runs_as_written() {
 
 /// The `run --permits` snippet of "Command line" runs as written: the
 /// first permit's slot and fence printed, the write in slot 0's pair of
-/// the resource, and the read of that pair. The README's block, once it
-/// has one, is this snippet.
+/// the resource, and the read of that pair. The README's block is this
+/// snippet.
 #[test]
 fn the_readme_permits_snippet_runs_as_written() {
     let text = readme();
-    if let Some(block) = sh_blocks(&text)
+    let block = sh_blocks(&text)
         .into_iter()
         .find(|b| first_command(b) == RUN_HERE[1])
-    {
-        assert_eq!(block.join("\n").trim_end(), PERMITS_SNIPPET);
-    }
+        .expect("the README's run --permits block");
+    assert_eq!(block.join("\n").trim_end(), PERMITS_SNIPPET);
     let server = RedisServer::start();
     let stdout = run_snippet(&server, PERMITS_SNIPPET);
     let lines: Vec<&str> = stdout.lines().collect();
