@@ -286,6 +286,12 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                     "the held scenario is measured on Redis only (on etcd every lease is a server-side lease of its own)",
                 ));
             }
+            Scenario::Semaphore => {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    "the semaphore scenario is measured on Redis only",
+                ));
+            }
         }
     }
     Ok(report)
@@ -545,6 +551,7 @@ async fn contended(config: &Config, name: &str) -> Result<EtcdContended> {
                     let client = client?;
                     started.await;
                     let counters = Counters {
+                        capacity: 1,
                         inside: &inside,
                         overlaps: &overlaps,
                         stop: &stop,

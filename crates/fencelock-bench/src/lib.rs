@@ -23,7 +23,7 @@
 //!
 //! | module | concern |
 //! |---|---|
-//! | `scenarios` | uncontended and many ([`Cycles`]), contended (per wait mode), held: each measured in one function, with its typed result |
+//! | `scenarios` | uncontended and many ([`Cycles`]), contended (per wait mode), held, semaphore (the permits of a fenced semaphore next to a mutex, [`Semaphore`]): each measured in one function, with its typed result |
 //! | `floor` | the references: the fenced floor, the unfenced reference, PING, the handoff floor |
 //! | `conn` | plain connections of the library's type (TLS, Cluster routed to the lock's node) |
 //! | `placement` | [`Placement`]: the client on Redis's CPU or on another, pinned when the bench started its own server |
@@ -60,7 +60,7 @@ pub use measure::Spread;
 pub use placement::Placement;
 pub use render::{Format, Renderer};
 pub use report::{Header, Measurement, Record, Report};
-pub use scenarios::{Contended, Contestant, CyclePath, Cycles, Held, mode_name};
+pub use scenarios::{Contended, Contestant, CyclePath, Cycles, Held, Semaphore, mode_name};
 
 use scenarios::Setup;
 use url::RedisUrl;
@@ -77,6 +77,9 @@ pub enum Scenario {
     Many,
     /// One client holding many auto-renewed leases: [`Held`].
     Held,
+    /// Workers contending for the permits of one fenced semaphore, next to
+    /// the same workers on a mutex, fair mode: [`Semaphore`].
+    Semaphore,
 }
 
 /// What to measure, and on which Redis. `Debug` shows the URL redacted.
@@ -114,6 +117,12 @@ pub struct Config {
     pub leases: Vec<usize>,
     /// The ttl of `held`'s leases.
     pub held_ttl: Duration,
+    /// Permits of `semaphore`'s semaphore.
+    pub permits: u32,
+    /// Workers of `semaphore` (on the semaphore, then on the mutex it is
+    /// compared with), each a thread as `contended`'s; they hold
+    /// [`Config::hold`].
+    pub semaphore_workers: usize,
     /// The pid of a redis-server this run may pin (one the caller started
     /// for it): `uncontended` and `many` are then measured once with the
     /// client on that server's CPU and once on another ([`Placement`]).
@@ -125,7 +134,8 @@ impl Config {
     /// The defaults of `fencelock bench` on the Redis at `redis_url`:
     /// uncontended, contended (every wait mode), many and held (1,000
     /// leases, ttl 10 s); 2 s per contestant and round, 5 rounds, slices of
-    /// 100 ms; 8 workers holding 1 ms, 64 tasks.
+    /// 100 ms; 8 workers holding 1 ms, 64 tasks; `semaphore` (when asked
+    /// for): 4 permits, 16 workers.
     pub fn new(redis_url: impl Into<String>) -> Self {
         Config {
             url: RedisUrl::new(redis_url),
@@ -147,6 +157,8 @@ impl Config {
             tasks: 64,
             leases: vec![1000],
             held_ttl: Duration::from_secs(10),
+            permits: 4,
+            semaphore_workers: 16,
             pin_redis: None,
         }
     }
@@ -197,13 +209,21 @@ impl Config {
     /// The first setting that is wrong.
     pub fn check(&self) -> Result<()> {
         let invalid = |message: String| Err(Error::new(ErrorKind::InvalidInput, message));
-        if self.workers == 0 || self.tasks == 0 || self.rounds == 0 {
+        if self.workers == 0 || self.tasks == 0 || self.rounds == 0 || self.semaphore_workers == 0 {
             return invalid("workers, tasks and repeat must be at least 1".into());
+        }
+        if self.permits == 0 || self.permits > fencelock::MAX_PERMITS {
+            return invalid(format!(
+                "--permits {}: from 1 to {}",
+                self.permits,
+                fencelock::MAX_PERMITS
+            ));
         }
         // Each worker is a thread, each task a lock name, each lease an
         // entry held at once: bounds a machine can take.
         for (flag, value, max) in [
             ("--workers", self.workers, MAX_WORKERS),
+            ("--workers", self.semaphore_workers, MAX_WORKERS),
             ("--tasks", self.tasks, MAX_TASKS),
             ("--repeat", self.rounds, MAX_ROUNDS),
         ] {
@@ -356,6 +376,40 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                     )
                     .await?;
                     add(&mut report, observer, step, Measurement::Many(r));
+                }
+            }
+            Scenario::Semaphore => {
+                let mut rounds = Vec::with_capacity(config.rounds);
+                for round in 0..config.rounds {
+                    let handoff_floor = measure(
+                        observer,
+                        &format!("handoff floor, round {}", round + 1),
+                        config.hold * 200,
+                        scenarios::handoff_floor(&setup, config.hold),
+                    )
+                    .await?;
+                    let r = measure(
+                        observer,
+                        &format!(
+                            "semaphore of {} permits and mutex, round {}",
+                            config.permits,
+                            round + 1
+                        ),
+                        config.duration * 2,
+                        scenarios::semaphore_round(
+                            &setup,
+                            config.permits,
+                            config.semaphore_workers,
+                            config.hold,
+                            handoff_floor,
+                            round,
+                        ),
+                    )
+                    .await?;
+                    rounds.push(r);
+                }
+                if let Some(r) = Semaphore::merge(config.permits, rounds) {
+                    add(&mut report, observer, step, Measurement::Semaphore(r));
                 }
             }
             Scenario::Held => {

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::measure::Spread;
 use crate::report::{Header, Measurement, Report};
-use crate::scenarios::{Contended, Contestant, Cycles, Held, mode_name};
+use crate::scenarios::{Contended, Contestant, Cycles, Held, Semaphore, mode_name};
 
 /// How a report is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +167,7 @@ fn open_block(out: &mut String, first: &Measurement) {
                 "lost"
             );
         }
-        Measurement::Uncontended(_) | Measurement::Many(_) => {}
+        Measurement::Uncontended(_) | Measurement::Many(_) | Measurement::Semaphore(_) => {}
     }
 }
 
@@ -178,6 +178,7 @@ fn row_text(out: &mut String, measurement: &Measurement) {
         Measurement::Contended(r) => contended_row(out, r),
         Measurement::Many(r) => cycles_text(out, "many", r),
         Measurement::Held(r) => held_row(out, r),
+        Measurement::Semaphore(r) => semaphore_text(out, r),
     }
 }
 
@@ -206,7 +207,7 @@ fn close_block(out: &mut String, report: &Report, last: usize) {
                 "  (B/lease = client heap per lease held; cpu = share of one core while holding; lag max in ms; lost must be 0)"
             );
         }
-        Measurement::Uncontended(_) | Measurement::Many(_) => {}
+        Measurement::Uncontended(_) | Measurement::Many(_) | Measurement::Semaphore(_) => {}
     }
 }
 
@@ -292,6 +293,55 @@ fn cycles_text(out: &mut String, scenario: &str, r: &Cycles) {
     let _ = writeln!(
         out,
         "  (ratio to it = fencelock ÷ that row, per round; 1st = acquire/grant/PING, 2nd = release; cpu = Redis CPU per cycle; client = this process's CPU per cycle (one thread runs every contestant); cmds = Redis commands per cycle; reads = Redis socket reads per cycle)"
+    );
+}
+
+fn semaphore_text(out: &mut String, r: &Semaphore) {
+    let s = &r.semaphore;
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "semaphore: {} workers (threads with their own runtime and connections) on {} permits of one fenced semaphore, fair mode, hold {} ms; the same workers on a mutex beside it",
+        s.workers, r.permits, s.hold_ms
+    );
+    let _ = writeln!(
+        out,
+        "  {:<10} {:>9} {:>6} {:>9} {:>9} {:>6} {:>8} {:>8} {:>5}",
+        "", "compl/s", "util", "wait p50", "wait p99", "jain", "cmd/comp", "cpu/1k", "ovl"
+    );
+    for (name, c) in [("semaphore", s), ("mutex", &r.mutex)] {
+        let _ = writeln!(
+            out,
+            "  {:<10} {:>9.0} {:>6.3} {:>9.3} {:>9.3} {:>6.3} {:>8.2} {:>8.1} {:>5}",
+            name,
+            c.completions_per_s,
+            c.utilization,
+            c.wait_ms(0.5),
+            c.wait_ms(0.99),
+            c.jain_fairness,
+            c.commands_per_completion,
+            c.redis_cpu_ms_per_1k,
+            c.overlaps
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  semaphore / mutex completions per round: {} (at most {} while the hold dominates a cycle); semaphore jain per round: {}",
+        spread_text(r.ratio_to_mutex),
+        r.permits,
+        spread_text(r.jain_fairness)
+    );
+    let _ = writeln!(
+        out,
+        "  handoff floor (a publishing script after a hold -> another connection receives it) p50 {:.3} ms: utilization bound {:.3}; utilization / bound per round: semaphore {}, mutex {}",
+        s.handoff_floor_ms,
+        s.utilization_bound(),
+        spread_text(s.utilization_to_bound),
+        spread_text(r.mutex.utilization_to_bound)
+    );
+    let _ = writeln!(
+        out,
+        "  (times in ms; util = held time / (elapsed x permits); cpu/1k = Redis CPU ms per 1,000 completions; ovl = more holders than permits at once, must be 0)"
     );
 }
 
@@ -404,6 +454,7 @@ fn json_line(measurement: &Measurement) -> String {
         .into_iter()
         .chain(spread_json("utilization_to_bound", r.utilization_to_bound))
         .collect(),
+        Measurement::Semaphore(r) => semaphore_json(r),
         Measurement::Held(r) => named(vec![
             ("scenario", "held".into()),
             ("topology", r.topology.name().into()),
@@ -426,6 +477,51 @@ fn json_line(measurement: &Measurement) -> String {
     let sorted: BTreeMap<String, Value> = fields.into_iter().collect();
     let object: serde_json::Map<String, Value> = sorted.into_iter().collect();
     Value::Object(object).to_string()
+}
+
+/// `semaphore`'s record: the semaphore's figures, the mutex's as
+/// `mutex_…`, their ratio and the semaphore's fairness per round.
+fn semaphore_json(r: &Semaphore) -> Vec<(String, Value)> {
+    let (s, m) = (&r.semaphore, &r.mutex);
+    named(vec![
+        ("scenario", "semaphore".into()),
+        ("mode", mode_name(s.mode).into()),
+        ("permits", r.permits.into()),
+        ("workers", s.workers.into()),
+        ("rounds", s.rounds.into()),
+        ("hold_ms", s.hold_ms.into()),
+        ("real_hold_ms", round3(s.real_hold_ms).into()),
+        ("completions", s.completions.into()),
+        ("completions_per_s", round(s.completions_per_s).into()),
+        ("utilization", round3(s.utilization).into()),
+        ("wait_p50_ms", round3(s.wait_ms(0.5)).into()),
+        ("wait_p99_ms", round3(s.wait_ms(0.99)).into()),
+        ("wait_max_ms", round3(s.wait_ms(1.0)).into()),
+        (
+            "commands_per_completion",
+            round3(s.commands_per_completion).into(),
+        ),
+        ("redis_cpu_ms_per_1k", round3(s.redis_cpu_ms_per_1k).into()),
+        ("overlaps", s.overlaps.into()),
+        ("mutex_completions", m.completions.into()),
+        ("mutex_completions_per_s", round(m.completions_per_s).into()),
+        ("mutex_utilization", round3(m.utilization).into()),
+        ("mutex_wait_p50_ms", round3(m.wait_ms(0.5)).into()),
+        ("mutex_wait_p99_ms", round3(m.wait_ms(0.99)).into()),
+        ("mutex_jain_fairness", round3(m.jain_fairness).into()),
+        ("mutex_overlaps", m.overlaps.into()),
+        ("handoff_floor_ms", round3(s.handoff_floor_ms).into()),
+        ("utilization_bound", round3(s.utilization_bound()).into()),
+    ])
+    .into_iter()
+    .chain(spread_json("ratio_to_mutex", r.ratio_to_mutex))
+    .chain(spread_json("jain_fairness", r.jain_fairness))
+    .chain(spread_json("utilization_to_bound", s.utilization_to_bound))
+    .chain(spread_json(
+        "mutex_utilization_to_bound",
+        m.utilization_to_bound,
+    ))
+    .collect()
 }
 
 fn named(fields: Vec<(&str, Value)>) -> Vec<(String, Value)> {

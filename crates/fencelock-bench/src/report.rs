@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::scenarios::{Contended, Cycles, Held};
+use crate::scenarios::{Contended, Cycles, Held, Semaphore};
 
 /// Everything one run measured. It grows record by record while the run
 /// goes on (see [`crate::Observer::updated`]); a [`crate::Renderer`] shows it
@@ -55,6 +55,8 @@ pub enum Measurement {
     Many(Cycles),
     /// See [`Held`].
     Held(Held),
+    /// See [`Semaphore`].
+    Semaphore(Semaphore),
 }
 
 impl Report {
@@ -74,10 +76,22 @@ impl Report {
         })
     }
 
-    /// Overlapping holders over the whole run: anything but 0 is a broken
-    /// lock.
+    /// The `semaphore` records, in the order measured.
+    pub fn semaphores(&self) -> impl Iterator<Item = &Semaphore> {
+        self.records.iter().filter_map(|r| match &r.measurement {
+            Measurement::Semaphore(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Overlapping holders over the whole run (a semaphore's: more holders
+    /// than permits): anything but 0 is a broken lock.
     pub fn overlaps(&self) -> u64 {
-        self.contended().map(|c| c.overlaps).sum()
+        self.contended().map(|c| c.overlaps).sum::<u64>()
+            + self
+                .semaphores()
+                .map(|s| s.semaphore.overlaps + s.mutex.overlaps)
+                .sum::<u64>()
     }
 
     /// Leases lost while held (`held`): anything but 0 is a failure.

@@ -597,6 +597,9 @@ pub(crate) struct Counters<'a> {
     pub(crate) inside: &'a AtomicI64,
     pub(crate) overlaps: &'a AtomicI64,
     pub(crate) stop: &'a AtomicBool,
+    /// How many may be inside at once: 1 for a mutex, the permits of a
+    /// semaphore; one more inside is an overlap.
+    pub(crate) capacity: i64,
 }
 
 /// One contended worker (on Redis or etcd): acquire, hold `hold` (blocking
@@ -616,7 +619,7 @@ pub(crate) async fn contend(
         let requested = Instant::now();
         let lease = client.acquire(name, opts).await?;
         let granted = Instant::now();
-        if counters.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+        if counters.inside.fetch_add(1, Ordering::SeqCst) >= counters.capacity {
             counters.overlaps.fetch_add(1, Ordering::SeqCst);
         }
         std::thread::sleep(hold);
@@ -656,11 +659,32 @@ pub(crate) async fn contended(
     handoff_floor_ms: f64,
 ) -> Result<Contended> {
     let name = format!("bench:{}:contended:{}", setup.run_id, mode_name(mode));
-    let opts = setup
+    contended_on(setup, &name, mode, workers, hold, handoff_floor_ms, None).await
+}
+
+/// [`contended`] on lock `name`, a mutex (`permits` `None`) or a semaphore
+/// of `permits` permits: then up to that many workers hold at once, an
+/// overlap is one more, and the utilization is per permit (held time ÷
+/// (elapsed × permits)).
+pub(crate) async fn contended_on(
+    setup: &Setup,
+    name: &str,
+    mode: WaitMode,
+    workers: usize,
+    hold: Duration,
+    handoff_floor_ms: f64,
+    permits: Option<u32>,
+) -> Result<Contended> {
+    let name = name.to_string();
+    let mut opts = setup
         .options
         .clone()
         .wait_mode(mode)
         .wait(Duration::from_secs(60));
+    if let Some(n) = permits {
+        opts = opts.permits(n);
+    }
+    let capacity = i64::from(permits.unwrap_or(1));
     let inside = Arc::new(AtomicI64::new(0));
     let overlaps = Arc::new(AtomicI64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -692,6 +716,7 @@ pub(crate) async fn contended(
                         inside: &inside,
                         overlaps: &overlaps,
                         stop: &stop,
+                        capacity,
                     };
                     contend(&client, &name, &opts, hold, worker, counters).await
                 })
@@ -762,7 +787,7 @@ pub(crate) async fn contended(
     } else {
         held / completions as f64 * 1e3
     };
-    let utilization = held / elapsed;
+    let utilization = held / elapsed / capacity as f64;
     Ok(Contended {
         mode,
         workers,
@@ -788,6 +813,80 @@ pub(crate) async fn contended(
             utilization / (real_hold_ms / (real_hold_ms + handoff_floor_ms)),
         ),
     })
+}
+
+/// `semaphore`: workers contending for the permits of one fenced semaphore
+/// (`LockOptions::permits`), next to the same workers on a mutex, in fair
+/// mode, each round measuring both in turn after its handoff floor.
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    /// The semaphore's permits.
+    pub permits: u32,
+    /// The semaphore's workers and their figures (fair mode, merged over
+    /// the rounds as `contended`'s: the median rate and fairness, waits of
+    /// every round; utilization per permit).
+    pub semaphore: Contended,
+    /// The same workers and hold on a mutex (fair mode).
+    pub mutex: Contended,
+    /// Semaphore completions ÷ mutex completions, per round (the ideal is
+    /// the permit count, while the hold dominates a cycle).
+    pub ratio_to_mutex: Spread,
+    /// Jain's fairness index of the semaphore's completions per worker, per
+    /// round.
+    pub jain_fairness: Spread,
+}
+
+/// One round of `semaphore`: the semaphore of `permits` and a mutex, one
+/// after the other, fair mode, `workers` workers holding `hold`.
+pub(crate) async fn semaphore_round(
+    setup: &Setup,
+    permits: u32,
+    workers: usize,
+    hold: Duration,
+    handoff_floor_ms: f64,
+    round: usize,
+) -> Result<(Contended, Contended)> {
+    let base = format!("bench:{}:semaphore:{round}", setup.run_id);
+    let semaphore = contended_on(
+        setup,
+        &base,
+        WaitMode::Fair,
+        workers,
+        hold,
+        handoff_floor_ms,
+        Some(permits),
+    )
+    .await?;
+    let mutex = contended_on(
+        setup,
+        &format!("{base}:mutex"),
+        WaitMode::Fair,
+        workers,
+        hold,
+        handoff_floor_ms,
+        None,
+    )
+    .await?;
+    Ok((semaphore, mutex))
+}
+
+impl Semaphore {
+    /// The record of `rounds` rounds of [`semaphore_round`] (none: `None`).
+    pub(crate) fn merge(permits: u32, rounds: Vec<(Contended, Contended)>) -> Option<Semaphore> {
+        let ratios: Vec<f64> = rounds
+            .iter()
+            .map(|(s, m)| s.completions_per_s / m.completions_per_s)
+            .collect();
+        let jains: Vec<f64> = rounds.iter().map(|(s, _)| s.jain_fairness).collect();
+        let (semaphores, mutexes): (Vec<Contended>, Vec<Contended>) = rounds.into_iter().unzip();
+        Some(Semaphore {
+            permits,
+            semaphore: Contended::merge(semaphores)?,
+            mutex: Contended::merge(mutexes)?,
+            ratio_to_mutex: spread(&ratios),
+            jain_fairness: spread(&jains),
+        })
+    }
 }
 
 /// `held`: one client holding many auto-renewed leases.

@@ -37,6 +37,13 @@ pub enum Variant {
     /// holder's write after the revoke is accepted while no later holder
     /// has registered a greater fence.
     RevokeWithoutSeal,
+    /// A semaphore's workers register and write through ONE (fence,
+    /// holder) pair for all permits (the unslotted hash fields, a mutex's
+    /// resource) instead of their slot's pair; each slot's value stays its
+    /// own. Live permits' fences interleave, so a live permit whose fence is
+    /// below another slot's latest is refused (`--primitive semaphore`
+    /// only).
+    OneFence,
 }
 
 impl Variant {
@@ -50,9 +57,14 @@ impl Variant {
         Variant::RevokeWithoutSeal,
     ];
 
+    /// Every control of a semaphore run (`--primitive semaphore`), in the
+    /// order they are documented.
+    pub const SEMAPHORE: [Variant; 1] = [Variant::OneFence];
+
     /// The name on the command line and in the history.
     pub fn name(self) -> &'static str {
         match self {
+            Variant::OneFence => "one-fence",
             Variant::TwoCommandAcquire => "two-command-acquire",
             Variant::GeCheck => "ge-check",
             Variant::WriteOnlyCheck => "write-only-check",
@@ -64,7 +76,16 @@ impl Variant {
 
     /// Parses a name of [`Variant::name`].
     pub fn parse(s: &str) -> Option<Self> {
-        Variant::ALL.into_iter().find(|v| v.name() == s)
+        Variant::ALL
+            .into_iter()
+            .chain(Variant::SEMAPHORE)
+            .find(|v| v.name() == s)
+    }
+
+    /// Whether this is a control of a semaphore run ([`Variant::SEMAPHORE`])
+    /// rather than of a mutex run ([`Variant::ALL`]).
+    pub fn of_semaphore(self) -> bool {
+        Variant::SEMAPHORE.contains(&self)
     }
 
     /// The nemeses that expose this control, used when none are given: a
@@ -86,6 +107,9 @@ impl Variant {
             // exposes the missing seal. A plain pause-worker in between
             // would only take turns away from it.
             Variant::RevokeWithoutSeal => &[NemesisKind::Revoke],
+            // Live permits overlap all the time: no fault is needed; a
+            // paused holder only adds stale writes to be refused.
+            Variant::OneFence => &[NemesisKind::PauseWorker],
         }
     }
 
@@ -256,6 +280,14 @@ pub struct Config {
     /// The TLS files of every connection to the lock store and the Redis
     /// resource (workers, observer, resource, clean-up).
     pub tls: Tls,
+    /// `None`: the workers take a mutex (`--primitive mutex`, the
+    /// default). `Some(N)`: they take one of N permits of a fenced
+    /// semaphore (`--primitive semaphore --permits N`,
+    /// `LockOptions::permits`), each writing its slot's partition of the
+    /// resource through the slot's own (fence, holder) pair
+    /// (`FencedHash::slot`); the checkers then judge C1–C7 per slot, at
+    /// most N valid holders per name (C8) and no valid permit refused (C9).
+    pub permits: Option<u32>,
 }
 
 impl Config {
@@ -281,6 +313,7 @@ impl Config {
             replicas: None,
             history: None,
             tls: Tls::new(),
+            permits: None,
         }
     }
 
@@ -313,6 +346,73 @@ impl Config {
     /// The key layout in effect.
     pub fn layout(&self) -> KeyLayout {
         self.variant.map_or(KeyLayout::HashTagged, Variant::layout)
+    }
+
+    /// `mutex`, or `semaphore` with [`Config::permits`].
+    pub fn primitive(&self) -> &'static str {
+        if self.permits.is_some() {
+            "semaphore"
+        } else {
+            "mutex"
+        }
+    }
+
+    /// Why this configuration's primitive cannot run on a topology of
+    /// `shape` with `nemeses` (`None`: the default ones), or `None` if it
+    /// can: a semaphore runs on Redis with the Redis resource (the slot
+    /// view is a Redis hash's), without the `revoke` nemesis (a revoke
+    /// deposes a mutex's holder), with the semaphore's controls only; a
+    /// mutex runs without them. The CLI asks before any server starts,
+    /// [`crate::run`] again on the running topology.
+    pub fn primitive_refusal(
+        &self,
+        shape: &Shape<'_>,
+        nemeses: Option<&[NemesisKind]>,
+    ) -> Option<String> {
+        let Some(permits) = self.permits else {
+            return self
+                .variant
+                .filter(|v| v.of_semaphore())
+                .map(|v| {
+                    format!(
+                        "--unsafe {}: a control of the semaphore (one fence pair for all its permits); run it with --primitive semaphore --permits N",
+                        v.name()
+                    )
+                });
+        };
+        if permits == 0 || permits > fencelock::MAX_PERMITS {
+            return Some(format!(
+                "--permits {permits}: a semaphore has between 1 and {}",
+                fencelock::MAX_PERMITS
+            ));
+        }
+        if shape.etcd {
+            return Some(
+                "--primitive semaphore runs on Redis only (single, sentinel, cluster, --redis URL): its workers, observer and checks of a semaphore are written for fencelock's Redis semaphore, not for etcd"
+                    .into(),
+            );
+        }
+        if self.resource != ResourceKind::Redis {
+            return Some(format!(
+                "--primitive semaphore with --resource {}: each permit writes its slot's partition through the slot view of a Redis hash (FencedHash::slot); use --resource redis",
+                self.resource.name()
+            ));
+        }
+        if nemeses.is_some_and(|k| k.contains(&NemesisKind::Revoke)) {
+            return Some(
+                "--primitive semaphore with --nemesis revoke: a revoke deposes a mutex's holder; a semaphore's permits are not revoked (choose other nemeses)"
+                    .into(),
+            );
+        }
+        if let Some(v) = self.variant.filter(|v| !v.of_semaphore()) {
+            let semaphore: Vec<&str> = Variant::SEMAPHORE.iter().map(|v| v.name()).collect();
+            return Some(format!(
+                "--unsafe {} is a control of the mutex; with --primitive semaphore: {}",
+                v.name(),
+                semaphore.join(", ")
+            ));
+        }
+        None
     }
 
     /// The lock names: `t0`, `t1`, …

@@ -98,6 +98,11 @@ pub struct Header {
     /// it (0: no wait).
     #[serde(default)]
     pub wait_replicas: u32,
+    /// The semaphore's permit count (`--primitive semaphore --permits N`);
+    /// absent for a mutex run. Its grants, observations, audit entries and
+    /// final states then carry their slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
 }
 
 /// What an event says. Times (`valid_until`, `sent`) are on the run's axis,
@@ -128,6 +133,10 @@ pub enum Entry {
         /// Until when the lease is valid, as the holder computes it from
         /// Redis's reply (sent time + ttl − drift margin).
         valid_until: i64,
+        /// The semaphore slot granted (`--primitive semaphore`); absent
+        /// for a mutex.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u32>,
     },
     /// The acquisition failed (timed out, granted too late, an error).
     AcquireFailed {
@@ -277,6 +286,10 @@ pub enum Entry {
         fence: Option<u64>,
         /// When the poll that saw it was sent.
         sent: i64,
+        /// The semaphore slot observed (`--primitive semaphore`); absent
+        /// for a mutex.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u32>,
     },
     /// One accepted write as the resource recorded it, in the same
     /// script/transaction as the write (read at the end of the run).
@@ -299,6 +312,10 @@ pub enum Entry {
         before: i64,
         /// The value written.
         after: i64,
+        /// The semaphore slot written: its partition and its (fence,
+        /// holder) pair (`--primitive semaphore`); absent for a mutex.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u32>,
     },
     /// The resource's final state (read at the end of the run).
     Final {
@@ -310,6 +327,10 @@ pub enum Entry {
         fence: Option<u64>,
         /// The stored holder id.
         holder: Option<String>,
+        /// The semaphore slot whose state this is (`--primitive
+        /// semaphore`); absent for a mutex.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u32>,
     },
     /// The run ended.
     End {
@@ -451,6 +472,7 @@ mod tests {
                 fence: 5,
                 holder: "ab".into(),
                 valid_until: 99,
+                slot: None,
             },
         };
         let line = e.to_line();

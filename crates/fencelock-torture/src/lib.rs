@@ -10,6 +10,14 @@
 //! controls (`--unsafe`) run deliberately broken variants, which the same
 //! checkers must catch.
 //!
+//! A run takes a mutex by default; with [`Config::permits`]
+//! (`--primitive semaphore --permits N`) the workers take permits of a
+//! fenced semaphore instead, each writing its slot's partition of the
+//! resource through the slot's own (fence, holder) pair, and the checkers
+//! judge C1–C7 per slot and, across the slots of a name, C8 (never more
+//! valid holders than permits) and C9 (no valid permit refused); the
+//! `one-fence` control fences every permit with one pair.
+//!
 //! [`run`] carries out a [`Config`] on a [`Topology`] and returns a
 //! [`Report`]; [`Report::from_history`] checks a saved [`History`] the same
 //! way; a report renders as text or one JSON object ([`Report::to_text`],
@@ -33,7 +41,7 @@
 //! | `sockets` | a worker's connections to a node, from `/proc` (`client-kill` without the proxy) |
 //! | `observer` | polls the lock keys: Redis's own view of the holders |
 //! | `history` | [`Event`], [`Entry`], [`History`]: the JSON-lines history |
-//! | `check` | C1–C7 ([`check::check`], [`CheckResult`]) |
+//! | `check` | C1–C7, and for a semaphore C1–C7 per slot with C8 and C9 ([`check::check`], [`CheckResult`]) |
 //! | `replay` | `--check FILE --model`: a saved history replayed through the model's store transitions ([`replay::replay`], [`replay::ModelCheck`], its text and JSON) |
 //! | `report` | [`Report`] and its [`Figures`] |
 //! | `render` | text and JSON, the only place either is written |

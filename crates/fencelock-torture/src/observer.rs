@@ -9,6 +9,10 @@
 //! single server, the master Sentinel names (across failovers), the master
 //! of each key's slot on a Cluster.
 //!
+//! On a semaphore (`--primitive semaphore`) it records each slot apart: a
+//! change of a slot's holder is an `observed` event with the slot, so the
+//! checkers see every slot as a lock of its own.
+//!
 //! It runs on a thread of its own so that the coordinator's work does not
 //! delay its polls; it stops when told, or when the run's channel closes.
 
@@ -37,12 +41,14 @@ pub(crate) struct Observer {
 type Seen = Option<(String, Option<u64>)>;
 
 impl Observer {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         url: &str,
         tls: &Tls,
         prefix: &str,
         layout: KeyLayout,
         names: &[String],
+        permits: Option<u32>,
         clock: RunClock,
         events: UnboundedSender<Event>,
     ) -> Result<Self> {
@@ -62,7 +68,7 @@ impl Observer {
                 .name("torture-observer".into())
                 .spawn(move || {
                     runtime.block_on(observe(
-                        url, tls, prefix, names, layout, clock, events, stop,
+                        url, tls, prefix, names, layout, permits, clock, events, stop,
                     ));
                 })
                 .map_err(|e| Error::failed(format!("cannot start the observer thread: {e}")))?
@@ -107,6 +113,19 @@ fn seen(state: LockState, layout: KeyLayout) -> Seen {
     }
 }
 
+/// What `inspect` says of each slot of a semaphore of `permits`.
+fn seen_slots(state: LockState, permits: u32) -> Vec<Seen> {
+    let mut slots: Vec<Seen> = vec![None; permits as usize];
+    if let LockState::Semaphore { holders, .. } = state {
+        for h in holders {
+            if let Some(s) = slots.get_mut(h.slot as usize) {
+                *s = Some((h.holder, h.fence.map(|f| f.get())));
+            }
+        }
+    }
+    slots
+}
+
 /// A client for the observer, retried until it connects or the run stops.
 async fn client(
     url: &str,
@@ -139,6 +158,7 @@ async fn observe(
     prefix: String,
     names: Vec<String>,
     layout: KeyLayout,
+    permits: Option<u32>,
     clock: RunClock,
     events: UnboundedSender<Event>,
     stop: CancellationToken,
@@ -146,7 +166,9 @@ async fn observe(
     let Some(client) = client(&url, &tls, &prefix, &stop).await else {
         return;
     };
-    let mut last: Vec<Option<Seen>> = vec![None; names.len()];
+    // Per name, per slot (one for a mutex).
+    let width = permits.map_or(1, |p| p as usize);
+    let mut last: Vec<Vec<Option<Seen>>> = vec![vec![None; width]; names.len()];
     while !stop.is_cancelled() {
         for (i, name) in names.iter().enumerate() {
             let sent = clock.now();
@@ -160,8 +182,17 @@ async fn observe(
                 // next poll tries again.
                 continue;
             };
-            let seen = seen(state, layout);
-            if last[i].as_ref() != Some(&seen) {
+            let now: Vec<(Option<u32>, Seen)> = match permits {
+                None => vec![(None, seen(state, layout))],
+                Some(p) => (0u32..)
+                    .zip(seen_slots(state, p))
+                    .map(|(s, seen)| (Some(s), seen))
+                    .collect(),
+            };
+            for (k, (slot, seen)) in now.into_iter().enumerate() {
+                if last[i][k].as_ref() == Some(&seen) {
+                    continue;
+                }
                 let (holder, fence) = match &seen {
                     Some((h, f)) => (Some(h.clone()), *f),
                     None => (None, None),
@@ -174,12 +205,13 @@ async fn observe(
                         holder,
                         fence,
                         sent,
+                        slot,
                     },
                 };
                 if events.send(event).is_err() {
                     return;
                 }
-                last[i] = Some(seen);
+                last[i][k] = Some(seen);
             }
         }
         tokio::time::sleep(POLL).await;

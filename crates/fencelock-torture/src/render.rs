@@ -46,6 +46,8 @@ impl Report {
         let h = self.header.as_ref();
         json!({
             "topology": h.map(|h| h.topology.clone()),
+            "primitive": h.map(|h| if h.permits.is_some() { "semaphore" } else { "mutex" }),
+            "permits": h.and_then(|h| h.permits),
             "seed": h.map(|h| h.seed),
             "unsafe": h.and_then(|h| h.unsafe_variant.clone()),
             "workers": h.map(|h| h.workers),
@@ -102,6 +104,11 @@ impl Report {
                 h.resource,
                 h.seed
             );
+            if let Some(permits) = h.permits {
+                out += &format!(
+                    "primitive: a fenced semaphore of {permits} permits per name; its resource fenced per slot (C1-C7 checked per slot, C8 and C9 across the slots)\n"
+                );
+            }
             if h.replicas > 0 {
                 out += &format!(
                     "replication: {} replica(s) per shard; every grant waits for {}\n",

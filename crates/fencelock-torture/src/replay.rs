@@ -429,6 +429,7 @@ fn convert(history: &History) -> Convert {
                 holder,
                 fence,
                 sent,
+                ..
             } => {
                 let n = c.name(name);
                 let seen = holder.as_deref().map(|h| trace::Seen {
@@ -587,6 +588,7 @@ fn convert(history: &History) -> Convert {
                 value,
                 fence,
                 holder,
+                ..
             } => {
                 let n = c.name(name);
                 let h = holder.as_deref().map(|h| {
@@ -804,6 +806,24 @@ pub fn replay(history: &History, bounds: Bounds) -> ModelCheck {
             at: None,
             note: Some(
                 "the etcd recipe (a key per contender, fences from create revisions) is not modelled"
+                    .to_string(),
+            ),
+        };
+    }
+    if header.is_some_and(|h| h.permits.is_some()) {
+        return ModelCheck {
+            verdict: Verdict::Unknown {
+                step: None,
+                why: "a semaphore history: the trace model is of the mutex's store".to_string(),
+                states: 0,
+            },
+            operations: 0,
+            names: 0,
+            elapsed: started.elapsed(),
+            bounds,
+            at: None,
+            note: Some(
+                "the semaphore is specified by its own model (fencelock_model::semaphore), which does not replay histories"
                     .to_string(),
             ),
         };

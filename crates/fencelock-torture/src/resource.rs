@@ -87,6 +87,9 @@ pub(crate) struct Write<'a> {
     pub(crate) worker: &'a str,
     pub(crate) read: i64,
     pub(crate) value: i64,
+    /// The semaphore slot whose partition and (fence, holder) pair it
+    /// writes; `None` for a mutex.
+    pub(crate) slot: Option<u32>,
 }
 
 fn outcome(o: &WriteOutcome) -> Outcome {
@@ -148,10 +151,27 @@ impl Resource {
         }
     }
 
-    /// fencelock's registration of the fence before a read.
-    pub(crate) async fn register(&self, name: &str, fence: Fence, token: &str) -> Outcome {
+    /// The fenced hash of `name`, or its slot view
+    /// ([`FencedHash::slot`]) for a semaphore's permit.
+    fn view(&self, name: &str, slot: Option<u32>) -> Result<FencedHash> {
+        let hash = self.hash(name)?;
+        Ok(match slot {
+            Some(s) => hash.slot(s),
+            None => hash,
+        })
+    }
+
+    /// fencelock's registration of the fence before a read (a permit's:
+    /// at its slot's pair).
+    pub(crate) async fn register(
+        &self,
+        name: &str,
+        slot: Option<u32>,
+        fence: Fence,
+        token: &str,
+    ) -> Outcome {
         let reply = match self {
-            Resource::Redis { .. } => match self.hash(name) {
+            Resource::Redis { .. } => match self.view(name, slot) {
                 Ok(hash) => hash.register(fence, token).await,
                 Err(_) => return Outcome::Unknown,
             },
@@ -162,12 +182,12 @@ impl Resource {
         reply.map_or(Outcome::Unknown, |o| outcome(&o))
     }
 
-    /// The counter.
-    pub(crate) async fn read(&self, name: &str) -> Result<i64> {
+    /// The counter (a permit's: its slot's partition).
+    pub(crate) async fn read(&self, name: &str, slot: Option<u32>) -> Result<i64> {
         match self {
             Resource::Redis { .. } => {
                 let state = self
-                    .hash(name)?
+                    .view(name, slot)?
                     .read()
                     .await
                     .map_err(|e| Error::failed(e.to_string()))?;
@@ -207,6 +227,8 @@ impl Resource {
                     w.read.to_string(),
                     w.value.to_string(),
                     KEY_TTL.as_millis().to_string(),
+                    String::new(),
+                    w.slot.map_or(String::new(), |s| s.to_string()),
                 ];
                 match audited_write(conn, &keys, &args, *replicas, *replica_timeout).await {
                     // Applied, but not yet on the replicas a failover may
@@ -365,6 +387,8 @@ pub(crate) struct Store {
     /// connection.
     redis: Option<(LockClient, RawConnection)>,
     pg: Option<fencelock::sqlx::PgPool>,
+    /// A semaphore's permit count: the final state is read per slot.
+    slots: Option<u32>,
 }
 
 /// How long the Redis resource's keys live without a refresh: a run
@@ -384,6 +408,9 @@ struct AuditJson {
     read: String,
     before: String,
     after: String,
+    /// A semaphore slot's write.
+    #[serde(default)]
+    slot: Option<String>,
 }
 
 fn num(s: &str) -> i64 {
@@ -397,6 +424,7 @@ impl Store {
             names,
             redis: None,
             pg: None,
+            slots: None,
         };
         match &store.spec {
             ResourceSpec::Redis {
@@ -468,20 +496,46 @@ impl Store {
         Ok(store)
     }
 
-    /// The audit and the final state of every name, as events stamped `t`.
+    /// A store whose final state is read per slot of a semaphore of
+    /// `permits` (`None`: a mutex's resource, as opened).
+    pub(crate) fn slotted(mut self, permits: Option<u32>) -> Self {
+        self.slots = permits;
+        self
+    }
+
+    /// The audit and the final state of every name, as events stamped `t`
+    /// (a semaphore's: one final state per slot).
     pub(crate) async fn snapshot(&self, t: i64) -> Result<Vec<Event>> {
         let mut out = Vec::new();
         for name in &self.names {
             match (&self.spec, &self.redis, &self.pg) {
                 (ResourceSpec::Redis { url, prefix, .. }, Some((_, conn)), _) => {
-                    let (value, fence, holder, audit) = snapshot_of(conn, prefix, name)
-                        .await
-                        .map_err(|e| Error::redis(url, &e))?;
+                    let (value, fence, holder, audit, slots) =
+                        snapshot_of(conn, prefix, name, self.slots.unwrap_or(0))
+                            .await
+                            .map_err(|e| Error::redis(url, &e))?;
                     for (i, entry) in audit.iter().enumerate() {
                         let a: AuditJson = serde_json::from_str(entry).map_err(|e| {
                             Error::failed(format!("an audit entry of {name} is not readable: {e}"))
                         })?;
                         out.push(audit_event(t, name, i as u64 + 1, a));
+                    }
+                    if self.slots.is_some() {
+                        for (slot, state) in (0u32..).zip(slots.chunks(3)) {
+                            let field = |i: usize| state.get(i).cloned().flatten();
+                            out.push(Event {
+                                t,
+                                p: "resource".into(),
+                                e: Entry::Final {
+                                    name: name.clone(),
+                                    value: field(0).as_deref().map_or(0, num),
+                                    fence: field(1).and_then(|f| f.parse().ok()),
+                                    holder: field(2),
+                                    slot: Some(slot),
+                                },
+                            });
+                        }
+                        continue;
                     }
                     out.push(Event {
                         t,
@@ -491,6 +545,7 @@ impl Store {
                             value: value.as_deref().map_or(0, num),
                             fence: fence.and_then(|f| f.parse().ok()),
                             holder,
+                            slot: None,
                         },
                     });
                 }
@@ -521,6 +576,7 @@ impl Store {
                                 read,
                                 before,
                                 after,
+                                slot: None,
                             },
                         });
                     }
@@ -541,6 +597,7 @@ impl Store {
                             value,
                             fence: fence.and_then(|f| u64::try_from(f).ok()),
                             holder,
+                            slot: None,
                         },
                     });
                 }
@@ -752,10 +809,12 @@ async fn snapshot_of(
     conn: &RawConnection,
     prefix: &str,
     name: &str,
-) -> redis::RedisResult<(Option<String>, Option<String>, Option<String>, Vec<String>)> {
+    slots: u32,
+) -> redis::RedisResult<Snapshot> {
     let mut call = SNAPSHOT.prepare_invoke();
     call.key(ResourceSpec::hash_key(prefix, name))
-        .key(ResourceSpec::audit_key(prefix, name));
+        .key(ResourceSpec::audit_key(prefix, name))
+        .arg(slots);
     let mut reply = call.invoke_async(&mut conn.clone()).await;
     for _ in 0..2 {
         if reply.is_ok() {
@@ -766,6 +825,16 @@ async fn snapshot_of(
     }
     reply
 }
+
+/// What `snapshot.lua` returns: value, fence, holder, the audit, and
+/// value, fence, holder of each slot in turn.
+type Snapshot = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Vec<String>,
+    Vec<Option<String>>,
+);
 
 fn audit_event(t: i64, name: &str, seq: u64, a: AuditJson) -> Event {
     Event {
@@ -781,6 +850,7 @@ fn audit_event(t: i64, name: &str, seq: u64, a: AuditJson) -> Event {
             read: num(&a.read),
             before: num(&a.before),
             after: num(&a.after),
+            slot: a.slot.and_then(|s| s.parse().ok()),
         },
     }
 }
@@ -868,6 +938,7 @@ mod tests {
                         worker: "w0",
                         read: 0,
                         value: 1,
+                        slot: None,
                     })
                     .await
             }

@@ -120,6 +120,12 @@ struct WorkerProc {
 /// every one the topology supports.
 fn nemeses<T: Topology>(config: &Config, topology: &T) -> Result<Vec<NemesisKind>> {
     let shape = topology.shape();
+    if let Some(why) = config.primitive_refusal(&shape, config.nemeses.as_deref()) {
+        return Err(Error::usage(format!(
+            "{why} (the {} topology)",
+            topology.name()
+        )));
+    }
     if let Some(v) = config.variant
         && let Some(why) = v.unsupported(&shape).or_else(|| {
             config
@@ -148,6 +154,8 @@ fn nemeses<T: Topology>(config: &Config, topology: &T) -> Result<Vec<NemesisKind
         (None, None) => NemesisKind::ALL
             .into_iter()
             .filter(|k| topology.supports(*k))
+            // A semaphore's permits are not revoked.
+            .filter(|k| config.permits.is_none() || *k != NemesisKind::Revoke)
             .collect(),
     };
     let refused: Vec<String> = kinds.iter().filter_map(|k| topology.refusal(*k)).collect();
@@ -289,6 +297,7 @@ pub async fn run<T: Topology>(
         duration_ms: config.duration.as_millis() as u64,
         replicas: topology.replicas(),
         wait_replicas,
+        permits: config.permits,
     };
     // A resource on the lock deployment itself (a given Redis) waits for
     // the replicas a grant waits for: C3 then judges the lock, not a write
@@ -330,7 +339,9 @@ pub async fn run<T: Topology>(
             .map_err(|e| Error::connect(&e))?;
     }
     drop(probe);
-    let store = Store::open(resource.clone(), names.clone()).await?;
+    let store = Store::open(resource.clone(), names.clone())
+        .await?
+        .slotted(config.permits);
     let revoker = if kinds.contains(&NemesisKind::Revoke) {
         Some(Revoker::connect(config, topology.lock_url(), &prefix, wait_replicas).await?)
     } else {
@@ -369,6 +380,7 @@ pub async fn run<T: Topology>(
         &prefix,
         layout,
         &names,
+        config.permits,
         clock,
         tx.clone(),
     )?;
@@ -400,6 +412,7 @@ pub async fn run<T: Topology>(
             replicas: wait_replicas,
             replica_timeout_ms: config.replica_timeout().as_millis() as u64,
             tls: config.tls.clone(),
+            permits: config.permits,
         };
         workers.push(spawn_worker(launcher, &spec, tx.clone()).await?);
     }

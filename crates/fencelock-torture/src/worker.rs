@@ -7,7 +7,10 @@
 //! stdin says `stop` or closes, and writes every invocation and outcome to
 //! stdout as history lines, each flushed at once:
 //!
-//! 1. acquire a random name (`acquire` → `granted` / `acquire_failed`);
+//! 1. acquire a random name (`acquire` → `granted` / `acquire_failed`): a
+//!    mutex, or one permit of a semaphore (`--primitive semaphore`), whose
+//!    slot the grant records and whose slot view of the resource (its own
+//!    counter and (fence, holder) pair) the cycle then uses;
 //! 2. register the fence at the resource (`register` → `registered`; not in
 //!    the `write-only-check` control);
 //! 3. read the counter (`read`), work for up to `hold`, write read + 1 with
@@ -63,6 +66,9 @@ pub struct WorkerSpec {
     /// The TLS files of every connection.
     #[serde(default)]
     pub(crate) tls: Tls,
+    /// A semaphore's permit count (`None`: a mutex).
+    #[serde(default)]
+    pub(crate) permits: Option<u32>,
 }
 
 /// Writes history lines to stdout.
@@ -134,6 +140,14 @@ impl Held {
         match self {
             Held::Fencelock(l) => l.remaining(),
             Held::Control(l) => l.remaining(),
+        }
+    }
+
+    /// The semaphore slot held (`None`: a mutex).
+    fn slot(&self) -> Option<u32> {
+        match self {
+            Held::Fencelock(l) => l.slot(),
+            Held::Control(_) => None,
         }
     }
 
@@ -268,6 +282,9 @@ async fn run(spec: WorkerSpec, stop: CancellationToken) -> Result<()> {
                 .wait(wait)
                 .fence_mode(fence_mode)
                 .wait_mode(WaitMode::parse(&spec.mode).unwrap_or_default());
+            if let Some(permits) = spec.permits {
+                opts = opts.permits(permits);
+            }
             if spec.replicas > 0 {
                 // A grant not yet on every replica can be lost by a
                 // failover (asynchronous replication): wait for them.
@@ -330,6 +347,7 @@ async fn cycle(
         fence: fence.get(),
         holder: held.holder(),
         valid_until: em.valid_until(&held),
+        slot: held.slot(),
     });
     let watcher = {
         let (em, op, lost) = (em.clone(), op.to_string(), held.watch());
@@ -363,7 +381,9 @@ async fn work(
     held: &Held,
     hold: Duration,
 ) {
-    let (fence, token) = (held.fence(), held.token());
+    let (fence, token, slot) = (held.fence(), held.token(), held.slot());
+    // The `one-fence` control fences every permit at one pair.
+    let one_fence = slot.filter(|_| variant == Some(Variant::OneFence));
     if variant != Some(Variant::WriteOnlyCheck) {
         em.emit(Entry::Register {
             op: op.into(),
@@ -372,8 +392,10 @@ async fn work(
         });
         let outcome = if variant == Some(Variant::GeCheck) {
             controls::ge_register(resource, name, fence, token).await
+        } else if let Some(slot) = one_fence {
+            controls::one_fence_register(resource, name, slot, fence, token).await
         } else {
-            resource.register(name, fence, token).await
+            resource.register(name, slot, fence, token).await
         };
         em.emit(Entry::Registered {
             op: op.into(),
@@ -383,7 +405,7 @@ async fn work(
             return;
         }
     }
-    let Ok(read) = resource.read(name).await else {
+    let Ok(read) = resource.read(name, slot).await else {
         return;
     };
     em.emit(Entry::Read {
@@ -400,6 +422,7 @@ async fn work(
         worker: &em.p,
         read,
         value: read + 1,
+        slot,
     };
     em.emit(Entry::Write {
         op: op.into(),
@@ -410,6 +433,8 @@ async fn work(
     });
     let outcome = if variant == Some(Variant::GeCheck) {
         controls::ge_write(resource, w).await
+    } else if let Some(slot) = one_fence {
+        controls::one_fence_write(resource, slot, w).await
     } else {
         resource.write(w).await
     };

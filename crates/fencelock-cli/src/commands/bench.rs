@@ -39,11 +39,15 @@ pub(crate) struct BenchArgs {
     /// Leases held by the held scenario, comma-separated (one record each).
     #[arg(long, value_delimiter = ',', default_values_t = [1000usize], value_name = "N")]
     pub(crate) leases: Vec<usize>,
-    /// Workers of the contended scenario, each a thread with its own runtime
-    /// and connections.
-    #[arg(long, default_value_t = 8)]
-    pub(crate) workers: usize,
-    /// How long each contended worker holds the lock.
+    /// Workers of the contended and semaphore scenarios, each a thread with
+    /// its own runtime and connections [default: 8 for contended, 16 for
+    /// semaphore].
+    #[arg(long, value_name = "N")]
+    pub(crate) workers: Option<usize>,
+    /// Permits of the semaphore scenario's semaphore.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub(crate) permits: u32,
+    /// How long each contended (and semaphore) worker holds the lock.
     #[arg(long, default_value = "1ms", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) hold: Duration,
     /// Wait modes of the contended scenario, comma-separated.
@@ -95,6 +99,7 @@ Examples:
   fencelock bench --url rediss://127.0.0.1:6380 --tls-ca ca.pem --scenario uncontended,many
   fencelock bench --scenario contended --mode notify,fair --workers 32 --json
   fencelock bench --scenario contended --plot waits.svg
+  fencelock bench --scenario semaphore --permits 4 --workers 16
   fencelock --url etcd://127.0.0.1:2379 bench --duration 5s
   fencelock bench --cycles 2000 --path floor
   fencelock bench --scenario uncontended --no-pin
@@ -102,7 +107,15 @@ Examples:
 On etcd every wait mode waits in the same queue: contended is measured once
 (--mode and --plot are for Redis).
 
-Exit code 1 if two holders ever overlapped or a held lease was lost.";
+The semaphore scenario: --workers workers (16) contend for the --permits
+permits (4) of one fenced semaphore in fair mode, each holding --hold, and
+the same workers then for a mutex, in turn in every round: completions per
+second of both, their ratio (at most the permit count while the hold
+dominates a cycle), Jain's fairness index across the workers, waits, and
+the utilization per permit next to the handoff floor's bound; Redis only.
+
+Exit code 1 if two holders ever overlapped (more than the permits of the
+semaphore scenario) or a held lease was lost.";
 
 /// Benchmark scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -115,12 +128,15 @@ pub(crate) enum ScenarioArg {
     Many,
     /// One client holding many auto-renewed leases.
     Held,
+    /// Workers contending for the permits of one fenced semaphore, beside
+    /// the same workers on a mutex.
+    Semaphore,
 }
 
 /// `fencelock bench`: exit 1 if two holders overlapped or a held lease was
 /// lost.
 pub(crate) async fn exec(global: &GlobalOptions, args: &BenchArgs) -> anyhow::Result<u8> {
-    if args.workers == 0 || args.tasks == 0 || args.repeat == 0 {
+    if args.workers == Some(0) || args.tasks == 0 || args.repeat == 0 {
         return Err(exit::fail(
             exit::USAGE,
             "--workers, --tasks and --repeat must be at least 1",
@@ -173,6 +189,12 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &BenchArgs) -> anyhow::Re
                 "--plot is for Redis runs: on etcd every wait mode waits in the same queue",
             ));
         }
+        if args.scenario.contains(&ScenarioArg::Semaphore) {
+            return Err(exit::fail(
+                exit::USAGE,
+                "--scenario semaphore is measured on Redis only (fencelock's semaphores are on Redis)",
+            ));
+        }
         return run_etcd(config(global, args, crate::connect::url(global)), args).await;
     }
     let (url, private) =
@@ -210,6 +232,7 @@ fn config(global: &GlobalOptions, args: &BenchArgs, url: String) -> Config {
             ScenarioArg::Contended => Scenario::Contended,
             ScenarioArg::Many => Scenario::Many,
             ScenarioArg::Held => Scenario::Held,
+            ScenarioArg::Semaphore => Scenario::Semaphore,
         })
         .collect();
     config.duration = args.duration;
@@ -223,7 +246,9 @@ fn config(global: &GlobalOptions, args: &BenchArgs, url: String) -> Config {
                 .map_or(fencelock::FenceMode::Clock, Into::into),
         );
     config.modes = args.mode.iter().map(|&m| m.into()).collect();
-    config.workers = args.workers;
+    config.workers = args.workers.unwrap_or(config.workers);
+    config.semaphore_workers = args.workers.unwrap_or(config.semaphore_workers);
+    config.permits = args.permits;
     config.hold = args.hold;
     config.tasks = args.tasks;
     config

@@ -44,6 +44,25 @@ schedule fixed by --seed. At the end the checkers read the whole history:
   C6 fences strictly increase in grant order (clock mode: across restarts)
   C7 no lock key re-created after it ended (no zombie renewals)
 
+Semaphore (--primitive semaphore --permits N): workers take one of N
+permits of one fenced semaphore per name (LockOptions::permits) instead of
+a mutex, and each does its read-modify-write on its slot's partition of
+the resource, fenced by that slot's own (fence, holder) pair (the slot
+view, FencedHash::slot). C1-C7 are then checked per slot (each slot a lock
+and a resource of its own: C4 is one valid holder per slot), and across
+the slots of a name:
+
+  C8 never more valid holders than permits at once
+  C9 no valid permit refused (no registration or write refused as stale
+     while its permit was unexpired)
+
+On Redis only (single, sentinel, cluster, --redis URL), with the Redis
+resource, and without the revoke nemesis (a revoke deposes a mutex's
+holder); every other nemesis runs. Its negative control is
+--unsafe one-fence: every permit fenced by ONE (fence, holder) pair for all
+slots, as a mutex's resource would be (caught by C9: a live permit with a
+lower fence than another slot's is refused).
+
 Topologies (--topology, started by the tool; not with --redis/--url):
   single    one redis-server for the locks (default)
   sentinel  a primary, 2 replicas and 3 sentinels (redis+sentinel:// URL)
@@ -134,6 +153,8 @@ Examples:
   fencelock torture --check torture.jsonl
   fencelock torture --check torture.jsonl --model --json
   fencelock torture --unsafe all
+  fencelock torture --primitive semaphore --permits 3 --duration 60s
+  fencelock torture --primitive semaphore --permits 3 --unsafe one-fence
   fencelock torture --topology sentinel --duration 5m
   fencelock torture --topology cluster --nemesis failover,kill-wipe,pause-worker
   fencelock torture --topology etcd --duration 2m
@@ -247,6 +268,22 @@ pub(crate) struct TortureArgs {
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+    /// What the workers take: a mutex, or one permit of a fenced semaphore
+    /// (--permits).
+    #[arg(long, value_enum, default_value_t = PrimitiveArg::Mutex, value_name = "PRIMITIVE")]
+    pub(crate) primitive: PrimitiveArg,
+    /// The semaphore's permits, with --primitive semaphore [default: 3].
+    #[arg(long, value_name = "N")]
+    pub(crate) permits: Option<u32>,
+}
+
+/// What the workers take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PrimitiveArg {
+    /// A mutex: one holder at a time.
+    Mutex,
+    /// One of --permits permits of a fenced semaphore.
+    Semaphore,
 }
 
 /// Resources on the command line.
@@ -376,17 +413,26 @@ fn nemeses(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<NemesisKind>
         .map(Some)
 }
 
-fn variants(list: &Option<Vec<String>>) -> anyhow::Result<Vec<Option<Variant>>> {
+fn variants(list: &Option<Vec<String>>, semaphore: bool) -> anyhow::Result<Vec<Option<Variant>>> {
     let Some(list) = list else {
         return Ok(vec![None]);
     };
     if list.iter().any(|n| n == "all") {
-        return Ok(Variant::ALL.into_iter().map(Some).collect());
+        let all: &[Variant] = if semaphore {
+            &Variant::SEMAPHORE
+        } else {
+            &Variant::ALL
+        };
+        return Ok(all.iter().copied().map(Some).collect());
     }
     list.iter()
         .map(|n| {
             Variant::parse(n.trim()).map(Some).ok_or_else(|| {
-                let known: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
+                let known: Vec<&str> = Variant::ALL
+                    .iter()
+                    .chain(&Variant::SEMAPHORE)
+                    .map(|v| v.name())
+                    .collect();
                 usage(format!(
                     "--unsafe {n}: no such negative control (use {} or all)",
                     known.join(", ")
@@ -493,7 +539,16 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
         Duration::from_millis(300)
     });
     let kinds = nemeses(&args.nemesis)?;
-    let mut runs = variants(&args.unsafe_variants)?;
+    let permits = match (args.primitive, args.permits) {
+        (PrimitiveArg::Mutex, Some(_)) => {
+            return Err(usage(
+                "--permits is for --primitive semaphore (a mutex has one holder)",
+            ));
+        }
+        (PrimitiveArg::Mutex, None) => None,
+        (PrimitiveArg::Semaphore, n) => Some(n.unwrap_or(3)),
+    };
+    let mut runs = variants(&args.unsafe_variants, permits.is_some())?;
     let mut skipped = Vec::new();
     let all = args
         .unsafe_variants
@@ -540,6 +595,24 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
             k.name()
         )));
     }
+    // What the primitive cannot do, refused before any server starts (a
+    // Redis given with --redis: in the engine, which knows its shape).
+    for variant in &runs {
+        let mut probe = Config::new();
+        probe.permits = permits;
+        probe.resource = resource.clone();
+        probe.variant = *variant;
+        let shape = shape.unwrap_or(Shape {
+            name: "remote",
+            etcd: false,
+            controls_server: false,
+            replicas: 0,
+            proxyable: true,
+        });
+        if let Some(why) = probe.primitive_refusal(&shape, kinds.as_deref()) {
+            return Err(usage(why));
+        }
+    }
     let tls = tls_files(global)?;
     let seed = args.seed.unwrap_or_else(|| {
         let b = uuid::Uuid::new_v4().into_bytes();
@@ -580,6 +653,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
         config.stop_on_violation = variant.is_some();
         config.prefix = format!("{}torture:", global.prefix);
         config.replicas = args.replicas;
+        config.permits = permits;
         // The TLS options are for the deployment given; the private
         // servers the tool starts speak plain TCP.
         config.tls = if given.is_some() {

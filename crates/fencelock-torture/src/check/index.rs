@@ -150,6 +150,7 @@ impl<'a> Index<'a> {
                     fence,
                     holder,
                     valid_until,
+                    ..
                 } => {
                     by_op.insert(op.clone(), leases.len());
                     leases.push(Lease {
@@ -218,6 +219,7 @@ impl<'a> Index<'a> {
                     holder,
                     fence,
                     sent,
+                    ..
                 } => observed.entry(name.clone()).or_default().push(Obs {
                     t: ev.t,
                     sent: *sent,

@@ -8,7 +8,7 @@ use crate::history::Released;
 
 /// The intervals in which `lease` was valid by Redis's replies: from each
 /// sample's time to the validity it reported; cut at `void` (a data loss).
-fn validity(lease: &Lease, void: Option<i64>) -> Vec<(i64, i64)> {
+pub(super) fn validity(lease: &Lease, void: Option<i64>) -> Vec<(i64, i64)> {
     lease
         .samples
         .iter()
@@ -18,9 +18,9 @@ fn validity(lease: &Lease, void: Option<i64>) -> Vec<(i64, i64)> {
 }
 
 /// Why C4 excuses an overlap across a restart that lost the data.
-const C4_DATA_LOSS: &str = "a restart without persistence lost the lock server's data: mutual exclusion is not promised across it (docs/design.md §9)";
+pub(super) const C4_DATA_LOSS: &str = "a restart without persistence lost the lock server's data: mutual exclusion is not promised across it (docs/design.md §9)";
 /// Why C4 excuses an overlap that only a rolled-back renewal explains.
-const C4_RENEWAL_ROLLBACK: &str = "renewals are not waited for by the replicas (only grants are), so a failover may roll a lease back to its grant: across a failover a lease is promised only as far as its grant's own validity";
+pub(super) const C4_RENEWAL_ROLLBACK: &str = "renewals are not waited for by the replicas (only grants are), so a failover may roll a lease back to its grant: across a failover a lease is promised only as far as its grant's own validity";
 /// Why C6 excuses repeated counter fences across a restart.
 const C6_DATA_LOSS: &str = "counter fences repeat after a restart that lost the counter (clock fences do not; docs/design.md §9)";
 /// Why C6 excuses a lower fence observed after a failover.
@@ -31,7 +31,7 @@ const C6_COUNTER_ROLLBACK: &str = "counter fences repeat when a failover loses a
 const C7_ROLLBACK: &str = "a failover rolled back a release or an expiry the promoted replica had not received yet (releases are not waited for): the key is back as it was, not re-created by a renewal";
 
 /// Why C4 excuses an overlap across a failover that may have lost a grant.
-fn c4_grant_rollback(index: &Index<'_>) -> String {
+pub(super) fn c4_grant_rollback(index: &Index<'_>) -> String {
     let (wait, replicas) = index
         .history
         .header()
@@ -45,7 +45,7 @@ fn c4_grant_rollback(index: &Index<'_>) -> String {
 /// roll back what no grant waited for: from a failover on, nothing if the
 /// grants were not waited for by every replica; else every renewal sent
 /// before a failover ended counts only as far as the grant's own validity.
-fn promised(index: &Index<'_>, lease: &Lease, void: Option<i64>) -> Vec<(i64, i64)> {
+pub(super) fn promised(index: &Index<'_>, lease: &Lease, void: Option<i64>) -> Vec<(i64, i64)> {
     let windows: Vec<(i64, i64)> = index
         .rollbacks
         .iter()
@@ -83,12 +83,12 @@ fn promised(index: &Index<'_>, lease: &Lease, void: Option<i64>) -> Vec<(i64, i6
 }
 
 /// The first data loss after `from`, if any.
-fn first_loss_after(index: &Index<'_>, from: i64) -> Option<i64> {
+pub(super) fn first_loss_after(index: &Index<'_>, from: i64) -> Option<i64> {
     index.data_loss.iter().copied().filter(|&w| w >= from).min()
 }
 
 /// The earlier of two optional moments.
-fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+pub(super) fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

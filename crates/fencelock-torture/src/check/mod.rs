@@ -41,6 +41,18 @@
 //! C1–C3 (the resource, which no nemesis but `revoke`'s seal touches) are
 //! never excused.
 //!
+//! A semaphore run (`--primitive semaphore --permits N`) is checked per
+//! slot: C1–C7 as above on the history partitioned by slot (each slot a
+//! lock with a resource of its own; C4 then says one valid holder per
+//! slot), and across the slots of a name
+//!
+//! | id | rule | evidence |
+//! |---|---|---|
+//! | C8 | never more than N valid holders at once | the workers' critical sections and lease validity, as C4 computes them |
+//! | C9 | no valid permit refused: no registration or write refused as stale while its permit was unexpired | the workers' invocations and refusals |
+//!
+//! (see `semaphore`).
+//!
 //! A `revoke` ends the deposed holder's lease in the lock store: C4 counts
 //! that lease valid only until the revoke was sent (as a release ends one;
 //! nothing is excused), and C1 checks that its late writes were refused.
@@ -48,6 +60,7 @@
 mod index;
 mod lock;
 mod resource;
+mod semaphore;
 mod verdict;
 
 pub use verdict::{CheckResult, SLACK, Violation};
@@ -55,8 +68,11 @@ pub use verdict::{CheckResult, SLACK, Violation};
 use crate::history::History;
 use index::Index;
 
-/// Runs C1–C7 on `history`.
+/// Runs C1–C7 on `history` (a semaphore's: C1–C7 per slot, C8 and C9).
 pub fn check(history: &History) -> Vec<CheckResult> {
+    if let Some(permits) = history.header().and_then(|h| h.permits) {
+        return semaphore::check(history, permits);
+    }
     let index = Index::new(history);
     vec![
         resource::c1(&index),
@@ -72,6 +88,9 @@ pub fn check(history: &History) -> Vec<CheckResult> {
 /// Loss-signal latencies (signal − observable, µs; negative when the holder
 /// knew first), for the figures.
 pub(crate) fn loss_latencies(history: &History) -> Vec<i64> {
+    if history.header().is_some_and(|h| h.permits.is_some()) {
+        return semaphore::loss_latencies(history);
+    }
     lock::c5(&Index::new(history)).1
 }
 

@@ -31,6 +31,7 @@ fn replicated_header(fence_mode: &str, replicas: u32, wait: u32) -> Event {
             duration_ms: 1000,
             replicas,
             wait_replicas: wait,
+            permits: None,
         }),
     )
 }
@@ -64,6 +65,7 @@ fn cycle(w: &str, n: u32, t: i64, fence: u64, read: i64, seq: u64) -> Vec<Event>
                 fence,
                 holder: holder.clone(),
                 valid_until: valid,
+                slot: None,
             },
         ),
         ev(
@@ -74,6 +76,7 @@ fn cycle(w: &str, n: u32, t: i64, fence: u64, read: i64, seq: u64) -> Vec<Event>
                 holder: Some(holder.clone()),
                 fence: Some(fence),
                 sent: t + 1200,
+                slot: None,
             },
         ),
         ev(
@@ -128,6 +131,7 @@ fn cycle(w: &str, n: u32, t: i64, fence: u64, read: i64, seq: u64) -> Vec<Event>
                 holder: None,
                 fence: None,
                 sent: t + 6200,
+                slot: None,
             },
         ),
         ev(
@@ -143,6 +147,7 @@ fn cycle(w: &str, n: u32, t: i64, fence: u64, read: i64, seq: u64) -> Vec<Event>
                 read,
                 before: read,
                 after: read + 1,
+                slot: None,
             },
         ),
     ]
@@ -159,6 +164,7 @@ fn observed(t: i64, holder: &str, fence: u64) -> Event {
             holder: Some(holder.into()),
             fence: Some(fence),
             sent: t - 100,
+            slot: None,
         },
     )
 }
@@ -172,6 +178,7 @@ fn final_value(v: i64) -> Event {
             value: v,
             fence: None,
             holder: None,
+            slot: None,
         },
     )
 }
@@ -384,6 +391,7 @@ fn lease(w: &str, granted: i64, fence: u64, samples: &[(i64, i64)], release: i64
                 fence,
                 holder: format!("h{w}"),
                 valid_until: (granted + 300) * 1000 - 500,
+                slot: None,
             },
         ),
     ];
@@ -621,6 +629,7 @@ fn a_revoke_whose_seal_refused_the_deposed_write_passes() {
             read: 0,
             before: 0,
             after: 0,
+            slot: None,
         },
     ));
     let results = check(&History::new(e));
@@ -700,9 +709,135 @@ fn c2_a_write_with_the_sealed_fence_after_the_seal() {
             read: 1,
             before: 1,
             after: 1,
+            slot: None,
         },
     ));
     e.extend(cycle("w1", 1, 20, 200, 1, 3));
     e.push(final_value(2));
     assert_eq!(violations(e), vec![("C2", 1)]);
+}
+
+/// A semaphore run's header: `permits` permits.
+fn semaphore_header(permits: u32) -> Event {
+    let mut h = header("clock");
+    if let Entry::Header(header) = &mut h.e {
+        header.permits = Some(permits);
+    }
+    h
+}
+
+/// `events` (one cycle) as a permit of `slot`: its grant, observations and
+/// audit entry carry the slot.
+fn in_slot(mut events: Vec<Event>, slot: u32) -> Vec<Event> {
+    for e in &mut events {
+        match &mut e.e {
+            Entry::Granted { slot: s, .. }
+            | Entry::Observed { slot: s, .. }
+            | Entry::Audit { slot: s, .. } => *s = Some(slot),
+            _ => {}
+        }
+    }
+    events
+}
+
+fn slot_final(slot: u32, v: i64) -> Event {
+    let mut f = final_value(v);
+    if let Entry::Final { slot: s, .. } = &mut f.e {
+        *s = Some(slot);
+    }
+    f
+}
+
+#[test]
+fn a_clean_semaphore_history_passes_per_slot_and_across_slots() {
+    // Two permits held at once (10..15 ms and 12..17 ms), one per slot,
+    // fences interleaving from one counter.
+    let mut e = vec![semaphore_header(2)];
+    e.extend(in_slot(cycle("w0", 1, 10, 100, 0, 1), 0));
+    e.extend(in_slot(cycle("w1", 1, 12, 200, 0, 2), 1));
+    e.extend(in_slot(cycle("w2", 1, 20, 300, 1, 3), 0));
+    e.push(slot_final(0, 2));
+    e.push(slot_final(1, 1));
+    let results = check(&History::new(e));
+    assert!(results.iter().all(|c| c.passed()), "{results:#?}");
+    let ids: Vec<&str> = results.iter().map(|c| c.id).collect();
+    assert_eq!(
+        ids,
+        ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9"],
+        "{results:#?}"
+    );
+    assert!(
+        results.iter().all(|c| c.checked > 0 || c.id == "C5"),
+        "{results:#?}"
+    );
+    assert!(results[3].rule.starts_with("per slot"), "{results:#?}");
+}
+
+#[test]
+fn c8_more_valid_holders_than_permits() {
+    // Three holders of a two-permit semaphore valid at once (a grant past
+    // the permit count: slots 0, 1 and 2), each alone in its slot.
+    let mut e = vec![semaphore_header(2)];
+    e.extend(in_slot(cycle("w0", 1, 10, 100, 0, 1), 0));
+    e.extend(in_slot(cycle("w1", 1, 11, 200, 0, 2), 1));
+    e.extend(in_slot(cycle("w2", 1, 12, 300, 0, 3), 2));
+    e.push(slot_final(0, 1));
+    e.push(slot_final(1, 1));
+    e.push(slot_final(2, 1));
+    let results = check(&History::new(e));
+    let found: Vec<(&str, u64)> = results
+        .iter()
+        .filter(|c| c.violations > 0)
+        .map(|c| (c.id, c.violations))
+        .collect();
+    assert_eq!(found, vec![("C8", 1)], "{results:#?}");
+    let c8 = results.iter().find(|c| c.id == "C8").expect("C8");
+    let first = c8.first.as_ref().expect("the violation");
+    assert!(
+        first.message.contains("3 holders") && first.message.contains("2 permit"),
+        "{first:?}"
+    );
+    assert_eq!(first.at, 12_000 + 1000, "{first:?}");
+}
+
+#[test]
+fn c8_excuses_a_restart_that_lost_the_data() {
+    let mut e = vec![semaphore_header(1)];
+    e.extend(in_slot(cycle("w0", 1, 10, 100, 0, 1), 0));
+    e.push(ev(
+        11_500,
+        "nemesis",
+        Entry::NemesisStart {
+            kind: "kill-wipe".into(),
+            target: None,
+            detail: String::new(),
+            data_loss: true,
+            rollback: false,
+        },
+    ));
+    e.extend(in_slot(cycle("w1", 1, 12, 200, 1, 2), 0));
+    e.push(slot_final(0, 2));
+    let results = check(&History::new(e));
+    let c8 = results.iter().find(|c| c.id == "C8").expect("C8");
+    assert_eq!((c8.violations, c8.excused), (0, 1), "{c8:?}");
+}
+
+#[test]
+fn c9_a_live_permit_refused() {
+    // w1's permit (slot 1, fence 100) is valid until 312 ms, but its write
+    // at 15 ms is refused: w0 (slot 0) wrote fence 200 to the same pair.
+    let mut e = vec![semaphore_header(2)];
+    e.extend(in_slot(cycle("w0", 1, 10, 200, 0, 1), 0));
+    let mut second = in_slot(cycle("w1", 1, 12, 100, 0, 2), 1);
+    second.retain(|x| !matches!(x.e, Entry::Audit { .. }));
+    for x in &mut second {
+        if let Entry::Written { outcome, .. } = &mut x.e {
+            *outcome = Outcome::Stale;
+        }
+    }
+    e.extend(second);
+    e.push(slot_final(0, 1));
+    e.push(slot_final(1, 0));
+    let found = violations(e);
+    assert_eq!(found, vec![("C9", 1)], "{found:?}");
 }

@@ -17,6 +17,7 @@
 //! | `ge-check` | the resource accepts `fence >= stored` without the holder (`ge_write.lua`, or the same in SQL) |
 //! | `write-only-check` | no registration before the read (the worker skips it) |
 //! | `revoke-without-seal` | the `revoke` nemesis revokes with no resource to seal (the coordinator, in `run`; nothing here) |
+//! | `one-fence` | a semaphore's permits register and write under ONE (fence, holder) pair for all slots, each writing its own slot's value (`one_fence.lua`) |
 
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -42,6 +43,8 @@ static RECREATING_EXTEND: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("recreating_extend.lua")));
 static GE_WRITE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("ge_write.lua")));
+static ONE_FENCE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("one_fence.lua")));
 
 /// The same drift margin as fencelock's: 1 % of the ttl plus 2 ms.
 fn drift(ttl: Duration) -> Duration {
@@ -479,4 +482,51 @@ async fn pg_ge(
     } else {
         Outcome::Stale
     })
+}
+
+/// NEGATIVE CONTROL `one-fence`: a permit's registration at the one
+/// (fence, holder) pair of all slots.
+pub(crate) async fn one_fence_register(
+    res: &Resource,
+    name: &str,
+    slot: u32,
+    fence: Fence,
+    token: &str,
+) -> Outcome {
+    one_fence(res, name, slot, fence, token, None).await
+}
+
+/// NEGATIVE CONTROL `one-fence`: a permit's audited write of its slot's
+/// value, fenced by the one (fence, holder) pair of all slots.
+pub(crate) async fn one_fence_write(res: &Resource, slot: u32, w: Write<'_>) -> Outcome {
+    one_fence(res, w.name, slot, w.fence, w.token, Some(w)).await
+}
+
+async fn one_fence(
+    res: &Resource,
+    name: &str,
+    slot: u32,
+    fence: Fence,
+    token: &str,
+    write: Option<Write<'_>>,
+) -> Outcome {
+    let Some((conn, prefix)) = res.redis() else {
+        return Outcome::Unknown;
+    };
+    let mut call = ONE_FENCE.key(ResourceSpec::hash_key(prefix, name));
+    call.key(ResourceSpec::audit_key(prefix, name))
+        .arg(fence.get().to_string())
+        .arg(token);
+    match &write {
+        Some(w) => call.arg(w.op).arg(w.worker).arg(w.read).arg(w.value),
+        None => call.arg("").arg("").arg(0).arg(""),
+    };
+    call.arg(crate::resource::KEY_TTL.as_millis().to_string())
+        .arg(slot);
+    let reply: redis::RedisResult<(i64, redis::Value)> = call.invoke_async(&mut conn.clone()).await;
+    match reply {
+        Ok((1, _)) => Outcome::Accepted,
+        Ok(_) => Outcome::Stale,
+        Err(_) => Outcome::Unknown,
+    }
 }

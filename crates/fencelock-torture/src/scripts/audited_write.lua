@@ -17,18 +17,27 @@
 --         iff nothing is stored or the stored fence is at most it (an
 --         equal fence from any holder included), keeping the value; the
 --         audit entry has the holder 'revoked' and read = before = after.
+-- ARGV[9] a semaphore slot ('' or absent: none): the write then uses that
+--         slot's fields value:SLOT, fence:SLOT and holder:SLOT, exactly as
+--         fencelock's slot view (FencedHash::slot) does, and its audit entry
+--         carries the slot.
 --
 -- Returns {1, seq} when accepted, {0, stored_fence} when refused as stale;
 -- a seal returns {1, seq, nil} or {0, stored_fence, stored_holder}.
 local fence = ARGV[1]
 local seal = ARGV[8] == 'seal'
+local slot = ARGV[9]
+if slot == '' then slot = nil end
+local sfx = ''
+if slot then sfx = ':' .. slot end
+local F, H, V = 'fence' .. sfx, 'holder' .. sfx, 'value' .. sfx
 local holder
 if seal then
   holder = 'revoked'
 else
   holder = string.sub(redis.sha1hex(ARGV[2]), 1, 16)
 end
-local cur = redis.call('HMGET', KEYS[1], 'fence', 'holder', 'value')
+local cur = redis.call('HMGET', KEYS[1], F, H, V)
 local stored, stored_holder = cur[1], cur[2]
 local ok
 if not stored then
@@ -50,10 +59,11 @@ end
 local before = cur[3] or '0'
 local after = ARGV[6]
 if seal then after = before end
-redis.call('HSET', KEYS[1], 'fence', fence, 'holder', holder, 'value', after)
+redis.call('HSET', KEYS[1], F, fence, H, holder, V, after)
 local seq = redis.call('RPUSH', KEYS[2], cjson.encode({
   op = ARGV[3], worker = ARGV[4], fence = fence, holder = holder,
-  read = seal and before or ARGV[5], before = before, after = after}))
+  read = seal and before or ARGV[5], before = before, after = after,
+  slot = slot}))
 for _, key in ipairs(KEYS) do
   if redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, ARGV[7]) end
 end
