@@ -33,7 +33,7 @@
 //! | `inspect` | [`LockState`], what `inspect` tells |
 //! | `revoke` | [`Revocation`], what a revoke did in the store, and the holder it [`Deposed`] |
 //! | `redis` | the recipe on Redis: `redis/acquire.rs` (attempts, the wait loop, hand-overs), `redis/wakeups.rs` (the waiters' wake-ups), `redis/mod.rs` (renew, release, inspect) |
-//! | `etcd` | the recipe on etcd (feature `etcd`): `etcd/acquire.rs` (the lease, the grant, the wait for the predecessor), `etcd/mod.rs` (renew, release, inspect) |
+//! | `etcd` | the recipe on etcd (feature `etcd`): `etcd/acquire.rs` (the lease, the grant, the wait for the predecessor), `etcd/semaphore.rs` (a permit: its slot, the queue across permits), `etcd/mod.rs` (renew, release, inspect) |
 
 pub(crate) mod backoff;
 pub(crate) mod cleanup;
@@ -205,10 +205,6 @@ impl Engine {
         match self {
             Engine::Redis(r) => r.try_acquire(name, keys, opts).await,
             #[cfg(feature = "etcd")]
-            Engine::Etcd(_) if opts.permits.is_some() => Err(Error::InvalidOption(
-                "semaphores (permits) are not available on etcd yet".into(),
-            )),
-            #[cfg(feature = "etcd")]
             Engine::Etcd(e) => e.acquire(name, keys, opts, false).await,
         }
     }
@@ -225,10 +221,6 @@ impl Engine {
     ) -> Result<Acquired> {
         match self {
             Engine::Redis(r) => r.acquire(name, keys, opts, waiting).await,
-            #[cfg(feature = "etcd")]
-            Engine::Etcd(_) if opts.permits.is_some() => Err(Error::InvalidOption(
-                "semaphores (permits) are not available on etcd yet".into(),
-            )),
             #[cfg(feature = "etcd")]
             Engine::Etcd(e) => e.acquire(name, keys, opts, true).await,
         }
@@ -318,7 +310,7 @@ impl Engine {
         match self {
             Engine::Redis(r) => in_span!(span, r.revoke(keys, opts)),
             #[cfg(feature = "etcd")]
-            Engine::Etcd(e) => in_span!(span, e.revoke(keys, opts)),
+            Engine::Etcd(e) => in_span!(span, e.revoke(name, keys, opts)),
         }
     }
 

@@ -1,7 +1,10 @@
 //! Taking a lock on etcd: a key of its own on the client's session, the
 //! grant transaction, and the wait for the predecessor (see `engine::etcd`
 //! for the recipe). The result is an [`Acquired`] as on Redis: the same
-//! lease layer, keeper task, loss signal, metrics and release follow.
+//! lease layer, keeper task, loss signal, metrics and release follow. The
+//! loop around an attempt (the wait's deadline, giving up, retrying) and
+//! what an attempt leaves to delete ([`OwnKey`]) are shared with the
+//! semaphore's attempt (`semaphore.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,12 +21,12 @@ use crate::holder::new_token;
 use crate::keys::LockKeys;
 use crate::options::{ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, LockOptions};
 use crate::store::etcd::{
-    EtcdConn, Found, Look, attach, holder_key, look, queue_txn, try_or_queue_txn, try_txn,
-    watch_deletion,
+    EtcdConn, Found, Look, attach, give_back, holder_key, look, queue_txn, try_or_queue_txn,
+    try_txn, watch_deletion,
 };
 
 /// Pause before sending a failed grant transaction again.
-const TXN_RETRY: Duration = Duration::from_millis(20);
+pub(super) const TXN_RETRY: Duration = Duration::from_millis(20);
 
 /// How long an acquisition that gives up (its wait ran out) waits for the
 /// deletion of its key before it returns: etcd unreachable for longer, the
@@ -56,10 +59,19 @@ pub(crate) fn fence_of(revision: i64, opts: &LockOptions) -> Result<Fence> {
 /// the client's session, shared with other acquisitions, so the key is
 /// deleted, not its lease revoked: the queue keeps no key of a waiter that
 /// is gone.
-struct OwnKey {
+///
+/// A semaphore's attempt may also have taken slots (`claims`): a slot's
+/// key is shared by its holders in turn, so it is deleted only if it still
+/// holds the attempt's own holder id ([`give_back`]). Every slot a take was
+/// sent for is kept: a send whose reply was lost may be applied late, after
+/// a resend was refused and the attempt moved on to another slot.
+pub(super) struct OwnKey {
     conn: EtcdConn,
     cleanups: Cleanups,
     key: Option<(String, Arc<Session>)>,
+    /// The slot keys the attempt may have created, each with the holder id
+    /// it would hold and the session it would live on.
+    claims: Vec<(String, String, Arc<Session>)>,
 }
 
 impl OwnKey {
@@ -68,31 +80,60 @@ impl OwnKey {
             conn: conn.clone(),
             cleanups: cleanups.clone(),
             key: None,
+            claims: Vec::new(),
         }
     }
 
     /// The attempt may create `key` on `session` now.
-    fn set(&mut self, key: &str, session: &Arc<Session>) {
+    pub(super) fn set(&mut self, key: &str, session: &Arc<Session>) {
         self.key = Some((key.to_owned(), session.clone()));
+    }
+
+    /// The attempt may take the slot key `key` for `holder` on `session`
+    /// now.
+    pub(super) fn claim(&mut self, key: &str, holder: &str, session: &Arc<Session>) {
+        if !self.claims.iter().any(|(k, _, _)| k == key) {
+            self.claims
+                .push((key.to_owned(), holder.to_owned(), session.clone()));
+        }
     }
 
     /// Nothing of the attempt is left (a refusal: a key an earlier send
     /// created would be found first, so a resend is refused only once that
     /// key is gone), or its key is the holder's now.
-    fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.key = None;
+        self.claims.clear();
     }
 
-    /// Deletes the key now and waits (at most [`GIVE_UP_WAIT`], then the
-    /// deletion goes on in the background).
-    async fn remove_now(&mut self) {
-        let Some((key, session)) = self.key.take() else {
+    /// What is left to delete, as a task; `None` if nothing.
+    fn removal(
+        &mut self,
+    ) -> Option<impl std::future::Future<Output = ()> + std::marker::Send + 'static> {
+        let (key, claims) = (self.key.take(), std::mem::take(&mut self.claims));
+        if key.is_none() && claims.is_empty() {
+            return None;
+        }
+        let conn = self.conn.clone();
+        Some(async move {
+            if let Some((key, session)) = key {
+                remove_key(&conn, &key, &session).await;
+            }
+            for (key, holder, session) in claims {
+                give_back_slot(&conn, &key, &holder, &session).await;
+            }
+        })
+    }
+
+    /// Deletes what is left now and waits (at most [`GIVE_UP_WAIT`], then
+    /// the deletion goes on in the background).
+    pub(super) async fn remove_now(&mut self) {
+        let Some(removal) = self.removal() else {
             return;
         };
-        let conn = self.conn.clone();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         self.cleanups.spawn(async move {
-            remove_key(&conn, &key, &session).await;
+            removal.await;
             let _ = done_tx.send(());
         });
         let _ = tokio::time::timeout(GIVE_UP_WAIT, done_rx).await;
@@ -101,12 +142,23 @@ impl OwnKey {
 
 impl Drop for OwnKey {
     fn drop(&mut self) {
-        let Some((key, session)) = self.key.take() else {
-            return;
-        };
-        let conn = self.conn.clone();
-        self.cleanups
-            .spawn(async move { remove_key(&conn, &key, &session).await });
+        if let Some(removal) = self.removal() {
+            self.cleanups.spawn(removal);
+        }
+    }
+}
+
+/// Deletes slot key `key` if `holder` still holds it, again while that
+/// fails transiently and `session` may be alive (as [`remove_key`]).
+async fn give_back_slot(conn: &EtcdConn, key: &str, holder: &str, session: &Session) {
+    loop {
+        match give_back(conn, key, holder).await {
+            Err(e) if e.is_retryable() && session.may_be_alive(Instant::now()) => {
+                tracing::debug!(key, error = %e, "giving back an abandoned slot failed; retrying");
+                tokio::time::sleep(REMOVE_RETRY).await;
+            }
+            _ => return,
+        }
     }
 }
 
@@ -157,10 +209,28 @@ pub(crate) async fn acquire(
         // Outlives the attempt: a timed-out attempt is dropped, and its key
         // is then deleted here, before the timeout is returned.
         let mut own = OwnKey::new(conn, cleanups);
-        let attempt = Box::pin(attempt(conn, sessions, name, keys, opts, wait, &mut own));
+        // A trait object: the two attempts' state machines are large, and
+        // naming their types here would nest them into every caller's.
+        let pending: Pending<'_> = match opts.permits {
+            Some(permits) => {
+                let own = &mut own;
+                Box::pin(async move {
+                    let to = Attempt {
+                        conn,
+                        sessions,
+                        name,
+                        keys,
+                        opts,
+                        wait,
+                    };
+                    super::semaphore::attempt(&to, permits, own).await
+                })
+            }
+            None => Box::pin(attempt(conn, sessions, name, keys, opts, wait, &mut own)),
+        };
         let outcome = match give_up {
-            Some(at) if wait => tokio::time::timeout_at(at, attempt).await,
-            _ => Ok(attempt.await),
+            Some(at) if wait => tokio::time::timeout_at(at, pending).await,
+            _ => Ok(pending.await),
         };
         // The attempt is dropped by now.
         let Ok(outcome) = outcome else {
@@ -188,6 +258,22 @@ pub(crate) async fn acquire(
             }
         }
     }
+}
+
+/// One attempt under way, of either kind.
+type Pending<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Option<Acquired>>> + std::marker::Send + 'a>,
+>;
+
+/// What one attempt is for (the semaphore's attempt takes it whole).
+pub(super) struct Attempt<'a> {
+    pub(super) conn: &'a EtcdConn,
+    pub(super) sessions: &'a Sessions,
+    pub(super) name: &'a str,
+    pub(super) keys: &'a LockKeys,
+    pub(super) opts: &'a LockOptions,
+    /// Whether to wait (else: once).
+    pub(super) wait: bool,
 }
 
 /// Which grant transaction an attempt sends.
@@ -300,6 +386,17 @@ async fn attempt(
                 remaining: None,
             });
         }
+        Found::OtherKind => {
+            // Nothing was created by this send, and a key an earlier one
+            // created would have kept the semaphore out; deleted anyway,
+            // by its name (it is this attempt's alone).
+            own.remove_now().await;
+            return Err(Error::KindConflict {
+                name: name.to_owned(),
+                held: "semaphore",
+                asked: "mutex",
+            });
+        }
         Found::LeaseGone => {
             // This send wrote nothing, but an earlier one whose reply was
             // lost may have created the key on the holder's session, which
@@ -393,14 +490,14 @@ async fn move_to_session(
 
 /// The sessions a waiter keeps alive: the holder's (its lock will live on
 /// it) and, if any, the waiter session its key is on.
-struct WaitSessions<'a> {
-    holder: &'a Session,
-    waiter: Option<&'a Session>,
+pub(super) struct WaitSessions<'a> {
+    pub(super) holder: &'a Session,
+    pub(super) waiter: Option<&'a Session>,
 }
 
 impl WaitSessions<'_> {
     /// How often to keep them alive: a third of the shorter one.
-    fn every(&self) -> Duration {
+    pub(super) fn every(&self) -> Duration {
         let shortest = self.waiter.map_or(self.holder.length(), |w| {
             w.length().min(self.holder.length())
         });
@@ -408,14 +505,14 @@ impl WaitSessions<'_> {
     }
 
     /// When the first of them may expire.
-    fn valid_until(&self) -> Instant {
+    pub(super) fn valid_until(&self) -> Instant {
         self.waiter.map_or(self.holder.valid_until(), |w| {
             w.valid_until().min(self.holder.valid_until())
         })
     }
 
     /// One keep-alive of each, sent together: `Ok(false)` if one is gone.
-    async fn keep_alive(&self, conn: &EtcdConn) -> Result<bool> {
+    pub(super) async fn keep_alive(&self, conn: &EtcdConn) -> Result<bool> {
         let (holder, waiter) = tokio::join!(self.holder.keep_alive(conn), async {
             match self.waiter {
                 Some(w) => w.keep_alive(conn).await,

@@ -83,13 +83,50 @@
 //!   revision; a release that fails is sent again in the background while
 //!   the session may live. The session stays for the client's next lock.
 //!
+//! # Semaphores
+//!
+//! A grant of [`crate::LockOptions::permits`] takes one of N slots, with
+//! the same sessions, renewal, loss signal and release as the mutex
+//! (`semaphore.rs`; the transactions are `store/etcd/semaphore.rs`):
+//!
+//! - **A key per slot**, `NAMESPACE PREFIX NAME/sem/N/slot/S`, on the
+//!   holder's session, its value the holder id; **the fence is its create
+//!   revision** in the fence epoch. Revisions grow cluster-wide, so fences
+//!   grow in grant order across all slots of the name, and the next holder
+//!   of a slot always has a higher fence than the last.
+//! - **The grant is one transaction** that creates the chosen slot's key if
+//!   it does not exist (so never two holders in a slot, never more than N)
+//!   and the name has no key outside `sem/N/` (no mutex: `KindConflict`; no
+//!   other count: `PermitsConflict`; the count is part of every key, so
+//!   nothing holds it when the last holder is gone). On failure it reads
+//!   the name, and the next decision is made from that read. A retried
+//!   grant finds its slot by its holder id, which is the attempt's own.
+//! - **Waiting is first come, first served across all permits**, in every
+//!   wait mode: a waiter has a key `NAME/sem/N/wait/LEASE/ACQ` (on the
+//!   waiter session, as a mutex's waiter), ordered by create revision, and
+//!   a slot is taken only when fewer waiters older than the taker exist
+//!   than free slots (a newcomer counts every waiter); the transaction's
+//!   compares keep that rule at commit time. Waiters watch every deletion
+//!   under `sem/N/` and read again after each; no polling.
+//! - **Renewal, loss, release** are the mutex's: a keep-alive of the
+//!   session and a read of the slot key's create revision; a release, and
+//!   the background clean-up of a lease whose deadline passed, delete the
+//!   key only if it still has the holder's create revision; an abandoned
+//!   attempt gives back a slot it may have taken by comparing the holder
+//!   id.
+//! - **A mutex never meets a semaphore**: the mutex's grant transactions
+//!   compare that the name has no `sem/` key (see `store/etcd/grant.rs`);
+//!   a revoke (a mutex's) of a semaphore's name is refused.
+//!
 //! | file | concern |
 //! |---|---|
 //! | `session.rs` | the client's sessions: granting, sharing and keeping them alive |
 //! | `acquire.rs` | the key of an acquisition, the grant, the wait for the predecessor, giving up |
+//! | `semaphore.rs` | a semaphore's permit: the slot to take, the queue across permits, the wait for a deletion |
 //! | `mod.rs` | a held lease's renewal and release, `inspect`, `top`'s names, the waiters |
 
 mod acquire;
+mod semaphore;
 mod session;
 
 use std::collections::HashMap;
@@ -101,14 +138,14 @@ pub(crate) use session::Session;
 
 use super::cleanup::Cleanups;
 use super::grant::{Acquired, EtcdHold, Granted};
-use super::inspect::LockState;
+use super::inspect::{LockState, PermitHolder};
 use super::revoke::{Deposed, Revocation};
 use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, LockKeys};
 use crate::options::{ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, LockOptions};
 use crate::store::Checked;
-use crate::store::etcd::{EtcdConn, HeldKey, depose, lock_prefix, validate_name};
+use crate::store::etcd::{EtcdConn, Held, HeldKey, depose, lock_prefix, validate_name};
 
 /// The etcd side of one client: its connection and its sessions.
 #[derive(Debug)]
@@ -137,13 +174,21 @@ impl EtcdEngine {
     /// now would queue behind the waiters, and its fence would lie above
     /// theirs, so sealing at it would refuse the waiters too. Nothing
     /// holds a fence between the deposed holder's and the next one's.
-    pub(crate) async fn revoke(&self, keys: &LockKeys, opts: &LockOptions) -> Result<Revocation> {
+    ///
+    /// A revoke takes a mutex away: a name held as a semaphore is refused
+    /// ([`Error::KindConflict`]), and nothing is deleted.
+    pub(crate) async fn revoke(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        opts: &LockOptions,
+    ) -> Result<Revocation> {
         if opts.replication.is_some() {
             return Err(Error::InvalidOption(
                 "waiting for replicas is for Redis: etcd commits every revoke to a majority of its members before it answers".into(),
             ));
         }
-        let deposal = Box::pin(depose(&self.conn, keys.lock())).await?;
+        let deposal = Box::pin(depose(&self.conn, name, keys.lock())).await?;
         let sealed_at = deposal.next.map_or(deposal.revision, |next| next - 1);
         let deposed = match deposal.holder {
             Some((holder, created)) => Some(Deposed {
@@ -324,22 +369,40 @@ impl EtcdEngine {
     /// value is the holder id), the fence its create revision in the epoch
     /// of `defaults`, `remaining` its lease's time to live (whole seconds);
     /// `last_fence` of a free lock is `None`, etcd keeps no fence per name.
+    /// A semaphore shows the holder of each slot the same way (its
+    /// `last_fence` is `None` too).
     pub(crate) async fn inspect(
         &self,
         keys: &LockKeys,
         defaults: &LockOptions,
     ) -> Result<LockState> {
-        let Some(holder) = self.conn.holder(keys.lock()).await? else {
-            return Ok(LockState::Free { last_fence: None });
+        let fence_of = |revision: i64| {
+            u64::try_from(revision)
+                .ok()
+                .filter(|r| *r < FENCE_EPOCH_SIZE)
+                .map(|r| Fence::new(defaults.fence_base(ETCD_DEFAULT_FENCE_EPOCH) + r))
         };
-        let fence = u64::try_from(holder.revision)
-            .ok()
-            .filter(|r| *r < FENCE_EPOCH_SIZE)
-            .map(|r| Fence::new(defaults.fence_base(ETCD_DEFAULT_FENCE_EPOCH) + r));
-        Ok(LockState::Held {
-            holder: holder.id.unwrap_or_else(|| "unknown".to_owned()),
-            fence,
-            remaining: Some(holder.remaining),
+        let unknown = || "unknown".to_owned();
+        Ok(match self.conn.holder(keys.lock()).await? {
+            None => LockState::Free { last_fence: None },
+            Some(Held::Mutex(holder)) => LockState::Held {
+                holder: holder.id.unwrap_or_else(unknown),
+                fence: fence_of(holder.revision),
+                remaining: Some(holder.remaining),
+            },
+            Some(Held::Semaphore { permits, slots }) => LockState::Semaphore {
+                permits,
+                holders: slots
+                    .into_iter()
+                    .map(|s| PermitHolder {
+                        slot: s.slot,
+                        holder: s.holder.unwrap_or_else(unknown),
+                        fence: fence_of(s.revision),
+                        remaining: s.remaining,
+                    })
+                    .collect(),
+                last_fence: None,
+            },
         })
     }
 

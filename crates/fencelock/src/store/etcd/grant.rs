@@ -6,6 +6,24 @@
 //! transaction finds the key it created: one key per acquisition, however
 //! often it is sent. `attach` moves a waiter's key from its short waiter lease to
 //! the holder's lease once it is first.
+//!
+//! **A mutex never meets a semaphore on one name.** A semaphore's keys live
+//! under the name's `sem/` (`keys.rs`); a transaction that creates a
+//! mutex's key makes sure none is there, at the lowest cost found for each:
+//!
+//! - `try_txn` already compares that the name has no key at all, and on a
+//!   refusal reads the first key: a semaphore's key there is the conflict,
+//!   told at no cost (the two kinds never coexist, so when a semaphore
+//!   holds the name, its keys are the only ones);
+//! - `queue_txn` adds one compare, "no key under `sem/`": a range lookup in
+//!   etcd's in-memory index that finds nothing in the common case, inside
+//!   the transaction it sends anyway (no round trip, no Raft entry more).
+//!   A marker key set by the semaphore would make the compare a single-key
+//!   one, but it would need its own lifetime (whose lease? deleted by
+//!   whom when its holders die?); the range has none: it is empty exactly
+//!   when no semaphore key is left;
+//! - `try_or_queue_txn` puts the same compare on its queueing branch, as a
+//!   nested transaction (the free-lock branch compares "no key at all").
 
 use std::time::Duration;
 
@@ -16,6 +34,7 @@ use etcd_client::{
 
 use super::conn::EtcdConn;
 use super::errors::is_lease_gone;
+use super::keys::{KeyKind, SEMAPHORE_PART, key_kind};
 use crate::error::{Error, Result};
 
 /// The lease seconds for `ttl`: whole seconds, rounded up (at least 1).
@@ -38,6 +57,10 @@ pub(crate) enum Found {
     },
     /// Someone holds or waits (try once): the caller created nothing.
     Refused,
+    /// The name is held (or waited for) as a semaphore: the caller created
+    /// nothing (a key an earlier send created would have kept the
+    /// semaphore out).
+    OtherKind,
     /// The lease the key was to live on is gone (expired or revoked): this
     /// transaction wrote nothing. An earlier send of it whose reply was
     /// lost may have created the key, on a lease that lives
@@ -57,6 +80,17 @@ pub(super) fn first_by_create(prefix: &str) -> TxnOp {
                 .with_keys_only(),
         ),
     )
+}
+
+/// Whether `key` (the first key by create revision under `prefix`) is a
+/// semaphore's.
+fn is_semaphore_key(prefix: &str, key: &[u8]) -> bool {
+    !matches!(key_kind(prefix, key), None | Some(KeyKind::Mutex))
+}
+
+/// No semaphore key under the name (`prefix` + `sem/`).
+fn no_semaphore(prefix: &str) -> Compare {
+    Compare::create_revision(format!("{prefix}{SEMAPHORE_PART}"), CompareOp::Equal, 0).with_prefix()
 }
 
 fn put_own(key: &str, holder: &str, lease: i64) -> TxnOp {
@@ -87,6 +121,7 @@ pub(crate) async fn try_txn(
     let responses = reply.op_responses();
     match first_kv(responses.first()) {
         Some(owner) if owner.key() == key.as_bytes() => Ok(Found::First(owner.create_revision())),
+        Some(owner) if is_semaphore_key(prefix, owner.key()) => Ok(Found::OtherKind),
         _ => Ok(Found::Refused),
     }
 }
@@ -102,7 +137,10 @@ pub(crate) async fn queue_txn(
     lease: i64,
 ) -> Result<Found> {
     let txn = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .when([
+            Compare::create_revision(key, CompareOp::Equal, 0),
+            no_semaphore(prefix),
+        ])
         .and_then([
             put_own(key, holder, lease),
             first_by_create(prefix),
@@ -137,9 +175,8 @@ pub(crate) async fn queue_txn(
         });
     }
     let Some(own) = first_kv(responses.first()) else {
-        return Err(Error::UnexpectedReply(
-            "etcd grant: the key the transaction found is gone".into(),
-        ));
+        // Our key is not there, so it is the other compare that failed.
+        return Ok(Found::OtherKind);
     };
     let revision = own.create_revision();
     match first_kv(responses.get(1)) {
@@ -165,15 +202,19 @@ pub(crate) async fn try_or_queue_txn(
     lease: i64,
     waiter: i64,
 ) -> Result<(Found, bool)> {
+    // Queueing, unless a semaphore holds the name (a key of ours an earlier
+    // send created would have kept the semaphore out, so the nested
+    // compare fails only when nothing of ours is there).
+    let queue = Txn::new().when([no_semaphore(prefix)]).and_then([
+        put_own(key, holder, waiter),
+        TxnOp::get(key, None),
+        first_by_create(prefix),
+        last_two(prefix),
+    ]);
     let txn = Txn::new()
         .when([Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix()])
         .and_then([put_own(key, holder, lease)])
-        .or_else([
-            put_own(key, holder, waiter),
-            TxnOp::get(key, None),
-            first_by_create(prefix),
-            last_two(prefix),
-        ]);
+        .or_else([TxnOp::txn(queue)]);
     let reply = match conn.txn(txn).await {
         Ok(reply) => reply,
         Err(e) if is_lease_gone(&e) => return Ok((Found::LeaseGone, false)),
@@ -182,7 +223,18 @@ pub(crate) async fn try_or_queue_txn(
     if reply.succeeded() {
         return Ok((Found::First(header_revision(reply.header())?), false));
     }
-    let responses = reply.op_responses();
+    let queued = match reply.op_responses().into_iter().next() {
+        Some(TxnOpResponse::Txn(queued)) => queued,
+        _ => {
+            return Err(Error::UnexpectedReply(
+                "etcd grant: the queueing branch did not answer".into(),
+            ));
+        }
+    };
+    if !queued.succeeded() {
+        return Ok((Found::OtherKind, false));
+    }
+    let responses = queued.op_responses();
     let Some(own) = first_kv(responses.get(1)) else {
         return Err(Error::UnexpectedReply(
             "etcd grant: the key the transaction wrote is gone".into(),
@@ -281,7 +333,7 @@ pub(crate) async fn grant_txn_for_tests(
     let key = super::keys::holder_key(prefix, lease, 1);
     let revision = match queue_txn(conn, prefix, &key, "test", lease).await? {
         Found::First(r) | Found::Queued { revision: r, .. } => r,
-        Found::Refused | Found::LeaseGone => 0,
+        Found::Refused | Found::OtherKind | Found::LeaseGone => 0,
     };
     let count = conn
         .get(

@@ -3,11 +3,14 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+};
 
 use super::conn::EtcdConn;
 use super::errors::is_lease_gone;
-use super::keys::{glob_match, parse_key};
+use super::keys::{KeyKind, glob_match, key_kind, name_of_key};
+use super::semaphore::PermitShown;
 use crate::error::{LossReason, Result};
 use crate::store::Checked;
 
@@ -18,6 +21,19 @@ pub(crate) struct HeldKey<'a> {
     pub(crate) key: &'a str,
     pub(crate) lease: i64,
     pub(crate) revision: i64,
+}
+
+/// Who holds a name, as its keys show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// A mutex's holder.
+    Mutex(Holder),
+    /// A semaphore of `permits`, and the holder of each held slot, by slot
+    /// (empty while only waiters are left, for a moment).
+    Semaphore {
+        permits: u32,
+        slots: Vec<PermitShown>,
+    },
 }
 
 /// Who holds a lock, as its keys show it.
@@ -115,13 +131,14 @@ impl EtcdConn {
     }
 
     /// Who holds the lock whose keys start with `lock_prefix` (`None`:
-    /// nobody): the first key by create revision, its lease's time left,
-    /// and how many wait behind it.
-    pub(crate) async fn holder(&self, lock_prefix: &str) -> Result<Option<Holder>> {
+    /// nobody): for a mutex the first key by create revision, its lease's
+    /// time left, and how many wait behind it; for a semaphore (its first
+    /// key is one) the holder of each slot.
+    pub(crate) async fn holder(&self, lock_prefix: &str) -> Result<Option<Held>> {
         Box::pin(self.holder_now(lock_prefix)).await
     }
 
-    async fn holder_now(&self, lock_prefix: &str) -> Result<Option<Holder>> {
+    async fn holder_now(&self, lock_prefix: &str) -> Result<Option<Held>> {
         let reply = self
             .get(
                 lock_prefix,
@@ -136,6 +153,10 @@ impl EtcdConn {
         let Some(owner) = reply.kvs().first() else {
             return Ok(None);
         };
+        // The two kinds never share a name: the first key tells which.
+        if !matches!(key_kind(lock_prefix, owner.key()), Some(KeyKind::Mutex)) {
+            return self.permit_holders(lock_prefix, reply.kvs()).await;
+        }
         let waiters = u64::try_from(reply.kvs().len() - 1).unwrap_or(u64::MAX);
         let remaining = match self.lease_time_to_live(owner.lease()).await {
             Ok(ttl) if ttl.ttl() >= 0 => Duration::from_secs(ttl.ttl().unsigned_abs()),
@@ -143,7 +164,7 @@ impl EtcdConn {
             Err(e) if is_lease_gone(&e) => Duration::ZERO,
             Err(e) => return Err(self.error(e, "reading the holder's lease")),
         };
-        Ok(Some(Holder {
+        Ok(Some(Held::Mutex(Holder {
             id: owner
                 .value_str()
                 .ok()
@@ -152,19 +173,90 @@ impl EtcdConn {
             revision: owner.create_revision(),
             remaining,
             waiters,
-        }))
+        })))
     }
 
-    /// How many keys wait behind the holder of the lock at `lock_prefix`.
+    /// The holders of the semaphore whose keys are `kvs` (its count is the
+    /// first slot key's; keys that are not a slot's are left out).
+    async fn permit_holders(
+        &self,
+        lock_prefix: &str,
+        kvs: &[etcd_client::KeyValue],
+    ) -> Result<Option<Held>> {
+        let mut permits = None;
+        let mut slots = Vec::new();
+        for kv in kvs {
+            if let Some(KeyKind::Slot { permits: n, slot }) = key_kind(lock_prefix, kv.key())
+                && *permits.get_or_insert(n) == n
+            {
+                slots.push((slot, kv));
+            }
+        }
+        let Some(permits) = permits else {
+            // Only waiters (or keys fencelock does not write): nobody holds.
+            return Ok(None);
+        };
+        let leases: Vec<i64> = slots.iter().map(|(_, kv)| kv.lease()).collect();
+        let left = self.leases_left(&leases).await?;
+        let mut slots: Vec<PermitShown> = slots
+            .into_iter()
+            .map(|(slot, kv)| PermitShown {
+                slot,
+                holder: kv
+                    .value_str()
+                    .ok()
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_owned),
+                revision: kv.create_revision(),
+                remaining: left.get(&kv.lease()).copied().unwrap_or_default(),
+            })
+            .collect();
+        slots.sort_by_key(|s| s.slot);
+        Ok(Some(Held::Semaphore { permits, slots }))
+    }
+
+    /// How many wait for the lock at `lock_prefix`: the keys behind a
+    /// mutex's holder, or a semaphore's waiter keys. One read-only
+    /// transaction: the count of the name's keys, and the semaphore's keys
+    /// (none for a mutex).
     pub(crate) async fn waiters(&self, lock_prefix: &str) -> Result<u64> {
-        let reply = self
-            .get(
+        let semaphore = format!("{lock_prefix}{}", super::keys::SEMAPHORE_PART);
+        let txn = Txn::new().and_then([
+            TxnOp::get(
                 lock_prefix,
                 Some(GetOptions::new().with_prefix().with_count_only()),
-            )
+            ),
+            TxnOp::get(
+                semaphore.as_str(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            ),
+        ]);
+        let reply = self
+            .txn(txn)
             .await
             .map_err(|e| self.error(e, "counting the lock's waiters"))?;
-        Ok(u64::try_from(reply.count()).unwrap_or(0).saturating_sub(1))
+        let responses = reply.op_responses();
+        let (Some(TxnOpResponse::Get(all)), Some(TxnOpResponse::Get(semaphore))) =
+            (responses.first(), responses.get(1))
+        else {
+            return Err(crate::error::Error::UnexpectedReply(
+                "etcd: a read of the lock's waiters came back without its ranges".into(),
+            ));
+        };
+        if semaphore.kvs().is_empty() {
+            return Ok(u64::try_from(all.count()).unwrap_or(0).saturating_sub(1));
+        }
+        let waiting = semaphore
+            .kvs()
+            .iter()
+            .filter(|kv| {
+                matches!(
+                    key_kind(lock_prefix, kv.key()),
+                    Some(KeyKind::Waiter { .. })
+                )
+            })
+            .count();
+        Ok(u64::try_from(waiting).unwrap_or(u64::MAX))
     }
 
     /// The names of the locks under `names_prefix` (namespace and prefix)
@@ -185,8 +277,7 @@ impl EtcdConn {
             .kvs()
             .iter()
             .filter_map(|kv| kv.key_str().ok())
-            .filter_map(|key| parse_key(names_prefix, key))
-            .map(|(name, _)| name)
+            .filter_map(|key| name_of_key(names_prefix, key))
             .filter(|name| glob_match(pattern, name))
             .collect();
         names.sort();

@@ -11,6 +11,24 @@
 //! so the prefix of one name is never a prefix of another name's keys (the
 //! keys of `a` start with `a/`, those of `a/b` with `a%2Fb/`): two names
 //! never share a key or a queue.
+//!
+//! A **semaphore** ([`crate::LockOptions::permits`]) keeps its keys in the
+//! same range, under `sem/N/`, `N` its permit count in decimal:
+//!
+//! - `NAMESPACE PREFIX ENCODED-NAME/sem/N/slot/S`: the holder of slot `S`
+//!   (decimal, `0..N`), on the holder's session; its value is the holder
+//!   id, its create revision the permit's fence;
+//! - `NAMESPACE PREFIX ENCODED-NAME/sem/N/wait/LEASE/ACQ`: a waiter, named
+//!   as a mutex's key is (one per acquisition).
+//!
+//! A mutex's keys start with a lowercase hex digit (`LEASE/ACQ`, or
+//! `LEASE` from older clients and `etcdctl lock`), so they never begin
+//! with `sem/`: the two kinds never share a key. Both stay in the name's
+//! range on purpose: a client that knows no semaphores takes a semaphore's
+//! keys for holders and waits behind them, rather than sharing the name.
+//! The permit count is part of every semaphore key, so "held with another
+//! count" is "a key under `sem/` outside `sem/N/`", which one range compare
+//! tells, and nothing has to be cleaned up when the last holder goes.
 
 use std::borrow::Cow;
 
@@ -113,6 +131,22 @@ pub(crate) fn holder_key(lock_prefix: &str, lease: i64, acquisition: u64) -> Str
     format!("{lock_prefix}{lease:x}/{acquisition:x}")
 }
 
+/// The lock name of `key`, a key under `names_prefix` (namespace and
+/// prefix): a mutex's key (see [`parse_key`]) or a semaphore's; `None` for
+/// any other key.
+pub(crate) fn name_of_key(names_prefix: &str, key: &str) -> Option<String> {
+    if let Some((name, _)) = parse_key(names_prefix, key) {
+        return Some(name);
+    }
+    let rest = key.strip_prefix(names_prefix)?;
+    let (encoded, tail) = rest.split_once('/')?;
+    let sem = tail.strip_prefix(SEMAPHORE_PART)?;
+    semaphore_key(sem)?;
+    let name = decode_name(encoded)?;
+    validate_name(&name).ok()?;
+    Some(name)
+}
+
 /// The lock name and lease of `key`, a key under `names_prefix` (namespace
 /// and prefix), in either shape (`NAME/LEASE/ACQ`, or `NAME/LEASE` as older
 /// clients and `etcdctl lock` write them); `None` for any other key.
@@ -134,6 +168,130 @@ pub(crate) fn parse_key(names_prefix: &str, key: &str) -> Option<(String, i64)> 
     let name = decode_name(encoded)?;
     validate_name(&name).ok()?;
     Some((name, lease))
+}
+
+/// Where a semaphore's keys start under a lock's prefix.
+pub(crate) const SEMAPHORE_PART: &str = "sem/";
+
+/// The keys of a semaphore of `permits` permits under one lock's prefix
+/// (see the module's docs for the layout).
+#[derive(Debug, Clone)]
+pub(crate) struct SemKeys {
+    /// The lock's prefix, `NAMESPACE PREFIX ENCODED-NAME/`.
+    lock: String,
+    /// `lock` + `sem/N/`: every key of this semaphore starts with it.
+    base: String,
+    permits: u32,
+}
+
+impl SemKeys {
+    /// The keys of a semaphore of `permits` under `lock_prefix`.
+    pub(crate) fn new(lock_prefix: &str, permits: u32) -> Self {
+        SemKeys {
+            lock: lock_prefix.to_owned(),
+            base: format!("{lock_prefix}{SEMAPHORE_PART}{permits}/"),
+            permits,
+        }
+    }
+
+    /// The lock's prefix: every key of the name, of either kind.
+    pub(crate) fn lock(&self) -> &str {
+        &self.lock
+    }
+
+    /// The prefix of this semaphore's keys (`… sem/N/`).
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The permit count.
+    pub(crate) fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The key of slot `slot`'s holder.
+    pub(crate) fn slot(&self, slot: u32) -> String {
+        format!("{}slot/{slot}", self.base)
+    }
+
+    /// The key of one waiting acquisition: `wait/LEASE/ACQ`, as a mutex's
+    /// key is named (see [`holder_key`]).
+    pub(crate) fn waiter(&self, lease: i64, acquisition: u64) -> String {
+        format!("{}wait/{lease:x}/{acquisition:x}", self.base)
+    }
+}
+
+/// What a key under a lock's prefix is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyKind {
+    /// A mutex's holder or waiter (anything not under `sem/`).
+    Mutex,
+    /// The holder of `slot` of a semaphore of `permits`.
+    Slot { permits: u32, slot: u32 },
+    /// A waiter of a semaphore of `permits`.
+    Waiter { permits: u32 },
+    /// Under `sem/`, but not a key fencelock writes.
+    Malformed,
+}
+
+/// What `key` is, a key under `lock_prefix` (`None`: not under it).
+pub(crate) fn key_kind(lock_prefix: &str, key: &[u8]) -> Option<KeyKind> {
+    let rest = key.strip_prefix(lock_prefix.as_bytes())?;
+    let Some(sem) = rest.strip_prefix(SEMAPHORE_PART.as_bytes()) else {
+        return Some(KeyKind::Mutex);
+    };
+    let Ok(sem) = std::str::from_utf8(sem) else {
+        return Some(KeyKind::Malformed);
+    };
+    Some(semaphore_key(sem).unwrap_or(KeyKind::Malformed))
+}
+
+/// The kind of a semaphore key after its `sem/`: `N/slot/S` or
+/// `N/wait/LEASE/ACQ`, numbers as fencelock writes them (no leading
+/// zeros, the count in `1..=MAX_PERMITS`, the slot below it).
+fn semaphore_key(rest: &str) -> Option<KeyKind> {
+    let decimal = |part: &str| -> Option<u32> {
+        let canonical = !part.is_empty()
+            && part.len() <= 10
+            && part.bytes().all(|b| b.is_ascii_digit())
+            && (part == "0" || !part.starts_with('0'));
+        canonical.then(|| part.parse().ok()).flatten()
+    };
+    let hex = |part: &str| {
+        !part.is_empty() && part.len() <= 16 && part.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    let mut parts = rest.split('/');
+    let permits = decimal(parts.next()?)?;
+    if permits == 0 || permits > crate::options::MAX_PERMITS {
+        return None;
+    }
+    let kind = match (parts.next()?, parts.next()?, parts.next(), parts.next()) {
+        ("slot", slot, None, None) => {
+            let slot = decimal(slot)?;
+            (slot < permits).then_some(KeyKind::Slot { permits, slot })?
+        }
+        ("wait", lease, Some(acquisition), None) if hex(lease) && hex(acquisition) => {
+            KeyKind::Waiter { permits }
+        }
+        _ => return None,
+    };
+    Some(kind)
+}
+
+/// The end of the range of keys that start with `prefix` (etcd's
+/// `GetPrefixRangeEnd`): `prefix` with its last byte below 0xff raised by
+/// one, the rest after it dropped.
+pub(crate) fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Only 0xff bytes (never a lock prefix, which ends with `/`): every
+    // key from `prefix` on.
+    vec![0]
 }
 
 /// Whether `text` matches the glob `pattern` as Redis's `SCAN MATCH` reads
@@ -265,6 +423,65 @@ mod tests {
         ] {
             assert_eq!(parse_key("ns/lock:", other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn semaphore_keys_never_meet_a_mutex_key_and_parse_back() {
+        let lock = lock_prefix("ns/", "lock:", "jobs/a");
+        let sem = SemKeys::new(&lock, 3);
+        assert_eq!(sem.slot(2), "ns/lock:jobs%2Fa/sem/3/slot/2");
+        assert_eq!(sem.waiter(0x1f, 2), "ns/lock:jobs%2Fa/sem/3/wait/1f/2");
+        assert!(sem.slot(2).starts_with(sem.base()));
+        let kind = |key: &str| key_kind(&lock, key.as_bytes());
+        assert_eq!(
+            kind(&sem.slot(2)),
+            Some(KeyKind::Slot {
+                permits: 3,
+                slot: 2
+            })
+        );
+        assert_eq!(
+            kind(&sem.waiter(7, 1)),
+            Some(KeyKind::Waiter { permits: 3 })
+        );
+        assert_eq!(kind(&holder_key(&lock, 7, 1)), Some(KeyKind::Mutex));
+        assert_eq!(kind("ns/lock:other/sem/3/slot/0"), None);
+        for bad in [
+            "sem/3/slot/3",
+            "sem/0/slot/0",
+            "sem/03/slot/0",
+            "sem/3/slot/01",
+            "sem/3/slot/",
+            "sem/3/slot/1/x",
+            "sem/3/wait/xyz/1",
+            "sem/3/wait/1",
+            "sem/1025/slot/0",
+            "sem/3/permits",
+            "sem/",
+        ] {
+            assert_eq!(
+                kind(&format!("{lock}{bad}")),
+                Some(KeyKind::Malformed),
+                "{bad}"
+            );
+        }
+        // A mutex key starts with a hex digit, never with `sem/`.
+        assert!(!holder_key(&lock, i64::MAX, u64::MAX).starts_with(&format!("{lock}sem/")));
+        assert_eq!(
+            name_of_key("ns/lock:", &sem.slot(0)).as_deref(),
+            Some("jobs/a")
+        );
+        assert_eq!(
+            name_of_key("ns/lock:", &sem.waiter(1, 1)).as_deref(),
+            Some("jobs/a")
+        );
+        assert_eq!(
+            name_of_key("ns/lock:", &holder_key(&lock, 1, 1)).as_deref(),
+            Some("jobs/a")
+        );
+        assert_eq!(name_of_key("ns/lock:", "ns/lock:jobs/sem/3/junk"), None);
+        assert_eq!(prefix_end("a/"), b"a0".to_vec());
+        assert_eq!(prefix_end("a\u{ff}"), vec![b'a', 0xc3, 0xc0]);
     }
 
     #[test]

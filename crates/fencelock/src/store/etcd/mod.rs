@@ -6,9 +6,10 @@
 //! | `conn` | [`EtcdConn`]: connecting (TLS included) and the calls |
 //! | `target` | the URL (`etcd://`, `etcds://`, credentials, `?prefix=`), parsed |
 //! | `errors` | etcd's errors as fencelock's: what failed, whether it may pass |
-//! | `keys` | lock names to etcd keys and back; `top`'s glob |
+//! | `keys` | lock names to etcd keys and back (a semaphore's keys too); `top`'s glob |
 //! | `grant` | the grant transactions (`try_txn`, `queue_txn`), moving a waiter's key to the holder's lease (`attach`), and the lease seconds of a ttl |
-//! | `queue` | where a waiter stands in the queue, and the watch for its predecessor's deletion |
+//! | `queue` | where a waiter stands in the queue, and the watch for its predecessor's deletion (a semaphore's waiters: for any deletion under its keys) |
+//! | `semaphore` | a semaphore's transactions: read the name, queue a waiter, take a slot, give back an abandoned one; its holders' leases |
 //! | `held` | what a held lease does in etcd: keep-alive, release; who holds a lock; a member's status |
 //! | `revoke` | a revoke's transaction: delete the holder's key, whoever holds it, and read who is next |
 //! | `fenced` | the transactions of `FencedKey` (and its seal) |
@@ -21,6 +22,7 @@ mod held;
 mod keys;
 mod queue;
 mod revoke;
+mod semaphore;
 mod target;
 
 pub(crate) use conn::EtcdConn;
@@ -29,7 +31,15 @@ pub(crate) use fenced::{KeyWrite, Stored, read_key, seal_key, write_key};
 #[cfg(feature = "testing")]
 pub(crate) use grant::grant_txn_for_tests;
 pub(crate) use grant::{Found, attach, lease_seconds, queue_txn, try_or_queue_txn, try_txn};
-pub(crate) use held::{HeldKey, Status};
-pub(crate) use keys::{check_key_space, holder_key, in_lock_space, lock_prefix, validate_name};
-pub(crate) use queue::{Look, look, watch_deletion};
+pub(crate) use held::{Held, HeldKey, Status};
+pub(crate) use keys::{
+    SemKeys, check_key_space, holder_key, in_lock_space, lock_prefix, validate_name,
+};
+pub(crate) use queue::{Deletions, Look, look, watch_deletion, watch_deletions};
 pub(crate) use revoke::depose;
+#[cfg(test)]
+pub(crate) use semaphore::SlotHeld;
+pub(crate) use semaphore::{
+    Foreign, SemState, Sent, Taker, give_back, queue as queue_permit, read as read_permits,
+    take_slot,
+};

@@ -1,6 +1,7 @@
 //! Where a waiter stands in an etcd lock's queue, and the watch for the
 //! deletion of the key just before it (see `engine::etcd` for the wait
-//! that uses them).
+//! that uses them); a semaphore's waiters watch every deletion under the
+//! semaphore's keys instead (`watch_deletions`).
 
 use etcd_client::{
     EventType, GetOptions, SortOrder, SortTarget, WatchFilterType, WatchOptions, WatchStream,
@@ -145,4 +146,56 @@ pub(crate) async fn watch_deletion(conn: &EtcdConn, key: &str) -> Result<Option<
         .count()
         > 0;
     Ok(still_there.then_some(Deletion { stream }))
+}
+
+/// A watch for deletions under one prefix (a semaphore's keys: a slot
+/// freed, a waiter gone), kept open across the waits of one acquisition.
+#[derive(Debug)]
+pub(crate) struct Deletions {
+    stream: WatchStream,
+}
+
+impl Deletions {
+    /// Completes at the next deletion (`true`) or when the watch ends
+    /// (`false`: cancelled, compacted or broken; watch again).
+    pub(crate) async fn next(&mut self) -> bool {
+        loop {
+            match self.stream.message().await {
+                Ok(Some(reply)) if reply.canceled() => return false,
+                Ok(Some(reply)) => {
+                    if reply
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete)
+                    {
+                        return true;
+                    }
+                }
+                Ok(None) | Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// Watches every key under `prefix` for deletions, from now. `None`: the
+/// watch was not created (the caller reads again, and watches again).
+/// A deletion after this returns is seen: the caller reads what it waits
+/// for after the watch is created, so nothing between is missed (and the
+/// watch starts "synced" in etcd, see [`watch_deletion`]).
+pub(crate) async fn watch_deletions(conn: &EtcdConn, prefix: &str) -> Result<Option<Deletions>> {
+    let mut stream = conn
+        .watch(
+            prefix,
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_filters([WatchFilterType::NoPut]),
+            ),
+        )
+        .await
+        .map_err(|e| conn.error(e, "watching the semaphore"))?;
+    match stream.message().await {
+        Ok(Some(reply)) if reply.created() && !reply.canceled() => Ok(Some(Deletions { stream })),
+        _ => Ok(None),
+    }
 }

@@ -1,12 +1,14 @@
 //! A revoke on etcd: delete the holder's key — the first of the lock's
 //! keys by create revision, whoever it belongs to — and read who is first
 //! after it, in one transaction (the recipe that seals the resources is
-//! `engine/etcd`).
+//! `engine/etcd`). A revoke takes a mutex away: a name held as a semaphore
+//! is refused, and nothing is deleted.
 
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::conn::EtcdConn;
 use super::grant::{first_by_create, first_kv, header_revision};
+use super::keys::{KeyKind, key_kind};
 use crate::error::{Error, Result};
 
 /// How often the holder is read again when it changed between the read and
@@ -26,13 +28,15 @@ pub(crate) struct Deposal {
     pub(crate) revision: i64,
 }
 
-/// Deletes the holder key of the lock whose keys start with `prefix`, and
-/// reads the first key left.
+/// Deletes the holder key of lock `name`, whose keys start with `prefix`,
+/// and reads the first key left.
 ///
 /// # Errors
-/// etcd errors; [`Error::UnexpectedReply`] when the holder changed under
-/// every attempt.
-pub(crate) async fn depose(conn: &EtcdConn, prefix: &str) -> Result<Deposal> {
+/// etcd errors; [`Error::KindConflict`] when a semaphore holds the name
+/// (its first key is a semaphore's: deleting it would free one slot of
+/// many, not take the name away); [`Error::UnexpectedReply`] when the
+/// holder changed under every attempt.
+pub(crate) async fn depose(conn: &EtcdConn, name: &str, prefix: &str) -> Result<Deposal> {
     let first = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -49,6 +53,13 @@ pub(crate) async fn depose(conn: &EtcdConn, prefix: &str) -> Result<Deposal> {
                 revision: header_revision(read.header())?,
             });
         };
+        if !matches!(key_kind(prefix, holder.key()), Some(KeyKind::Mutex)) {
+            return Err(Error::KindConflict {
+                name: name.to_owned(),
+                held: "semaphore",
+                asked: "mutex",
+            });
+        }
         let key = holder.key().to_vec();
         let created = holder.create_revision();
         // Deleted only if it is still the key that was read (not a new key
