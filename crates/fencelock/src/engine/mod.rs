@@ -306,9 +306,14 @@ impl Engine {
         keys: &LockKeys,
         opts: &LockOptions,
     ) -> Result<Revocation> {
+        if opts.permits.is_some() {
+            return Err(Error::InvalidOption(
+                "revoke takes a mutex: a semaphore's permits cannot be revoked".into(),
+            ));
+        }
         let span = tracing::debug_span!("revoke", lock = %name);
         match self {
-            Engine::Redis(r) => in_span!(span, r.revoke(keys, opts)),
+            Engine::Redis(r) => in_span!(span, r.revoke(name, keys, opts)),
             #[cfg(feature = "etcd")]
             Engine::Etcd(e) => in_span!(span, e.revoke(name, keys, opts)),
         }
