@@ -186,6 +186,9 @@
 //! - Resources: every resource takes etcd fences; `FencedKey` keeps state
 //!   in etcd and can check in the same transaction that the writer still
 //!   holds its lock (`FencedKey::write_held`).
+//! - Semaphores ([`LockOptions::permits`]): a key per held slot, its
+//!   create revision the fence, waiters served first come, first served
+//!   across all permits (`engine/etcd/semaphore.rs`).
 //! - Not on etcd: the guide layout, fence modes (ignored), waiting for
 //!   replicas, fenced hashes on the etcd client (use a Redis client).
 //!
