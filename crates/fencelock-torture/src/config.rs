@@ -357,18 +357,15 @@ impl Config {
         }
     }
 
-    /// Why this configuration's primitive cannot run on a topology of
-    /// `shape` with `nemeses` (`None`: the default ones), or `None` if it
-    /// can: a semaphore runs on Redis with the Redis resource (the slot
-    /// view is a Redis hash's), without the `revoke` nemesis (a revoke
-    /// deposes a mutex's holder), with the semaphore's controls only; a
-    /// mutex runs without them. The CLI asks before any server starts,
-    /// [`crate::run`] again on the running topology.
-    pub fn primitive_refusal(
-        &self,
-        shape: &Shape<'_>,
-        nemeses: Option<&[NemesisKind]>,
-    ) -> Option<String> {
+    /// Why this configuration's primitive cannot run with `nemeses`
+    /// (`None`: the default ones), or `None` if it can: a semaphore runs on
+    /// every topology with the Redis resource (the slot view is a Redis
+    /// hash's; with locks on etcd it lives on the tool's private
+    /// redis-server), without the `revoke` nemesis (a revoke deposes a
+    /// mutex's holder), with the semaphore's controls only; a mutex runs
+    /// without them. The CLI asks before any server starts, [`crate::run`]
+    /// again on the running topology.
+    pub fn primitive_refusal(&self, nemeses: Option<&[NemesisKind]>) -> Option<String> {
         let Some(permits) = self.permits else {
             return self
                 .variant
@@ -385,12 +382,6 @@ impl Config {
                 "--permits {permits}: a semaphore has between 1 and {}",
                 fencelock::MAX_PERMITS
             ));
-        }
-        if shape.etcd {
-            return Some(
-                "--primitive semaphore runs on Redis only (single, sentinel, cluster, --redis URL): its workers, observer and checks of a semaphore are written for fencelock's Redis semaphore, not for etcd"
-                    .into(),
-            );
         }
         if self.resource != ResourceKind::Redis {
             return Some(format!(

@@ -120,7 +120,7 @@ struct WorkerProc {
 /// every one the topology supports.
 fn nemeses<T: Topology>(config: &Config, topology: &T) -> Result<Vec<NemesisKind>> {
     let shape = topology.shape();
-    if let Some(why) = config.primitive_refusal(&shape, config.nemeses.as_deref()) {
+    if let Some(why) = config.primitive_refusal(config.nemeses.as_deref()) {
         return Err(Error::usage(format!(
             "{why} (the {} topology)",
             topology.name()

@@ -192,7 +192,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &BenchArgs) -> anyhow::Re
         if args.scenario.contains(&ScenarioArg::Semaphore) {
             return Err(exit::fail(
                 exit::USAGE,
-                "--scenario semaphore is measured on Redis only (fencelock's semaphores are on Redis)",
+                "--scenario semaphore is measured on Redis only (its mutex reference and handoff floor are Redis's)",
             ));
         }
         return run_etcd(config(global, args, crate::connect::url(global)), args).await;

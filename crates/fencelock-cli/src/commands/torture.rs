@@ -56,8 +56,8 @@ the slots of a name:
   C9 no valid permit refused (no registration or write refused as stale
      while its permit was unexpired)
 
-On Redis only (single, sentinel, cluster, --redis URL), with the Redis
-resource, and without the revoke nemesis (a revoke deposes a mutex's
+On every topology (single, sentinel, cluster, etcd, --redis/--url), with
+the Redis resource, and without the revoke nemesis (a revoke deposes a mutex's
 holder); every other nemesis runs. Its negative control is
 --unsafe one-fence: every permit fenced by ONE (fence, holder) pair for all
 slots, as a mutex's resource would be (caught by C9: a live permit with a
@@ -595,21 +595,13 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
             k.name()
         )));
     }
-    // What the primitive cannot do, refused before any server starts (a
-    // Redis given with --redis: in the engine, which knows its shape).
+    // What the primitive cannot do, refused before any server starts.
     for variant in &runs {
         let mut probe = Config::new();
         probe.permits = permits;
         probe.resource = resource.clone();
         probe.variant = *variant;
-        let shape = shape.unwrap_or(Shape {
-            name: "remote",
-            etcd: false,
-            controls_server: false,
-            replicas: 0,
-            proxyable: true,
-        });
-        if let Some(why) = probe.primitive_refusal(&shape, kinds.as_deref()) {
+        if let Some(why) = probe.primitive_refusal(kinds.as_deref()) {
             return Err(usage(why));
         }
     }
