@@ -16,8 +16,8 @@ use fencelock_testkit::EtcdCluster;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
-use crate::support::poll_async;
 use crate::support::etcd::{admin, keys_under, lease_ttl};
+use crate::support::poll_async;
 
 /// The lock's ttl: far longer than any bound below.
 const TTL: Duration = Duration::from_secs(30);

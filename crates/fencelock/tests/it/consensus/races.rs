@@ -12,9 +12,9 @@ use anyhow::{Context, Result, bail, ensure};
 use fencelock::testing::{etcd_hold_next_reply, etcd_serve_stale_reads};
 use fencelock::{KeyLayout, LockClient, LockState};
 
-use crate::support::poll_async;
 use crate::support::POLL_DEADLINE;
 use crate::support::etcd::{TestEtcd, keys_under};
+use crate::support::poll_async;
 
 /// A grant sent while the lock is free creates the key on the holder's
 /// session; its reply is lost, and by the time it is sent again the waiter

@@ -10,9 +10,9 @@ use anyhow::{Context, Result, bail, ensure};
 use fencelock::{Fence, LockClient, WriteOutcome};
 use tokio::time::Instant;
 
-use crate::support::poll_async;
 use crate::support::POLL_DEADLINE;
 use crate::support::etcd::{TestEtcd, keys_under};
+use crate::support::poll_async;
 
 /// Grants to reach in the contended run.
 const GRANTS: usize = 10_000;

@@ -12,9 +12,9 @@ use anyhow::{Result, bail, ensure};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use fencelock::{KeyLayout, LockClient, LockState, LossReason};
 
-use crate::support::poll_async;
 use crate::support::POLL_DEADLINE;
 use crate::support::etcd::{TestEtcd, keys_under};
+use crate::support::poll_async;
 
 /// Two tasks of one client on one name (one session) never hold the lock
 /// at once: each acquisition has a key of its own, so the second waits in
