@@ -196,22 +196,27 @@ pub(super) async fn run(conn: &RedisConn, prefix: &str, opts: &LockOptions) -> R
         Need::Feature(TOP),
     )?;
 
+    // Each lock's keys share a Cluster slot, two locks' need not: one DEL
+    // per lock.
     let probe_keys = [
         keys.lock(),
         &keys.fence(),
         &keys.queue(),
         &keys.waiters(),
         &resource,
-        sem_keys.lock(),
-        &sem_keys.fence(),
     ];
-    let deleted = report.note(
-        conn.cmd::<u64>(keys.lock(), redis::cmd("DEL").arg(&probe_keys[..]))
-            .await,
-        Need::Locks(LOCKS),
-    )?;
-    if deleted.is_none() {
-        report.leftover = probe_keys.iter().map(|k| (*k).to_owned()).collect();
+    let sem_probe_keys = [sem_keys.lock(), &sem_keys.fence()];
+    for (lock, all) in [
+        (keys.lock(), &probe_keys[..]),
+        (sem_keys.lock(), &sem_probe_keys[..]),
+    ] {
+        let deleted = report.note(
+            conn.cmd::<u64>(lock, redis::cmd("DEL").arg(all)).await,
+            Need::Locks(LOCKS),
+        )?;
+        if deleted.is_none() {
+            report.leftover.extend(all.iter().map(|k| (*k).to_owned()));
+        }
     }
     Ok(report)
 }

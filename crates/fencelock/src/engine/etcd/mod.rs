@@ -122,10 +122,12 @@
 //! |---|---|
 //! | `session.rs` | the client's sessions: granting, sharing and keeping them alive |
 //! | `acquire.rs` | the key of an acquisition, the grant, the wait for the predecessor, giving up |
+//! | `attempt.rs` | what an attempt of either kind works with: its inputs, the key it leaves to delete, the sessions a waiter keeps alive, the fence of a revision |
 //! | `semaphore.rs` | a semaphore's permit: the slot to take, the queue across permits, the wait for a deletion |
 //! | `mod.rs` | a held lease's renewal and release, `inspect`, `top`'s names, the waiters |
 
 mod acquire;
+mod attempt;
 mod semaphore;
 mod session;
 
@@ -193,12 +195,12 @@ impl EtcdEngine {
         let deposed = match deposal.holder {
             Some((holder, created)) => Some(Deposed {
                 holder,
-                fence: Some(acquire::fence_of(created, opts)?),
+                fence: Some(attempt::fence_of(created, opts)?),
             }),
             None => None,
         };
         Ok(Revocation {
-            fence: acquire::fence_of(sealed_at, opts)?,
+            fence: attempt::fence_of(sealed_at, opts)?,
             deposed,
             replicas: None,
         })

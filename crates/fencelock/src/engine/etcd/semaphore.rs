@@ -52,7 +52,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::acquire::{Attempt, OwnKey, TXN_RETRY, WaitSessions, fence_of};
+use super::attempt::{Attempt, OwnKey, TXN_RETRY, WaitSessions, fence_of};
 use super::session::{Session, WAITER_LEASE};
 use crate::engine::grant::{Acquired, EtcdHold, Granted};
 use crate::engine::timing::{arrived_too_late, drift};

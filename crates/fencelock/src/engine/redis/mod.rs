@@ -302,8 +302,8 @@ impl RedisEngine {
             Ok(reply) => reply,
             // A hash at the lock key: a semaphore (or data fencelock did
             // not write, which its snapshot shows as nothing held).
-            Err(Error::WrongType { key, .. }) if key == keys.lock() => {
-                return self.inspect_semaphore(keys, defaults).await;
+            Err(e @ Error::WrongType { .. }) => {
+                return self.inspect_semaphore(keys, defaults, e).await;
             }
             Err(e) => return Err(e),
         };
@@ -327,15 +327,21 @@ impl RedisEngine {
         })
     }
 
-    /// The state of semaphore `keys` (one atomic script).
+    /// The state of semaphore `keys` (one atomic script), after a mutex's
+    /// inspect met `wrong_type`: given back when the key is no semaphore's
+    /// (another type, or a hash without a permit count).
     async fn inspect_semaphore(
         &self,
         keys: &LockKeys,
         defaults: &LockOptions,
+        wrong_type: Error,
     ) -> Result<LockState> {
         let base = defaults.fence_base(0);
         let epoch = |f: Fence| Fence::new(f.get().saturating_add(base));
         let snapshot = self.conn.run(&SemInspect::of(keys)).await?;
+        if !snapshot.is_semaphore {
+            return Err(wrong_type);
+        }
         let last_fence = snapshot
             .last_fence
             .and_then(|f| f.parse::<Fence>().ok())

@@ -27,6 +27,9 @@ struct Tally {
     /// (time since start, fence) of every accepted write, in the order the
     /// workers saw them accepted.
     accepted: std::sync::Mutex<Vec<(Duration, u64)>>,
+    /// The last error an acquisition ended with (the workers try again):
+    /// what a failure to make progress reports.
+    last_error: std::sync::Mutex<Option<String>>,
 }
 
 /// The longest stretch without an accepted increment between `from` and
@@ -84,8 +87,13 @@ async fn etcd_cluster_leader_changes_and_a_member_kill_lose_no_acknowledged_incr
                 .wait(Duration::from_secs(30));
             let counter = client.fenced_key("counter")?;
             while !stop.load(Ordering::SeqCst) {
-                let Ok(lease) = client.acquire("counter", &opts).await else {
-                    continue;
+                let lease = match client.acquire("counter", &opts).await {
+                    Ok(lease) => lease,
+                    Err(e) => {
+                        *tally.last_error.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(e.to_string());
+                        continue;
+                    }
                 };
                 let update = counter
                     .update_held(&lease, |v| {
@@ -134,8 +142,13 @@ async fn etcd_cluster_leader_changes_and_a_member_kill_lose_no_acknowledged_incr
                 if Instant::now() >= give_up {
                     let t = tally.acked.load(Ordering::SeqCst);
                     let u = tally.unknown.load(Ordering::SeqCst);
+                    let last = tally
+                        .last_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone();
                     anyhow::bail!(
-                        "no increment within 30 s of the fault ({fault}; {t} acknowledged, {u} unknown so far)"
+                        "no increment within 30 s of the fault ({fault}; {t} acknowledged, {u} unknown so far; the last failed acquisition: {last:?})"
                     );
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;

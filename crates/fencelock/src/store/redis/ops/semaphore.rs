@@ -277,6 +277,9 @@ pub(crate) struct SlotEntry {
 /// and its live permits by slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SemSnapshot {
+    /// Whether the key is a semaphore's hash at all (it has a permit
+    /// count): a hash without one is data fencelock did not write.
+    pub(crate) is_semaphore: bool,
     pub(crate) permits: Option<u32>,
     pub(crate) slots: Vec<SlotEntry>,
     pub(crate) last_fence: Option<String>,
@@ -287,10 +290,12 @@ impl FromRedisValue for SemSnapshot {
         let (now_ms, fields, last_fence): (u64, Vec<String>, Option<String>) =
             FromRedisValue::from_redis_value(v)?;
         let mut permits = None;
+        let mut is_semaphore = false;
         let mut slots = Vec::new();
         for pair in fields.chunks_exact(2) {
             let (field, value) = (&pair[0], &pair[1]);
             if field == "permits" {
+                is_semaphore = true;
                 permits = value.parse().ok();
                 continue;
             }
@@ -308,6 +313,7 @@ impl FromRedisValue for SemSnapshot {
         }
         slots.sort_by_key(|s| s.slot);
         Ok(SemSnapshot {
+            is_semaphore,
             permits: if slots.is_empty() { None } else { permits },
             slots,
             last_fence,
