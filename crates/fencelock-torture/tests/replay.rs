@@ -11,135 +11,22 @@
 //! Workers are this test binary again, run as [`torture_worker_entry`]
 //! (an ordinary test that does nothing unless its environment says so).
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock_model::trace::Verdict;
-use fencelock_servers::redis_config::DebugCommand;
-use fencelock_servers::{Persistence, RedisConfig, RedisServer};
 use fencelock_torture::history::{Entry, Outcome, Released};
 use fencelock_torture::replay::{self, Bounds, ModelCheck};
-use fencelock_torture::{Config, Error, ErrorKind, History, Launcher, NemesisKind, Topology};
+use fencelock_torture::{Config, History, NemesisKind};
 use tokio_util::sync::CancellationToken;
 
-/// Set for the child that runs [`torture_worker_entry`].
-const WORKER_ENV: &str = "FENCELOCK_REPLAY_TEST_WORKER";
+mod support;
+
+use support::{SelfLauncher, Single};
 
 /// Entry point of a worker process (does nothing as an ordinary test).
 #[test]
 fn torture_worker_entry() {
-    if std::env::var_os(WORKER_ENV).is_none() {
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    if let Err(e) = rt.block_on(fencelock_torture::worker::main()) {
-        panic!("worker: {e}");
-    }
-}
-
-/// This test binary again, as a worker that dies with the test.
-struct SelfLauncher;
-
-impl Launcher for SelfLauncher {
-    fn worker(&self) -> tokio::process::Command {
-        let exe = std::env::current_exe().expect("the test binary");
-        let mut cmd = tokio::process::Command::new(exe);
-        cmd.args(["--exact", "torture_worker_entry", "--nocapture"])
-            .env(WORKER_ENV, "1")
-            .process_group(0);
-        // SAFETY: the closure runs between fork and exec and only makes the
-        // async-signal-safe prctl system call.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)
-            });
-        }
-        cmd
-    }
-}
-
-/// One private redis-server for the locks (append-only file, `DEBUG`), one
-/// for the resource: the CLI's `single` topology.
-struct Single {
-    locks: Arc<Mutex<RedisServer>>,
-    lock_url: String,
-    resource: RedisServer,
-    resource_url: String,
-}
-
-fn failed(e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::Failed, e.to_string())
-}
-
-impl Single {
-    fn start() -> Self {
-        let config = RedisConfig::default()
-            .with_dir_prefix("fencelock-replay")
-            .with_persistence(Persistence::AofAlways)
-            .with_args(["--save", ""])
-            .with_debug(DebugCommand::Local);
-        let locks = RedisServer::start(config).expect("lock server");
-        let resource =
-            RedisServer::start(RedisConfig::default().with_dir_prefix("fencelock-replay"))
-                .expect("resource server");
-        Single {
-            lock_url: locks.url(),
-            locks: Arc::new(Mutex::new(locks)),
-            resource_url: resource.url(),
-            resource,
-        }
-    }
-
-    fn locks(&self) -> std::sync::MutexGuard<'_, RedisServer> {
-        self.locks.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Topology for Single {
-    fn name(&self) -> &str {
-        "single"
-    }
-
-    fn lock_url(&self) -> &str {
-        &self.lock_url
-    }
-
-    fn resource_url(&self) -> &str {
-        &self.resource_url
-    }
-
-    fn controls_server(&self) -> bool {
-        true
-    }
-
-    async fn pause(&mut self) -> fencelock_torture::Result<()> {
-        self.locks().pause().map_err(failed)
-    }
-
-    async fn resume(&mut self) -> fencelock_torture::Result<()> {
-        self.locks().resume();
-        Ok(())
-    }
-
-    async fn restart(&mut self, keep_data: bool, down: Duration) -> fencelock_torture::Result<()> {
-        self.locks().kill();
-        tokio::time::sleep(down).await;
-        let locks = self.locks.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut server = locks.lock().unwrap_or_else(|p| p.into_inner());
-            if !keep_data {
-                server.wipe_data()?;
-            }
-            server.start_again(&[])
-        })
-        .await
-        .map_err(failed)?
-        .map_err(failed)
-    }
+    support::worker_entry();
 }
 
 /// Every nemesis of a single server.
@@ -197,7 +84,7 @@ fn real_history() -> History {
             CancellationToken::new(),
         ))
         .expect("the run");
-    drop(single.resource);
+    drop(single);
     assert_eq!(report.violations(), 0, "{}", report.to_text());
     assert!(report.figures.ops_acknowledged > 20, "{}", report.to_text());
     History::read(&path).expect("the saved history")

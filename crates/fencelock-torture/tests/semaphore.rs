@@ -11,128 +11,20 @@
 //! (an ordinary test that does nothing unless its environment says so).
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock_testkit::{Persistence, RedisConfig, RedisServer};
 use fencelock_torture::history::Entry;
-use fencelock_torture::{
-    Config, Error, ErrorKind, History, Launcher, NemesisKind, Report, Topology, Variant,
-};
+use fencelock_torture::{Config, ErrorKind, History, NemesisKind, Report, Variant};
 use tokio_util::sync::CancellationToken;
 
-/// Set for the child that runs [`torture_worker_entry`].
-const WORKER_ENV: &str = "FENCELOCK_SEMAPHORE_TEST_WORKER";
+mod support;
+
+use support::{SelfLauncher, Single};
 
 /// Entry point of a worker process (does nothing as an ordinary test).
 #[test]
 fn torture_worker_entry() {
-    if std::env::var_os(WORKER_ENV).is_none() {
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    if let Err(e) = rt.block_on(fencelock_torture::worker::main()) {
-        panic!("worker: {e}");
-    }
-}
-
-/// This test binary again, as a worker that dies with the test.
-struct SelfLauncher;
-
-impl Launcher for SelfLauncher {
-    fn worker(&self) -> tokio::process::Command {
-        let exe = std::env::current_exe().expect("the test binary");
-        let mut cmd = tokio::process::Command::new(exe);
-        cmd.args(["--exact", "torture_worker_entry", "--nocapture"])
-            .env(WORKER_ENV, "1")
-            .process_group(0);
-        // SAFETY: the closure runs between fork and exec and only makes the
-        // async-signal-safe prctl system call.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)
-            });
-        }
-        cmd
-    }
-}
-
-/// One private redis-server for the locks (append-only file, fsynced on
-/// every write: a restart keeps every grant), one for the resource.
-struct Single {
-    locks: Arc<Mutex<RedisServer>>,
-    lock_url: String,
-    _resource: RedisServer,
-    resource_url: String,
-}
-
-fn failed(e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::Failed, e.to_string())
-}
-
-impl Single {
-    fn start() -> Self {
-        let locks = RedisServer::start_with(
-            RedisConfig::default().with_persistence(Persistence::AofAlways),
-        );
-        let resource = RedisServer::start();
-        Single {
-            lock_url: locks.url(),
-            locks: Arc::new(Mutex::new(locks)),
-            resource_url: resource.url(),
-            _resource: resource,
-        }
-    }
-
-    fn locks(&self) -> std::sync::MutexGuard<'_, RedisServer> {
-        self.locks.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Topology for Single {
-    fn name(&self) -> &str {
-        "single"
-    }
-
-    fn lock_url(&self) -> &str {
-        &self.lock_url
-    }
-
-    fn resource_url(&self) -> &str {
-        &self.resource_url
-    }
-
-    fn controls_server(&self) -> bool {
-        true
-    }
-
-    async fn pause(&mut self) -> fencelock_torture::Result<()> {
-        self.locks().pause();
-        Ok(())
-    }
-
-    async fn resume(&mut self) -> fencelock_torture::Result<()> {
-        self.locks().resume();
-        Ok(())
-    }
-
-    async fn restart(&mut self, keep_data: bool, down: Duration) -> fencelock_torture::Result<()> {
-        if !keep_data {
-            return Err(failed("this test's server restarts with its data only"));
-        }
-        self.locks().kill();
-        tokio::time::sleep(down).await;
-        let locks = self.locks.clone();
-        tokio::task::spawn_blocking(move || {
-            locks.lock().unwrap_or_else(|p| p.into_inner()).restart();
-        })
-        .await
-        .map_err(failed)
-    }
+    support::worker_entry();
 }
 
 /// A short semaphore run of `permits` permits on a fresh [`Single`],

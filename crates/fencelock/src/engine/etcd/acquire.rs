@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::attempt::{Attempt, OwnKey, TXN_RETRY, WaitSessions, fence_of};
+use super::attempt::{Attempt, OwnKey, TXN_RETRY, WaitSessions, fence_and_deadline};
 use super::session::{Session, Sessions, WAITER_LEASE};
 use crate::engine::cleanup::Cleanups;
 use crate::engine::grant::{Acquired, EtcdHold, Granted};
-use crate::engine::timing::{arrived_too_late, drift};
 use crate::error::{Error, Result};
 use crate::holder::new_token;
 use crate::keys::LockKeys;
@@ -261,20 +260,8 @@ async fn attempt(
             return Ok(None);
         }
     }
-    let fence = fence_of(revision, opts)?;
-    // The key lives as long as the session; the lock's own deadline counts
-    // its ttl from the grant (or from when a waiter became first).
-    let deadline = session
-        .valid_until()
-        .min(sent + ttl.saturating_sub(drift(ttl)));
-    if arrived_too_late(deadline, ttl, Instant::now()) {
-        // `own` deletes the key.
-        return Err(Error::GrantTooLate {
-            name: name.to_owned(),
-            elapsed: ttl.saturating_sub(deadline.saturating_duration_since(Instant::now())),
-            ttl,
-        });
-    }
+    // Too late: `own` deletes the key.
+    let (fence, deadline) = fence_and_deadline(name, opts, revision, &session, sent)?;
     own.clear();
     tracing::debug!(lock = %name, %fence, "acquired");
     let granted = Granted::on_etcd(

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::session::{Session, Sessions};
 use crate::engine::cleanup::Cleanups;
+use crate::engine::timing::{arrived_too_late, drift};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::keys::LockKeys;
@@ -215,6 +216,34 @@ impl WaitSessions<'_> {
         });
         Ok(holder? && waiter?)
     }
+}
+
+/// The fence and local deadline of a key created at `revision` by a grant
+/// sent at `sent`, living on `session`: the key lasts as long as the
+/// session, the lease its ttl from the grant (or from when a waiter became
+/// first), less the drift margin. Refused as too late ([`Error::GrantTooLate`])
+/// when most of the ttl is gone; the caller's [`OwnKey`] then deletes the
+/// key (or gives the slot back).
+pub(super) fn fence_and_deadline(
+    name: &str,
+    opts: &LockOptions,
+    revision: i64,
+    session: &Session,
+    sent: Instant,
+) -> Result<(Fence, Instant)> {
+    let ttl = opts.ttl_value();
+    let fence = fence_of(revision, opts)?;
+    let deadline = session
+        .valid_until()
+        .min(sent + ttl.saturating_sub(drift(ttl)));
+    if arrived_too_late(deadline, ttl, Instant::now()) {
+        return Err(Error::GrantTooLate {
+            name: name.to_owned(),
+            elapsed: ttl.saturating_sub(deadline.saturating_duration_since(Instant::now())),
+            ttl,
+        });
+    }
+    Ok((fence, deadline))
 }
 
 #[cfg(test)]

@@ -52,10 +52,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::attempt::{Attempt, OwnKey, TXN_RETRY, WaitSessions, fence_of};
+use super::attempt::{Attempt, OwnKey, TXN_RETRY, WaitSessions, fence_and_deadline};
 use super::session::{Session, WAITER_LEASE};
 use crate::engine::grant::{Acquired, EtcdHold, Granted};
-use crate::engine::timing::{arrived_too_late, drift};
 use crate::error::{Error, Result};
 use crate::holder::{holder_id, new_token};
 use crate::store::etcd::{
@@ -427,19 +426,8 @@ fn granted(
     own: &mut OwnKey,
 ) -> Result<Option<Acquired>> {
     let (name, opts) = (to.name, to.opts);
-    let ttl = opts.ttl_value();
-    let fence = fence_of(revision, opts)?;
-    let deadline = session
-        .valid_until()
-        .min(sent + ttl.saturating_sub(drift(ttl)));
-    if arrived_too_late(deadline, ttl, Instant::now()) {
-        // `own` gives the slot back.
-        return Err(Error::GrantTooLate {
-            name: name.to_owned(),
-            elapsed: ttl.saturating_sub(deadline.saturating_duration_since(Instant::now())),
-            ttl,
-        });
-    }
+    // Too late: `own` gives the slot back.
+    let (fence, deadline) = fence_and_deadline(name, opts, revision, &session, sent)?;
     own.clear();
     tracing::debug!(lock = %name, %fence, slot, "acquired");
     let granted = Granted::on_etcd(
