@@ -118,7 +118,7 @@ fn per_slot_rule(id: &str) -> Option<&'static str> {
             "per slot: no acknowledged write lost: every acknowledged increment is in its slot's final counter"
         }
         "C4" => {
-            "per slot: one valid holder per slot: no two workers in their critical sections in one slot while both permits were unexpired in Redis"
+            "per slot: one valid holder per slot: no two workers in their critical sections in one slot while both permits were unexpired in the store"
         }
         "C5" => {
             "per slot: a worker that lost its permit got its loss signal within one renewal interval of the loss being observable"
@@ -194,7 +194,7 @@ fn excesses(
 pub(super) fn c8(index: &Index<'_>, permits: u32) -> CheckResult {
     let mut r = CheckResult::new(
         "C8",
-        "never more valid holders than permits: at most N workers in their critical sections at once per name while their permits were unexpired in Redis",
+        "never more valid holders than permits: at most N workers in their critical sections at once per name while their permits were unexpired in the store",
     );
     let mut by_name: HashMap<&str, Vec<&Lease>> = HashMap::new();
     for l in &index.leases {
