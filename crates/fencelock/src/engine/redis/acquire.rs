@@ -309,7 +309,15 @@ impl RedisEngine {
         unreleased: &mut Option<Granted>,
     ) -> Result<std::result::Result<Acquired, Refused>> {
         if let Some(permits) = opts.permits {
-            return Box::pin(self.attempt_permit(name, keys, token, opts, permits, standing)).await;
+            return Box::pin(self.attempt_permit(
+                name,
+                keys,
+                token,
+                opts,
+                (permits, standing),
+                unreleased,
+            ))
+            .await;
         }
         let ttl = opts.ttl;
         let sent = Instant::now();
@@ -358,23 +366,9 @@ impl RedisEngine {
         };
         let granted = Granted::on_redis(name, keys, token, fence, opts, standing.refused);
         let deadline = sent + ttl - drift(ttl);
-        if let (Some(replication), Some(acked)) = (opts.replication, acked)
-            && acked < replication.replicas
-        {
+        if let Some(refusal) = unusable(name, opts, acked, sent, deadline) {
             self.give_back(granted, unreleased).await;
-            return Err(Error::NotReplicated {
-                name: name.to_string(),
-                acked,
-                wanted: replication.replicas,
-            });
-        }
-        if arrived_too_late(deadline, ttl, Instant::now()) {
-            self.give_back(granted, unreleased).await;
-            return Err(Error::GrantTooLate {
-                name: name.to_string(),
-                elapsed: sent.elapsed(),
-                ttl,
-            });
+            return Err(refusal);
         }
         tracing::debug!(lock = %name, %fence, "acquired");
         Ok(Ok(Acquired {
@@ -394,16 +388,16 @@ impl RedisEngine {
     }
 
     /// One grant attempt of a semaphore slot: the permit, or the refusal.
-    /// A grant it gives back is released at once (a permit's release
-    /// changes nothing else; one that fails lapses after its ttl).
+    /// A grant it gives back but cannot release goes to `unreleased`, as a
+    /// mutex's does.
     async fn attempt_permit(
         &self,
         name: &str,
         keys: &LockKeys,
         token: &str,
         opts: &LockOptions,
-        permits: u32,
-        standing: Standing<'_>,
+        (permits, standing): (u32, Standing<'_>),
+        unreleased: &mut Option<Granted>,
     ) -> Result<std::result::Result<Acquired, Refused>> {
         let ttl = opts.ttl;
         let sent = Instant::now();
@@ -457,25 +451,8 @@ impl RedisEngine {
             }
         };
         let deadline = sent + ttl - drift(ttl);
-        let refusal = match (opts.replication, acked) {
-            (Some(replication), Some(acked)) if acked < replication.replicas => {
-                Some(Error::NotReplicated {
-                    name: name.to_string(),
-                    acked,
-                    wanted: replication.replicas,
-                })
-            }
-            _ if arrived_too_late(deadline, ttl, Instant::now()) => Some(Error::GrantTooLate {
-                name: name.to_string(),
-                elapsed: sent.elapsed(),
-                ttl,
-            }),
-            _ => None,
-        };
-        if let Some(refusal) = refusal {
-            if let Err(e) = self.release(&granted).await {
-                tracing::warn!(lock = %name, error = %e, "a permit given back could not be released; it lapses after its ttl");
-            }
+        if let Some(refusal) = unusable(name, opts, acked, sent, deadline) {
+            Box::pin(self.give_back(granted, unreleased)).await;
             return Err(refusal);
         }
         tracing::debug!(lock = %name, fence = %granted.fence, slot = ?granted.slot(), "acquired");
@@ -574,6 +551,33 @@ impl RedisEngine {
             renew_now: false,
         })
     }
+}
+
+/// Why a grant cannot be used, if it cannot: too few replicas acknowledged
+/// it (`acked`, when the options wait for replicas), or its reply came back
+/// with too little of the lease left (sent at `sent`, valid until
+/// `deadline`). The caller gives the grant back.
+fn unusable(
+    name: &str,
+    opts: &LockOptions,
+    acked: Option<u32>,
+    sent: Instant,
+    deadline: Instant,
+) -> Option<Error> {
+    if let (Some(replication), Some(acked)) = (opts.replication, acked)
+        && acked < replication.replicas
+    {
+        return Some(Error::NotReplicated {
+            name: name.to_string(),
+            acked,
+            wanted: replication.replicas,
+        });
+    }
+    arrived_too_late(deadline, opts.ttl, Instant::now()).then(|| Error::GrantTooLate {
+        name: name.to_string(),
+        elapsed: sent.elapsed(),
+        ttl: opts.ttl,
+    })
 }
 
 /// Leaves the wait queue when an acquisition that may be queued ends without
