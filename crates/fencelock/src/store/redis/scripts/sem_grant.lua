@@ -55,7 +55,6 @@ for i = 1, #fields, 2 do
     end
   end
 end
-if #lapsed > 0 then call('HDEL', LOCK, unpack(lapsed)) end
 
 -- Holds SLOT with FENCE until ttl from now; the key lives as long as its
 -- latest permit.
@@ -73,6 +72,8 @@ end
 if live > 0 and stored_permits ~= permits then
   return {4, stored_permits or 0}
 end
+-- Past every refusal that says nothing was changed: lapsed permits go.
+if #lapsed > 0 then call('HDEL', LOCK, unpack(lapsed)) end
 local free = permits - live
 if free <= 0 then
   if wait_mode ~= 'poll' then enqueue_member(member, waiter_lease, now) end
