@@ -58,6 +58,16 @@
 //! live permits of different slots never refuse each other. A name is one
 //! kind while held ([`Error::KindConflict`], [`Error::PermitsConflict`]).
 //!
+//! ## Read-write locks
+//!
+//! [`LockClient::rwlock`] gives a fenced read-write lock: readers share the
+//! name, a writer holds it alone and is fenced like a mutex. A reader's
+//! fence is the write epoch it saw; a read validated against it
+//! ([`FencedHash::read_validated`], `FencedKey::read_validated`,
+//! `FencedTable::read_validated`) says whether a writer granted after the
+//! reader had written ([`ValidatedRead::Torn`]). Fair mode queues readers
+//! and writers in one order.
+//!
 //! ## Module map
 //!
 //! Three layers, knowledge pointing one way — `client` → `resource` →
@@ -67,7 +77,8 @@
 //! | module | layer | concern |
 //! |---|---|---|
 //! | `client` | façade | [`LockClient`], its builder, `try_acquire` / `acquire` / `with_lock` / `revoke` / `inspect`, resources, stats: checks input and delegates, never matches on the kind of store |
-//! | `resource` | resources | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`] (and its per-slot views, [`FencedHash::slot`]), [`WriteOutcome`]; a revoke's seals (`resource/seal.rs`: [`Sealable`], [`Revoked`]); `resource::postgres` (feature `postgres`: `FencedTable`, `SetClause`, `RowKey`, sqlx) and `resource::etcd_key` (feature `etcd`: `FencedKey` and `FencedKey::slot`) |
+//! | `rwlock` | façade | [`LockClient::rwlock`] and [`RwLock`]: a fenced read-write lock's `read` / `write` / `with_read` / `with_write`, shorthand for [`LockOptions::access`] |
+//! | `resource` | resources | fenced resources: the [`Fenced`] trait, [`fence_accepts`], [`FencedHash`] (and its per-slot views, [`FencedHash::slot`]), [`WriteOutcome`]; a reader's validated reads ([`ValidatedRead`], [`read_is_clean`], each resource's `read_validated`); a revoke's seals (`resource/seal.rs`: [`Sealable`], [`Revoked`]); `resource::postgres` (feature `postgres`: `FencedTable`, `SetClause`, `RowKey`, sqlx) and `resource::etcd_key` (feature `etcd`: `FencedKey` and `FencedKey::slot`) |
 //! | `lease` | lease | what a holder has and keeps, for every store and primitive (a mutex's lease or a semaphore's permit): the [`Lease`] guard and [`LeaseHandle`] (`lease/guard.rs`), the shared state with its deadline and loss signal (`lease/state.rs`), the client's keeper that renews every lease in batches (`lease/keeper.rs`) |
 //! | `engine` | engine | the protocol's decisions and the one place that matches on the kind of store: grant, wait, hand-over, renew, release, inspect. `engine/redis/` (`acquire.rs`: attempts, the wait loop, hand-overs; `wakeups.rs`: the waiters' wake-ups; `mod.rs`: renew, release, inspect) and `engine/etcd/` side by side; `engine/timing.rs` holds the decisions about time as pure functions; `engine/grant.rs` what a grant holds (the seam for new primitives: a semaphore's permit is `Hold::RedisPermit`) |
 //! | [`audit`] | audit | the deployment audit ([`LockClient::audit`], `fencelock doctor`): [`audit::Audit`], its [`audit::Check`] rows and their [`audit::Status`] |
@@ -226,10 +237,11 @@ mod lease;
 pub mod metrics;
 mod options;
 mod resource;
+mod rwlock;
 mod store;
 
 pub use client::{DEFAULT_PREFIX, LockClient, LockClientBuilder, MAX_PREFIX_LEN};
-pub use engine::{Deposed, LockState, PermitHolder};
+pub use engine::{Deposed, LockState, PermitHolder, RwHolder};
 pub use error::{DriverError, Error, LossReason, Result, Retry};
 pub use fence::Fence;
 pub use holder::{REVOKED_HOLDER, holder_id};
@@ -237,20 +249,21 @@ pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
 pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};
 pub use options::{
-    DEFAULT_WAITER_LEASE, ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, FENCE_RETENTION, FenceMode,
-    LockOptions, MAX_FENCE_EPOCH, MAX_PERMITS, MAX_TTL, MIN_TTL, NOTIFY_HANDOVER_LEASE, Renewal,
-    Replication, STARVATION_THRESHOLD, WaitMode,
+    Access, DEFAULT_WAITER_LEASE, ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, FENCE_RETENTION,
+    FenceMode, LockOptions, MAX_FENCE_EPOCH, MAX_PERMITS, MAX_TTL, MIN_TTL, NOTIFY_HANDOVER_LEASE,
+    Renewal, Replication, STARVATION_THRESHOLD, WaitMode,
 };
 #[cfg(feature = "postgres")]
 pub use resource::postgres::{
     FENCE_COLUMN, FencedRow, FencedTable, HOLDER_COLUMN, RowFence, RowKey, SetClause,
 };
 pub use resource::{
-    Fenced, FencedHash, HashState, Revoked, SealFuture, Sealable, Sealed, WriteOutcome,
-    fence_accepts,
+    Fenced, FencedHash, HashState, Revoked, SealFuture, Sealable, Sealed, ValidatedRead,
+    WriteOutcome, fence_accepts, read_is_clean,
 };
 #[cfg(feature = "etcd")]
 pub use resource::{FencedKey, KeyState};
+pub use rwlock::RwLock;
 /// The sqlx version fencelock's Postgres resource is built on (feature
 /// `postgres`), so a `PgPool` from it always fits [`FencedTable::new`].
 #[cfg(feature = "postgres")]

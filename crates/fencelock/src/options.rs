@@ -187,6 +187,51 @@ pub struct LockOptions {
     pub(crate) replication: Option<Replication>,
     pub(crate) fence_epoch: Option<u16>,
     pub(crate) permits: Option<u32>,
+    pub(crate) access: Option<Access>,
+}
+
+/// Which side of a fenced read-write lock an acquisition takes
+/// ([`LockOptions::access`], [`LockClient::rwlock`](crate::LockClient::rwlock)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// A reader: shares the lock with other readers, excludes writers. Its
+    /// lease's fence is the write epoch it saw (the last fence issued for
+    /// the name), which validated reads compare against
+    /// ([`ValidatedRead`](crate::ValidatedRead)).
+    Read,
+    /// A writer: excludes readers and writers; fenced like a mutex.
+    Write,
+}
+
+impl Access {
+    /// `"read"` or `"write"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::Write => "write",
+        }
+    }
+}
+
+/// What one acquisition takes: the kind of lock and its part. Derived from
+/// [`LockOptions::permits`] and [`LockOptions::access`] in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Primitive {
+    Mutex,
+    Semaphore(u32),
+    RwLock(Access),
+}
+
+impl Primitive {
+    /// The kind's name in errors: `"mutex"`, `"semaphore"` or
+    /// `"read-write lock"`.
+    pub(crate) fn kind(self) -> &'static str {
+        match self {
+            Primitive::Mutex => "mutex",
+            Primitive::Semaphore(_) => "semaphore",
+            Primitive::RwLock(_) => "read-write lock",
+        }
+    }
 }
 
 impl Default for LockOptions {
@@ -205,6 +250,7 @@ impl Default for LockOptions {
             replication: None,
             fence_epoch: None,
             permits: None,
+            access: None,
         }
     }
 }
@@ -422,6 +468,49 @@ impl LockOptions {
         self.permits
     }
 
+    /// Makes the acquisition one side of a fenced **read-write lock**
+    /// instead of a mutex: [`Access::Read`] shares the name with other
+    /// readers, [`Access::Write`] excludes everyone and is fenced exactly
+    /// like a mutex. A reader's fence is the write epoch it saw: every
+    /// writer granted after it has a greater fence, so a read validated
+    /// against it ([`FencedHash::read_validated`](crate::FencedHash::read_validated))
+    /// tells whether such a writer came in.
+    ///
+    /// Fair mode queues readers and writers in one order (a writer waits
+    /// for the readers ahead of it, later readers wait for the writer);
+    /// notify and poll promise no order, and a steady stream of readers
+    /// can keep a writer out. A name is one kind while it has holders
+    /// ([`Error::KindConflict`](crate::Error::KindConflict)); not in the
+    /// guide layout, and not together with [`LockOptions::permits`].
+    /// [`LockClient::rwlock`](crate::LockClient::rwlock) sets this for you.
+    ///
+    /// ```
+    /// use fencelock::{Access, LockOptions};
+    ///
+    /// let opts = LockOptions::default().access(Access::Read);
+    /// assert_eq!(opts.access_value(), Some(Access::Read));
+    /// ```
+    pub fn access(mut self, access: Access) -> Self {
+        self.access = Some(access);
+        self
+    }
+
+    /// The side of a read-write lock taken, or `None` for a mutex or a
+    /// semaphore.
+    pub fn access_value(&self) -> Option<Access> {
+        self.access
+    }
+
+    /// What the acquisition takes (validated options have at most one of
+    /// permits and access).
+    pub(crate) fn primitive(&self) -> Primitive {
+        match (self.permits, self.access) {
+            (Some(permits), _) => Primitive::Semaphore(permits),
+            (None, Some(access)) => Primitive::RwLock(access),
+            (None, None) => Primitive::Mutex,
+        }
+    }
+
     /// The renewal interval these options give, or `None` when renewal is off.
     pub fn renewal_interval(&self) -> Option<Duration> {
         match self.renewal {
@@ -478,6 +567,19 @@ impl LockOptions {
             if self.layout == KeyLayout::Guide {
                 return Err(Error::InvalidOption(
                     "a semaphore cannot use the guide layout (lock:NAME): the guide's workers know only a mutex; use the default layout".into(),
+                ));
+            }
+        }
+        if let Some(access) = self.access {
+            if let Some(permits) = self.permits {
+                return Err(Error::InvalidOption(format!(
+                    "{permits} permits and {} access: a lock is a semaphore or a read-write lock, not both",
+                    access.as_str()
+                )));
+            }
+            if self.layout == KeyLayout::Guide {
+                return Err(Error::InvalidOption(
+                    "a read-write lock cannot use the guide layout (lock:NAME): the guide's workers know only a mutex; use the default layout".into(),
                 ));
             }
         }

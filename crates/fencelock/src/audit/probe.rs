@@ -23,8 +23,8 @@ use crate::keys::glob_escape;
 use crate::keys::{KeyLayout, LockKeys};
 use crate::options::{LockOptions, WaitMode};
 use crate::store::redis::ops::{
-    Change, Extend, FencedWrite, Grant, GrantReply, Inspect, Leave, Mint, PassOn, Publish, Release,
-    SemExtend, SemGrant, SemGrantReply, SemInspect, SemLeaving, SemRelease,
+    Change, Extend, FencedWrite, Grant, GrantReply, Inspect, Leave, Mint, PassOn, PermitField,
+    Publish, Release, SemExtend, SemGrant, SemGrantReply, SemInspect, SemLeaving, SemRelease,
 };
 use crate::store::redis::scripts;
 use crate::store::redis::wire::{QueueMember, lock_value, wake_channel};
@@ -268,6 +268,7 @@ async fn locks(
         ttl: opts.ttl,
         handover: opts.handover_lease(),
         token: waiter.clone(),
+        access: None,
     };
     let queued = report.note(
         conn.run(&grant(keys, opts, &waiter, WaitMode::Fair, Some(&member)))
@@ -338,7 +339,7 @@ async fn semaphores(
     let ident = lock_value(&holder, fence, KeyLayout::HashTagged);
     report.note(
         conn.run(&SemExtend {
-            permits: &[(keys.lock(), slot, &ident)],
+            permits: &[(keys.lock(), PermitField::Slot(slot), &ident)],
             ttl: opts.ttl,
         })
         .await,
@@ -356,7 +357,7 @@ async fn semaphores(
                 publish: conn.publish(),
             },
             what: SemLeaving::Permit {
-                slot,
+                field: PermitField::Slot(slot),
                 ident: &ident,
             },
         })

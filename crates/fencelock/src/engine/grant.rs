@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::keys::LockKeys;
-use crate::options::{LockOptions, Replication};
-use crate::store::redis::ops::Mint;
+use crate::options::{Access, LockOptions, Replication};
+use crate::store::redis::ops::{Mint, PermitField};
 use crate::store::redis::wire;
 
 /// What one grant gave: fixed for the life of the lease. Kept small (a
@@ -36,7 +36,8 @@ pub(crate) struct Granted {
 pub(crate) enum Hold {
     /// A Redis mutex: the lock key and its exact value.
     Redis(RedisHold),
-    /// A permit of a Redis semaphore: its key, slot and identity.
+    /// A permit of a Redis semaphore, or a reader or the writer of a Redis
+    /// read-write lock (a permit of its hash): its key, field and identity.
     RedisPermit(PermitHold),
     /// An etcd mutex: the holder's own key, its lease and create revision.
     #[cfg(feature = "etcd")]
@@ -64,15 +65,16 @@ pub(crate) struct RedisHold {
     pub(crate) replication: Option<Replication>,
 }
 
-/// A permit of a Redis semaphore as held: the semaphore key (a hash) and
-/// the slot's `TOKEN:FENCE`, which its renewals and release compare (the
-/// stored value also carries the permit's deadline, which renewals move).
+/// A permit of a Redis semaphore or read-write lock as held: the key (a
+/// hash), the field and its `TOKEN:FENCE`, which its renewals and release
+/// compare (the stored value also carries the permit's deadline, which
+/// renewals move).
 #[derive(Debug)]
 pub(crate) struct PermitHold {
-    /// The semaphore key (`LockKeys::lock`).
+    /// The semaphore's or read-write lock's key (`LockKeys::lock`).
     pub(crate) lock: String,
-    /// The slot, `0..permits`.
-    pub(crate) slot: u32,
+    /// The field: a slot `0..permits`, the writer's or a reader's.
+    pub(crate) field: PermitField,
     /// `TOKEN:FENCE` (the store's fence): the token is its first
     /// `token_len` bytes.
     pub(crate) ident: String,
@@ -95,6 +97,9 @@ pub(crate) struct EtcdHold {
     pub(crate) revision: i64,
     /// The semaphore slot it holds, `None` for a mutex.
     pub(crate) slot: Option<u32>,
+    /// The side of a read-write lock it holds, `None` for a mutex or a
+    /// semaphore.
+    pub(crate) access: Option<Access>,
 }
 
 impl Granted {
@@ -125,13 +130,13 @@ impl Granted {
         }
     }
 
-    /// A grant on Redis of `slot` of semaphore `keys` to `token`, with the
-    /// store's `fence` (before the fence epoch).
+    /// A grant on Redis of `field` of semaphore or read-write lock `keys`
+    /// to `token`, with the store's `fence` (before the fence epoch).
     pub(crate) fn on_redis_permit(
         name: &str,
         keys: &LockKeys,
         token: &str,
-        (fence, slot): (Fence, u32),
+        (fence, field): (Fence, PermitField),
         opts: &LockOptions,
     ) -> Self {
         Granted {
@@ -140,7 +145,7 @@ impl Granted {
             ttl: opts.ttl,
             hold: Hold::RedisPermit(PermitHold {
                 lock: keys.lock().to_owned(),
-                slot,
+                field,
                 ident: wire::lock_value(token, fence, crate::keys::KeyLayout::HashTagged),
                 token_len: token.len(),
                 mint: Mint::new(opts),
@@ -196,13 +201,39 @@ impl Granted {
         }
     }
 
-    /// The semaphore slot this grant holds, `None` for a mutex.
+    /// The semaphore slot this grant holds, `None` for a mutex or a
+    /// read-write lock.
     pub(crate) fn slot(&self) -> Option<u32> {
         match &self.hold {
             Hold::Redis(_) => None,
-            Hold::RedisPermit(h) => Some(h.slot),
+            Hold::RedisPermit(h) => match h.field {
+                PermitField::Slot(slot) => Some(slot),
+                PermitField::Writer | PermitField::Reader(_) => None,
+            },
             #[cfg(feature = "etcd")]
             Hold::Etcd(h) => h.slot,
+        }
+    }
+
+    /// Whether this grant is a permit of a Redis hash (a semaphore's slot,
+    /// a read-write lock's reader or writer): renewed and released by the
+    /// permit calls.
+    pub(crate) fn is_permit(&self) -> bool {
+        matches!(self.hold, Hold::RedisPermit(_))
+    }
+
+    /// The side of a read-write lock this grant holds, `None` for a mutex
+    /// or a semaphore.
+    pub(crate) fn access(&self) -> Option<Access> {
+        match &self.hold {
+            Hold::Redis(_) => None,
+            Hold::RedisPermit(h) => match h.field {
+                PermitField::Slot(_) => None,
+                PermitField::Writer => Some(Access::Write),
+                PermitField::Reader(_) => Some(Access::Read),
+            },
+            #[cfg(feature = "etcd")]
+            Hold::Etcd(h) => h.access,
         }
     }
 

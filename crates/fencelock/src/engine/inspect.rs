@@ -36,6 +36,30 @@ pub enum LockState {
         /// The last fence issued for the name, if the fence key still exists.
         last_fence: Option<Fence>,
     },
+    /// The name is a read-write lock with holders
+    /// ([`LockClient::rwlock`](crate::LockClient::rwlock)): a writer, or
+    /// readers.
+    RwLock {
+        /// The writer, if one holds it.
+        writer: Option<RwHolder>,
+        /// The readers, in the order of their fields in the store; each
+        /// one's fence is the write epoch it saw.
+        readers: Vec<RwHolder>,
+        /// The last fence issued for the name, if the fence key still exists.
+        last_fence: Option<Fence>,
+    },
+}
+
+/// A reader or the writer of a read-write lock, in [`LockState::RwLock`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwHolder {
+    /// The holder's public id ([`holder_id`](crate::holder_id) of its token).
+    pub holder: String,
+    /// The writer's fence, or the reader's write epoch.
+    pub fence: Option<Fence>,
+    /// Time left until the lease lapses, as the server sees it.
+    pub remaining: Duration,
 }
 
 /// The holder of one slot of a semaphore, in [`LockState::Semaphore`].

@@ -62,7 +62,7 @@ pub(crate) use revoke::Revocation;
 /// Who hears why a waiting acquisition's attempts failed while its wait
 /// goes on (see `LockClient::acquire_reporting`).
 pub(crate) type Waiting<'a> = Option<&'a (dyn Fn(&Error) + Send + Sync)>;
-pub use inspect::{LockState, PermitHolder};
+pub use inspect::{LockState, PermitHolder, RwHolder};
 
 /// The engine of one client: one variant per kind of store.
 // The etcd side is one pointer; the Redis one is not boxed, to keep every

@@ -75,6 +75,15 @@ impl LeaseHandle {
         self.state.grant.slot()
     }
 
+    /// The side of a read-write lock this lease holds
+    /// ([`LockClient::rwlock`](crate::LockClient::rwlock)); `None` for a
+    /// mutex or a semaphore. A reader's [`fence`](LeaseHandle::fence) is
+    /// the write epoch it saw: validate reads against it
+    /// (`FencedHash::read_validated`), and never write with it.
+    pub fn access(&self) -> Option<crate::Access> {
+        self.state.grant.access()
+    }
+
     /// The holder token of this grant (a UUID v4: 122 random bits): a secret that
     /// lets whoever knows it release or extend the lock and write as this
     /// holder. Pass it to fenced writes; show [`LeaseHandle::holder_id`]

@@ -11,8 +11,8 @@ use crate::keys::LockKeys;
 use crate::options::LockOptions;
 use crate::store::redis::ops::{
     Change, Extend, ExtendMany, FencedWrite, Grant, GrantItem, GrantMany, Leave, Mint, PassOn,
-    PermitRef, Publish, Release, ReleaseItem, ReleaseMany, Revoke, ScriptCall, SemExtend, SemGrant,
-    SemLeaving, SemRelease,
+    PermitField, PermitRef, Publish, Release, ReleaseItem, ReleaseMany, Revoke, ScriptCall,
+    SemExtend, SemGrant, SemLeaving, SemRelease,
 };
 use crate::store::redis::scripts::GRANT_MANY;
 use crate::store::redis::wire::QueueMember;
@@ -246,7 +246,7 @@ impl ProtocolScripts {
             mint: self.mint(),
             pass_on: self.pass_on(),
             what: SemLeaving::Permit {
-                slot,
+                field: PermitField::Slot(slot),
                 ident: &ident,
             },
         })
@@ -262,7 +262,9 @@ impl ProtocolScripts {
         let refs: Vec<PermitRef<'_>> = permits
             .iter()
             .zip(&idents)
-            .map(|((slot, _, _), ident)| (self.keys.lock(), *slot, ident.as_str()))
+            .map(|((slot, _, _), ident)| {
+                (self.keys.lock(), PermitField::Slot(*slot), ident.as_str())
+            })
             .collect();
         self.invoke(&SemExtend {
             permits: &refs,

@@ -274,6 +274,7 @@ async fn attempt(
             session,
             revision,
             slot: None,
+            access: None,
         },
     );
     Ok(Some(Acquired {

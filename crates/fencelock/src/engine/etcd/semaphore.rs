@@ -440,6 +440,7 @@ fn granted(
             session,
             revision,
             slot: Some(slot),
+            access: None,
         },
     );
     Ok(Some(Acquired {

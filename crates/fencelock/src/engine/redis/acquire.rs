@@ -28,31 +28,32 @@ use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::holder::new_token;
 use crate::keys::LockKeys;
-use crate::options::{LockOptions, WaitMode};
+use crate::options::{Access, LockOptions, Primitive, WaitMode};
 use crate::store::Checked;
 use crate::store::redis::RedisConn;
 use crate::store::redis::ops::{
-    Grant, GrantReply, Leave, Mint, PassOn, SemGrant, SemGrantReply, SemLeaving, SemRelease,
+    Grant, GrantReply, Leave, Mint, PassOn, PermitField, SemGrant, SemGrantReply, SemLeaving,
+    SemRelease,
 };
 use crate::store::redis::wire::{QueueMember, wake_channel};
 
 /// A refused grant attempt.
 #[derive(Debug, Clone, Copy)]
-struct Refused {
+pub(super) struct Refused {
     /// The holder's time left, if known.
-    remaining: Option<Duration>,
+    pub(super) remaining: Option<Duration>,
     /// The fence stored when the attempt was refused (see
     /// [`handover_is_fresh`]).
-    seen: Option<u64>,
+    pub(super) seen: Option<u64>,
 }
 
 /// Where a grant attempt stands with the lock's wait queue.
 #[derive(Debug, Clone, Copy, Default)]
-struct Standing<'a> {
+pub(super) struct Standing<'a> {
     /// The caller's queue member, if a refusal queues it.
-    member: Option<&'a QueueMember>,
+    pub(super) member: Option<&'a QueueMember>,
     /// Whether an earlier attempt may have queued the caller.
-    queued: bool,
+    pub(super) queued: bool,
     /// Whether an earlier attempt of the same call was refused: the lock is
     /// contended, and the lease it grants releases with the next holder
     /// woken first (`Granted::contended`).
@@ -262,6 +263,7 @@ impl RedisEngine {
                     ttl: opts.ttl,
                     handover: opts.handover_lease(),
                     token: token.to_string(),
+                    access: opts.access,
                 };
                 (Some(w), Some(member))
             }
@@ -308,16 +310,30 @@ impl RedisEngine {
         standing: Standing<'_>,
         unreleased: &mut Option<Granted>,
     ) -> Result<std::result::Result<Acquired, Refused>> {
-        if let Some(permits) = opts.permits {
-            return Box::pin(self.attempt_permit(
-                name,
-                keys,
-                token,
-                opts,
-                (permits, standing),
-                unreleased,
-            ))
-            .await;
+        match opts.primitive() {
+            Primitive::Mutex => {}
+            Primitive::Semaphore(permits) => {
+                return Box::pin(self.attempt_permit(
+                    name,
+                    keys,
+                    token,
+                    opts,
+                    (permits, standing),
+                    unreleased,
+                ))
+                .await;
+            }
+            Primitive::RwLock(access) => {
+                return Box::pin(self.attempt_rw(
+                    name,
+                    keys,
+                    token,
+                    opts,
+                    (access, standing),
+                    unreleased,
+                ))
+                .await;
+            }
         }
         let ttl = opts.ttl;
         let sent = Instant::now();
@@ -380,7 +396,7 @@ impl RedisEngine {
 
     /// Releases a grant the attempt cannot use; one whose release failed
     /// goes to `unreleased`, for the caller to release once more.
-    async fn give_back(&self, granted: Granted, unreleased: &mut Option<Granted>) {
+    pub(super) async fn give_back(&self, granted: Granted, unreleased: &mut Option<Granted>) {
         match self.release(&granted).await {
             Ok(_) => *unreleased = None,
             Err(_) => *unreleased = Some(granted),
@@ -424,7 +440,7 @@ impl RedisEngine {
         };
         let granted = match reply {
             SemGrantReply::Granted { fence, slot } => {
-                Granted::on_redis_permit(name, keys, token, (fence, slot), opts)
+                Granted::on_redis_permit(name, keys, token, (fence, PermitField::Slot(slot)), opts)
             }
             SemGrantReply::Held { remaining, seen } => {
                 return Ok(Err(Refused { remaining, seen }));
@@ -438,8 +454,15 @@ impl RedisEngine {
             SemGrantReply::HeldAsMutex => {
                 return Err(Error::KindConflict {
                     name: name.to_owned(),
-                    held: "mutex",
-                    asked: "semaphore",
+                    held: Primitive::Mutex.kind(),
+                    asked: opts.primitive().kind(),
+                });
+            }
+            SemGrantReply::HeldAsRwLock => {
+                return Err(Error::KindConflict {
+                    name: name.to_owned(),
+                    held: Primitive::RwLock(Access::Write).kind(),
+                    asked: opts.primitive().kind(),
                 });
             }
             SemGrantReply::OtherPermits(held) => {
@@ -464,9 +487,10 @@ impl RedisEngine {
     }
 
     /// A mutex call's error `e` (a grant's, a revoke's), told as
-    /// [`Error::KindConflict`] when it met a semaphore: a hash with a permit count at the lock key, which a
-    /// grant's `SET` finds of the wrong type (looked at only on that error,
-    /// so the grant itself pays nothing for it).
+    /// [`Error::KindConflict`] when it met a semaphore or a read-write
+    /// lock: a hash at the lock key with a permit count or the `rw` mark,
+    /// which a grant's `SET` finds of the wrong type (looked at only on
+    /// that error, so the grant itself pays nothing for it).
     pub(super) async fn kind_conflict(&self, name: &str, keys: &LockKeys, e: Error) -> Error {
         let Error::WrongType { key, .. } = &e else {
             return e;
@@ -474,20 +498,25 @@ impl RedisEngine {
         if key != keys.lock() {
             return e;
         }
-        let permits: Result<Option<String>> = self
+        let marks: Result<(Option<String>, Option<String>)> = self
             .conn
             .cmd(
                 keys.lock(),
-                redis::cmd("HGET").arg(keys.lock()).arg("permits"),
+                redis::cmd("HMGET")
+                    .arg(keys.lock())
+                    .arg("permits")
+                    .arg("rw"),
             )
             .await;
-        match permits {
-            Ok(Some(_)) => Error::KindConflict {
-                name: name.to_owned(),
-                held: "semaphore",
-                asked: "mutex",
-            },
-            _ => e,
+        let held = match marks {
+            Ok((Some(_), _)) => Primitive::Semaphore(0),
+            Ok((None, Some(_))) => Primitive::RwLock(Access::Write),
+            _ => return e,
+        };
+        Error::KindConflict {
+            name: name.to_owned(),
+            held: held.kind(),
+            asked: Primitive::Mutex.kind(),
         }
     }
 
@@ -557,7 +586,7 @@ impl RedisEngine {
 /// it (`acked`, when the options wait for replicas), or its reply came back
 /// with too little of the lease left (sent at `sent`, valid until
 /// `deadline`). The caller gives the grant back.
-fn unusable(
+pub(super) fn unusable(
     name: &str,
     opts: &LockOptions,
     acked: Option<u32>,
@@ -602,7 +631,7 @@ impl QueuedGuard {
                     keys.clone(),
                     m.clone(),
                     Mint::new(opts),
-                    opts.permits.is_some(),
+                    opts.primitive() != Primitive::Mutex,
                 )
             }),
         }

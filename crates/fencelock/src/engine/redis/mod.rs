@@ -5,6 +5,7 @@
 //! what is decided here is which call, and when.
 
 mod acquire;
+mod rwlock;
 mod server_clock;
 mod wakeups;
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use super::grant::{Granted, RedisHold};
-use super::inspect::{LockState, PermitHolder};
+use super::inspect::{LockState, PermitHolder, RwHolder};
 use super::revoke::{Deposed, Revocation};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
@@ -22,8 +23,8 @@ use crate::keys::{KeyLayout, LockKeys, lock_key_pattern, lock_name_of};
 use crate::options::LockOptions;
 use crate::store::Checked;
 use crate::store::redis::ops::{
-    Extend, ExtendMany, Inspect, Mint, NotExtended, PassOn, PermitRef, Release, Revoke, ScriptCall,
-    SemExtend, SemInspect, SemLeaving, SemRelease,
+    Extend, ExtendMany, Inspect, Mint, NotExtended, PassOn, PermitField, PermitRef, Release,
+    Revoke, ScriptCall, SemExtend, SemInspect, SemLeaving, SemRelease, SlotEntry,
 };
 use crate::store::redis::{BatchGroup, Coalescer, RedisConn, Topology, wire};
 use server_clock::ServerClocks;
@@ -72,7 +73,7 @@ impl RedisEngine {
 
     /// One compare-and-pexpire of `granted` to its ttl.
     pub(crate) async fn extend(&self, granted: &Granted) -> Result<Checked> {
-        if granted.slot().is_some() {
+        if granted.is_permit() {
             return Ok(self.renew_many(&[granted], granted.ttl).await?[0]);
         }
         let hold = granted.redis()?;
@@ -87,7 +88,7 @@ impl RedisEngine {
     /// One compare-and-delete of `granted`, which passes the lock on to a
     /// waiter (batched with the client's concurrent releases).
     pub(crate) async fn release(&self, granted: &Granted) -> Result<Checked> {
-        if granted.slot().is_some() {
+        if granted.is_permit() {
             return self.release_permit(granted).await;
         }
         let hold = granted.redis()?;
@@ -167,7 +168,7 @@ impl RedisEngine {
             .iter()
             .copied()
             .enumerate()
-            .partition(|(_, g)| g.slot().is_some());
+            .partition(|(_, g)| g.is_permit());
         let mut codes = vec![Checked::Done; leases.len()];
         for (codes_of, (i, _)) in [
             (self.renew_mutexes(&mutexes, ttl).await?, &mutexes),
@@ -215,7 +216,7 @@ impl RedisEngine {
             .iter()
             .map(|(_, g)| {
                 g.permit()
-                    .map(|h| (h.lock.as_str(), h.slot, h.ident.as_str()))
+                    .map(|h| (h.lock.as_str(), h.field, h.ident.as_str()))
             })
             .collect::<Result<Vec<PermitRef<'_>>>>()?;
         let call = SemExtend {
@@ -252,7 +253,7 @@ impl RedisEngine {
                 publish: self.conn.publish(),
             },
             what: SemLeaving::Permit {
-                slot: hold.slot,
+                field: hold.field,
                 ident: &hold.ident,
             },
         };
@@ -327,9 +328,9 @@ impl RedisEngine {
         })
     }
 
-    /// The state of semaphore `keys` (one atomic script), after a mutex's
-    /// inspect met `wrong_type`: given back when the key is no semaphore's
-    /// (another type, or a hash without a permit count).
+    /// The state of semaphore or read-write lock `keys` (one atomic
+    /// script), after a mutex's inspect met `wrong_type`: given back when
+    /// the key is neither's (another type, or a hash without their marks).
     async fn inspect_semaphore(
         &self,
         keys: &LockKeys,
@@ -339,13 +340,37 @@ impl RedisEngine {
         let base = defaults.fence_base(0);
         let epoch = |f: Fence| Fence::new(f.get().saturating_add(base));
         let snapshot = self.conn.run(&SemInspect::of(keys)).await?;
-        if !snapshot.is_semaphore {
+        if !snapshot.is_semaphore && !snapshot.is_rwlock {
             return Err(wrong_type);
         }
         let last_fence = snapshot
             .last_fence
             .and_then(|f| f.parse::<Fence>().ok())
             .map(epoch);
+        if snapshot.slots.is_empty() {
+            return Ok(LockState::Free { last_fence });
+        }
+        let rw_holder = |s: &SlotEntry| RwHolder {
+            holder: holder_id(&s.token),
+            fence: s.fence.map(epoch),
+            remaining: s.remaining,
+        };
+        if snapshot.is_rwlock {
+            return Ok(LockState::RwLock {
+                writer: snapshot
+                    .slots
+                    .iter()
+                    .find(|s| s.field == PermitField::Writer)
+                    .map(rw_holder),
+                readers: snapshot
+                    .slots
+                    .iter()
+                    .filter(|s| matches!(s.field, PermitField::Reader(_)))
+                    .map(rw_holder)
+                    .collect(),
+                last_fence,
+            });
+        }
         Ok(match snapshot.permits {
             None => LockState::Free { last_fence },
             Some(permits) => LockState::Semaphore {
@@ -353,11 +378,14 @@ impl RedisEngine {
                 holders: snapshot
                     .slots
                     .into_iter()
-                    .map(|s| PermitHolder {
-                        slot: s.slot,
-                        holder: holder_id(&s.token),
-                        fence: s.fence.map(epoch),
-                        remaining: s.remaining,
+                    .filter_map(|s| match s.field {
+                        PermitField::Slot(slot) => Some(PermitHolder {
+                            slot,
+                            holder: holder_id(&s.token),
+                            fence: s.fence.map(epoch),
+                            remaining: s.remaining,
+                        }),
+                        PermitField::Writer | PermitField::Reader(_) => None,
                     })
                     .collect(),
                 last_fence,

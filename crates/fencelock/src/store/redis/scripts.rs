@@ -12,6 +12,7 @@
 //! | [`EXTEND`], [`EXTEND_MANY`] | compare-and-pexpire, of one lease or a batch | `common.lua`, `extend.lua` / `extend_many.lua` |
 //! | [`FENCED_WRITE`] | a fenced write to a Redis hash | `common.lua`, `fenced_write.lua` |
 //! | [`SEM_GRANT`], [`SEM_RELEASE`] | a semaphore's grant of one slot; its release, or a waiter leaving | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `sem_grant.lua` / `sem_release.lua` |
+//! | [`RW_GRANT`] | a read-write lock's grant of a reader or a writer (released, renewed and inspected as a semaphore's permits) | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `rw_grant.lua` |
 //! | [`SEM_EXTEND`], [`SEM_INSPECT`] | renewal of one or many permits; a snapshot of a semaphore | `common.lua`, `sem_extend.lua` / `sem_inspect.lua` |
 //! | [`INSPECT`] | a snapshot of a lock | `common.lua`, `inspect.lua` |
 //!
@@ -123,6 +124,17 @@ pub(crate) static SEM_GRANT: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/sem_grant.lua")
+    ))
+});
+
+/// A read-write lock's grant of a reader (with its epoch) or a writer
+/// (with its fence).
+pub(crate) static RW_GRANT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/fast_helpers.lua"),
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/rw_grant.lua")
     ))
 });
 
@@ -291,7 +303,15 @@ impl ScriptMutation {
                 &[("ok = #fence > #s", "ok = #fence < #s")],
             ),
             ScriptMutation::MintWithoutIncrement => (
-                vec![&GRANT, &GRANT_MANY, &RELEASE, &LEAVE, &REVOKE, &SEM_GRANT],
+                vec![
+                    &GRANT,
+                    &GRANT_MANY,
+                    &RELEASE,
+                    &LEAVE,
+                    &REVOKE,
+                    &SEM_GRANT,
+                    &RW_GRANT,
+                ],
                 &[
                     ("math.max(last + 1, now)", "math.max(last, now)"),
                     (

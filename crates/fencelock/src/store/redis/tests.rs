@@ -66,6 +66,7 @@ async fn the_release_script_wakes_over_sharded_pub_sub() -> Result<()> {
         ttl: Duration::from_secs(10),
         handover: Duration::from_millis(100),
         token: "0b5e7a9c-0000-4000-8000-000000000001".into(),
+        access: None,
     }
     .to_string();
     server.cmd(&["ZADD", &keys.queue(), "99999999999999999", &member]);

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, LockKeys};
-use crate::options::WaitMode;
+use crate::options::{Access, WaitMode};
 
 /// The value stored in the lock key for a grant.
 pub fn lock_value(token: &str, fence: Fence, layout: KeyLayout) -> String {
@@ -71,6 +71,9 @@ pub struct QueueMember {
     pub handover: Duration,
     /// The holder token the waiter will hold the lock with.
     pub token: String,
+    /// The side of a read-write lock it waits for (`None`: a mutex or a
+    /// semaphore): written as `r` or `w` before the wait mode.
+    pub access: Option<Access>,
 }
 
 impl QueueMember {
@@ -84,9 +87,14 @@ impl fmt::Display for QueueMember {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}:{}:{}:{}:{}:{}",
+            "{}:{}:{}{}:{}:{}:{}",
             self.client,
             self.waiter,
+            match self.access {
+                None => "",
+                Some(Access::Read) => "r",
+                Some(Access::Write) => "w",
+            },
             self.mode.as_arg(),
             self.ttl.as_millis(),
             self.handover.as_millis(),
@@ -116,7 +124,13 @@ impl FromStr for QueueMember {
         let mut next = || parts.next().filter(|p| !p.is_empty()).ok_or_else(bad);
         let client = next()?.to_owned();
         let waiter = next()?.parse().map_err(|_| bad())?;
-        let mode = WaitMode::parse(next()?).ok_or_else(bad)?;
+        let mode = next()?;
+        let (access, mode) = match mode.as_bytes().first() {
+            Some(b'r') => (Some(Access::Read), &mode[1..]),
+            Some(b'w') => (Some(Access::Write), &mode[1..]),
+            _ => (None, mode),
+        };
+        let mode = WaitMode::parse(mode).ok_or_else(bad)?;
         let ttl = Duration::from_millis(next()?.parse().map_err(|_| bad())?);
         let handover = Duration::from_millis(next()?.parse().map_err(|_| bad())?);
         let token = next()?.to_owned();
@@ -127,6 +141,7 @@ impl FromStr for QueueMember {
             ttl,
             handover,
             token,
+            access,
         })
     }
 }

@@ -15,6 +15,47 @@ use crate::options::WaitMode;
 use crate::store::redis::scripts::{self, Lua};
 use crate::store::redis::wire::QueueMember;
 
+/// The hash field a permit holds: a semaphore's slot (`"0"` to
+/// `"N-1"`), or a read-write lock's writer (`"w"`) or reader (`"rN"`,
+/// see `rw_grant.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PermitField {
+    /// A semaphore's slot.
+    Slot(u32),
+    /// A read-write lock's writer.
+    Writer,
+    /// A read-write lock's reader, by its number among the readers.
+    Reader(u32),
+}
+
+impl PermitField {
+    /// Writes the field as one argument.
+    pub(crate) fn write<W: ?Sized + RedisWrite>(self, out: &mut W) {
+        let mut n = itoa::Buffer::new();
+        match self {
+            PermitField::Slot(slot) => out.write_arg(n.format(slot).as_bytes()),
+            PermitField::Writer => out.write_arg(b"w"),
+            PermitField::Reader(r) => {
+                let mut arg = [0u8; 11];
+                let digits = n.format(r).as_bytes();
+                arg[0] = b'r';
+                arg[1..=digits.len()].copy_from_slice(digits);
+                out.write_arg(&arg[..=digits.len()]);
+            }
+        }
+    }
+
+    /// Reads a field name; `None` for a field that holds no permit
+    /// (`permits`, `rw`, or data fencelock did not write).
+    pub(crate) fn parse(field: &str) -> Option<Self> {
+        match field.as_bytes().first()? {
+            b'w' if field.len() == 1 => Some(PermitField::Writer),
+            b'r' => field[1..].parse().ok().map(PermitField::Reader),
+            _ => field.parse().ok().map(PermitField::Slot),
+        }
+    }
+}
+
 /// One grant attempt of a semaphore slot (`sem_grant.lua`).
 #[derive(Debug)]
 pub(crate) struct SemGrant<'a> {
@@ -85,6 +126,8 @@ pub(crate) enum SemGrantReply {
     HeldAsMutex,
     /// The name has holders under another permit count.
     OtherPermits(u32),
+    /// The name has holders as a read-write lock.
+    HeldAsRwLock,
 }
 
 impl FromRedisValue for SemGrantReply {
@@ -130,6 +173,7 @@ impl FromRedisValue for SemGrantReply {
             4 => SemGrantReply::OtherPermits(u32::try_from(positive("permit count", n)?).map_err(
                 |_| -> ParsingError { format!("a semaphore holds {n} permits").into() },
             )?),
+            5 => SemGrantReply::HeldAsRwLock,
             other => {
                 return Err(format!("a semaphore grant returned the unknown code {other}").into());
             }
@@ -152,8 +196,8 @@ pub(crate) struct SemRelease<'a> {
 /// What a [`SemRelease`] gives up.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SemLeaving<'a> {
-    /// A held permit: its slot and `TOKEN:FENCE`.
-    Permit { slot: u32, ident: &'a str },
+    /// A held permit: its field and `TOKEN:FENCE`.
+    Permit { field: PermitField, ident: &'a str },
     /// A waiter's place in the queue: its member.
     Waiter(&'a QueueMember),
 }
@@ -163,8 +207,8 @@ impl ToRedisArgs for SemRelease<'_> {
         self.mint.write(out);
         self.pass_on.write(out);
         match self.what {
-            SemLeaving::Permit { slot, ident } => {
-                out.write_arg(itoa::Buffer::new().format(slot).as_bytes());
+            SemLeaving::Permit { field, ident } => {
+                field.write(out);
                 out.write_arg(ident.as_bytes());
             }
             SemLeaving::Waiter(member) => {
@@ -189,8 +233,8 @@ impl ScriptCall for SemRelease<'_> {
     }
 }
 
-/// One permit to renew: its semaphore key, slot and `TOKEN:FENCE`.
-pub(crate) type PermitRef<'a> = (&'a str, u32, &'a str);
+/// One permit to renew: its key, field and `TOKEN:FENCE`.
+pub(crate) type PermitRef<'a> = (&'a str, PermitField, &'a str);
 
 /// Renewal of one or many permits of one ttl (`sem_extend.lua`). On a
 /// Cluster all keys must share a slot.
@@ -203,8 +247,8 @@ pub(crate) struct SemExtend<'a> {
 impl ToRedisArgs for SemExtend<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         write_millis(out, self.ttl);
-        for (_, slot, ident) in self.permits {
-            out.write_arg(itoa::Buffer::new().format(*slot).as_bytes());
+        for (_, field, ident) in self.permits {
+            field.write(out);
             out.write_arg(ident.as_bytes());
         }
     }
@@ -266,21 +310,26 @@ impl ScriptCall for SemInspect<'_> {
 /// One live permit in a [`SemSnapshot`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SlotEntry {
-    pub(crate) slot: u32,
+    pub(crate) field: PermitField,
     pub(crate) token: String,
-    /// The fence, before the fence epoch.
+    /// The fence (a reader's epoch), before the fence epoch.
     pub(crate) fence: Option<Fence>,
     pub(crate) remaining: Duration,
 }
 
-/// A semaphore's state: its permit count (`None` when nobody holds it)
-/// and its live permits by slot.
+/// A semaphore's or a read-write lock's state: what marks it, and its live
+/// permits by field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SemSnapshot {
-    /// Whether the key is a semaphore's hash at all (it has a permit
-    /// count): a hash without one is data fencelock did not write.
+    /// Whether the key is a semaphore's hash (it has a permit count) or a
+    /// read-write lock's (it has the `rw` mark): a hash with neither is
+    /// data fencelock did not write.
     pub(crate) is_semaphore: bool,
+    pub(crate) is_rwlock: bool,
+    /// The semaphore's permit count (`None` when nobody holds it).
     pub(crate) permits: Option<u32>,
+    /// The live permits: slots in order, or the writer and then the
+    /// readers in order.
     pub(crate) slots: Vec<SlotEntry>,
     pub(crate) last_fence: Option<String>,
 }
@@ -290,30 +339,43 @@ impl FromRedisValue for SemSnapshot {
         let (now_ms, fields, last_fence): (u64, Vec<String>, Option<String>) =
             FromRedisValue::from_redis_value(v)?;
         let mut permits = None;
-        let mut is_semaphore = false;
+        let (mut is_semaphore, mut is_rwlock) = (false, false);
         let mut slots = Vec::new();
         for pair in fields.chunks_exact(2) {
             let (field, value) = (&pair[0], &pair[1]);
-            if field == "permits" {
-                is_semaphore = true;
-                permits = value.parse().ok();
-                continue;
+            match field.as_str() {
+                "permits" => {
+                    is_semaphore = true;
+                    permits = value.parse().ok();
+                    continue;
+                }
+                "rw" => {
+                    is_rwlock = true;
+                    continue;
+                }
+                _ => {}
             }
-            let (Ok(slot), Some(permit)) = (field.parse::<u32>(), parse_permit(value)) else {
+            let (Some(field), Some(permit)) = (PermitField::parse(field), parse_permit(value))
+            else {
                 continue;
             };
             if permit.deadline_ms > now_ms {
                 slots.push(SlotEntry {
-                    slot,
+                    field,
                     token: permit.token.to_owned(),
                     fence: permit.fence,
                     remaining: Duration::from_millis(permit.deadline_ms - now_ms),
                 });
             }
         }
-        slots.sort_by_key(|s| s.slot);
+        slots.sort_by_key(|s| match s.field {
+            PermitField::Writer => (0, 0),
+            PermitField::Slot(n) => (1, n),
+            PermitField::Reader(n) => (2, n),
+        });
         Ok(SemSnapshot {
             is_semaphore,
+            is_rwlock,
             permits: if slots.is_empty() { None } else { permits },
             slots,
             last_fence,

@@ -32,6 +32,7 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
         ttl: Duration::from_secs(5),
         handover: Duration::from_secs(1),
         token: "t".into(),
+        access: None,
     };
     let grant = Grant {
         keys: &keys,
@@ -194,6 +195,7 @@ fn batch_calls_write_their_items_in_order() -> crate::Result<()> {
         ttl: Duration::from_secs(5),
         handover: Duration::from_secs(1),
         token: "t".into(),
+        access: None,
     };
     for not in [
         Grant {

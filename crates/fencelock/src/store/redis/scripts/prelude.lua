@@ -12,7 +12,8 @@
 --   LOCK:waiters  waiter leases: zset member -> lease end in ms
 -- A release wakes a waiter on the channel LOCK:wake:CLIENT.
 -- Queue members are "CLIENT:WAITER:MODE:TTL_MS:HANDOVER_MS:TOKEN" (MODE
--- "fair" or "notify"): what a release needs to wake the waiter or hand it the
+-- "fair" or "notify"; a read-write lock's waiter puts "r" or "w" before
+-- it): what a release needs to wake the waiter or hand it the
 -- lock (for HANDOVER_MS, until the waiter renews it).
 --
 -- ARGV[1], the same in all three scripts: how fences are minted for this
@@ -127,6 +128,12 @@ local function enqueue_member(member, waiter_lease, now)
   if call('PTTL', WAITERS) < keep then call('PEXPIRE', WAITERS, keep) end
 end
 
+-- Whether queue member ENTRY waits to write a read-write lock (its MODE is
+-- the access and the wait mode: "wfair", "wnotify"; rw_grant.lua).
+local function waits_to_write(entry)
+  return string.match(entry, '^[^:]+:[^:]+:w') ~= nil
+end
+
 -- The first queued waiter whose lease has not ended, and its arrival time in
 -- µs; dead ones are dropped.
 local function live_head(now_ms)
@@ -172,8 +179,10 @@ local function pass_on(wake_prefix, publish, starving_us)
   local head, arrived = live_head(math.floor(now / 1000))
   if not head then return end
   local client, waiter, wmode, ttl, handover, token = string.match(head, MEMBER)
+  -- Only a mutex's waiter is handed the lock ("fair", or a starving
+  -- "notify"): a read-write lock's waiter ("rfair", "wnotify") is woken.
   local hand = token and usable
-    and (wmode == 'fair' or now - arrived >= starving_us)
+    and (wmode == 'fair' or (wmode == 'notify' and now - arrived >= starving_us))
   local fence
   if hand then
     -- Mint the fence first: if it cannot be stored (an ACL that lets the

@@ -8,8 +8,9 @@
 -- as "TOKEN:FENCE:DEADLINE", DEADLINE the server time in ms when it lapses.
 -- Redis 7.0 cannot expire a hash field, so a permit past its DEADLINE
 -- counts as free in every script, and the key itself expires with its
--- latest permit. A name is either kind: a mutex's SET meets this hash and
--- fails (WRONGTYPE), and this script refuses a string.
+-- latest permit. A name is one kind: a mutex's SET meets this hash and
+-- fails (WRONGTYPE), this script refuses a string, and a read-write lock's
+-- hash (rw_grant.lua) is told by its `rw` field.
 local token = ARGV[2]                  -- the caller's holder token
 local ttl_ms = tonumber(ARGV[3])       -- lease ttl in ms
 local wait_mode = ARGV[4]              -- "poll", "notify" or "fair"
@@ -23,7 +24,8 @@ local queued = member ~= '' and ARGV[8] == '1'
 -- when every slot is held (ms: the soonest a permit lapses), {2, 0, last}
 -- when a free slot is reserved for the fair queue's first waiters, where
 -- `last` is the fence stored now (nil: none); {3, 0} when the name is held
--- as a mutex, {4, n} when it has holders under another permit count n.
+-- as a mutex, {4, n} when it has holders under another permit count n,
+-- {5, 0} when it has holders as a read-write lock.
 -- Refused notify/fair callers are queued (or keep their place).
 
 local kind = call('TYPE', LOCK)['ok']
@@ -36,12 +38,16 @@ local now = now_us()
 local now_ms = math.floor(now / 1000)
 local held, live, soonest = {}, 0, nil
 local stored_permits, mine_slot, mine_fence = nil, nil, nil
-local lapsed = {}
+local lapsed, rw = {}, false
 local fields = call('HGETALL', LOCK)
 for i = 1, #fields, 2 do
   local field, value = fields[i], fields[i + 1]
   if field == 'permits' then
     stored_permits = tonumber(value)
+  elseif field == 'rw' then
+    -- A read-write lock's mark (rw_grant.lua): it goes with its last holder.
+    rw = true
+    lapsed[#lapsed + 1] = field
   else
     local who, fence, deadline = string.match(value, '^(.-):(%d+):(%d+)$')
     deadline = tonumber(deadline)
@@ -65,6 +71,7 @@ local function hold(slot, fence)
   if queued then dequeue(member) end
 end
 
+if rw and live > 0 then return {5, 0} end
 if mine_slot then
   hold(mine_slot, mine_fence)
   return {1, mine_fence, tonumber(mine_slot)}

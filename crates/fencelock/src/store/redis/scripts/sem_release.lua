@@ -1,11 +1,13 @@
--- Semaphore release, or a waiter leaving its queue. After common.lua and
--- prelude.lua (KEYS[1] and the permit format are sem_grant.lua's).
+-- Release of a semaphore's permit or a read-write lock's reader or writer
+-- (both "permits" here), or a waiter leaving its queue. After common.lua
+-- and prelude.lua (KEYS[1] and the permit format are sem_grant.lua's and
+-- rw_grant.lua's).
 local wake_prefix = LOCK .. ':wake:'  -- wake channel = wake_prefix .. CLIENT
 -- ARGV[2]: how to wake waiters, "PUBLISH" or "SPUBLISH" (Cluster), a space
 -- and a number (release.lua's starvation threshold; a semaphore hands no
 -- slot over, so it is not read).
 local publish = string.match(ARGV[2], '^(%u+) ')
-local slot = ARGV[3]     -- the released slot, or "" for a waiter that leaves
+local slot = ARGV[3]     -- the released field (a slot, "w", "rN"), or "" for a waiter that leaves
 local ident = ARGV[4]    -- "TOKEN:FENCE" of the permit, or the leaving member
 --
 -- A release returns 1 when released, 0 when the slot's permit had lapsed
@@ -39,24 +41,37 @@ else
 end
 if kind ~= 'hash' then return result end
 local permits = tonumber(call('HGET', LOCK, 'permits')) or 0
-local live = 0
+local rw = call('HEXISTS', LOCK, 'rw') == 1
+local live, writer = 0, false
 local fields = call('HGETALL', LOCK)
 for i = 1, #fields, 2 do
-  if fields[i] ~= 'permits' then
+  if fields[i] ~= 'permits' and fields[i] ~= 'rw' then
     local deadline = tonumber(string.match(fields[i + 1], ':(%d+)$'))
-    if deadline and deadline > now_ms then live = live + 1 end
+    if deadline and deadline > now_ms then
+      live = live + 1
+      if fields[i] == 'w' then writer = true end
+    end
   end
 end
 if live == 0 then
   -- Nobody holds a permit: the key goes (and with it the permit count).
   call('DEL', LOCK)
 end
-local free = math.min(permits - live, 16)
+-- How many waiters may get in now: a semaphore's free slots; a read-write
+-- lock's readers once no writer holds it (rw_grant.lua).
+local free
+if rw then free = writer and 0 or 16 else free = math.min(permits - live, 16) end
 if free > 0 and queue_exists(false) then
   for _, head in ipairs(live_heads(free, now_ms)) do
-    local client, waiter = string.match(head, '^([^:]+):([^:]+)')
-    -- pcall: a wake-up is best effort (waiters retry on their own).
-    if client then redis.pcall(publish, wake_prefix .. client, waiter) end
+    -- A writer can get in only when nobody holds the lock, and the
+    -- readers behind it wait for it: the wake-ups end there.
+    local stop = rw and waits_to_write(head)
+    if not stop or live == 0 then
+      local client, waiter = string.match(head, '^([^:]+):([^:]+)')
+      -- pcall: a wake-up is best effort (waiters retry on their own).
+      if client then redis.pcall(publish, wake_prefix .. client, waiter) end
+    end
+    if stop then break end
   end
 end
 return result
