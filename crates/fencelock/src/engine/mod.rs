@@ -297,7 +297,7 @@ impl Engine {
     }
 
     /// Takes lock `name` away from whoever holds it (no token needed):
-    /// deposes the holder, passes the lock on to the head waiter, and
+    /// deposes the holder (a read-write lock's writer or all its readers), passes the lock on to the head waiter, and
     /// returns the revocation fence (see [`Revocation`]). On Redis one
     /// script; on etcd one transaction that deletes the holder's key.
     pub(crate) async fn revoke(
@@ -308,7 +308,7 @@ impl Engine {
     ) -> Result<Revocation> {
         if opts.permits.is_some() {
             return Err(Error::InvalidOption(
-                "revoke takes a mutex: a semaphore's permits cannot be revoked".into(),
+                "revoke takes a mutex or a read-write lock: a semaphore's permits cannot be revoked".into(),
             ));
         }
         let span = tracing::debug_span!("revoke", lock = %name);

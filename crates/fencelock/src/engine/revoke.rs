@@ -19,7 +19,9 @@ pub(crate) struct Revocation {
     pub(crate) replicas: Option<(u32, u32)>,
 }
 
-/// The holder a revoke took its lock away from.
+/// The holder a revoke took its lock away from. A read-write lock's
+/// revoke deposes every holder; the one named is the writer, or the
+/// reader with the lowest field (a reader's fence is its write epoch).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Deposed {

@@ -457,6 +457,7 @@ async fn heavy_a_mixed_batch_of_releases_gives_each_its_outcome() -> Result<()> 
         ttl: Duration::from_secs(10),
         handover: Duration::from_millis(100),
         token: "0b5e7a9c-0000-4000-8000-000000000001".into(),
+        access: None,
     }
     .to_string();
     server.cmd(&[

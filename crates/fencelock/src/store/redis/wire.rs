@@ -229,6 +229,7 @@ mod tests {
             ttl: Duration::from_secs(10),
             handover: Duration::from_millis(100),
             token: "0b5e7a9c-0000-4000-8000-000000000001".into(),
+            access: None,
         };
         let text = member.to_string();
         assert_eq!(
@@ -236,7 +237,22 @@ mod tests {
             "c0ffee:7:fair:10000:100:0b5e7a9c-0000-4000-8000-000000000001"
         );
         assert_eq!(text.parse::<QueueMember>()?, member);
+        // A read-write lock's waiter: the access before the wait mode.
+        for (access, text) in [
+            (Access::Read, "c0ffee:7:rfair:10000:100:t"),
+            (Access::Write, "c0ffee:7:wfair:10000:100:t"),
+        ] {
+            let rw = QueueMember {
+                access: Some(access),
+                token: "t".into(),
+                ..member.clone()
+            };
+            assert_eq!(rw.to_string(), text);
+            assert_eq!(text.parse::<QueueMember>()?, rw);
+        }
         for bad in [
+            "c:1:xfair:1:1:t",
+            "c:1:rslow:1:1:t",
             "",
             "a:b",
             "c:x:fair:1:1:t",

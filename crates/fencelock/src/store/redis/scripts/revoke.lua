@@ -3,7 +3,8 @@
 -- documented there). In one atomic step:
 --   1. mint a fence above every fence issued for the name and store it, so
 --      every later grant's fence is above it (the revocation fence);
---   2. delete the lock, whoever holds it;
+--   2. delete the lock, whoever holds it (a read-write lock's writer or
+--      all its readers);
 --   3. pass the lock on to the head waiter, as a release does (waiters keep
 --      their places).
 -- The caller then seals the revocation fence at the resources: every fence
@@ -24,12 +25,41 @@ starving_us = tonumber(starving_us)
 
 -- Every key is checked before the first write (see common.lua), and the
 -- first write is the UNLINK: a user without +unlink changes nothing.
-local held = call('GET', LOCK)
+local held, rw = nil, false
+if call('TYPE', LOCK)['ok'] == 'hash' and call('HGET', LOCK, 'rw') then
+  -- A read-write lock (rw_grant.lua): every holder is deposed, the writer
+  -- or all readers. The one reported is the writer, or the lowest reader.
+  rw = true
+  local t = call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local fields, rank = call('HGETALL', LOCK), nil
+  for i = 1, #fields, 2 do
+    local who, fence, deadline = string.match(fields[i + 1], '^(.-):(%d+):(%d+)$')
+    local n = fields[i] == 'w' and -1 or tonumber(string.sub(fields[i], 2))
+    if deadline and tonumber(deadline) > now_ms and n and (not rank or n < rank) then
+      held, rank = who .. ':' .. fence, n
+    end
+  end
+else
+  -- A semaphore's hash fails here (WRONGTYPE), and the caller names it.
+  held = call('GET', LOCK)
+end
 local queue_live = queue_exists(false)
 local last = last_fence()
 call('UNLINK', LOCK)
 local f = mint(last, now_us())
-if queue_live then pass_on(LOCK .. ':wake:', publish, starving_us) end
+if queue_live and rw then
+  -- Waiters of a read-write lock are woken, as sem_release.lua wakes
+  -- them once nobody holds it: the readers at the head and the first
+  -- writer.
+  for _, head in ipairs(live_heads(16, math.floor(now_us() / 1000))) do
+    local client, waiter = string.match(head, '^([^:]+):([^:]+)')
+    if client then redis.pcall(publish, LOCK .. ':wake:' .. client, waiter) end
+    if waits_to_write(head) then break end
+  end
+elseif queue_live then
+  pass_on(LOCK .. ':wake:', publish, starving_us)
+end
 
 local holder, held_fence = false, false
 if held then

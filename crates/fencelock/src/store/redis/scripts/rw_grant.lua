@@ -78,9 +78,11 @@ end
 -- ahead of a writer go first, together). Dead conflicting waiters met on
 -- the way are dropped.
 local function conflict_ahead()
-  local rank = member ~= '' and call('ZRANK', QUEUE, member) or false
-  if rank == 0 then return false end
-  for _, entry in ipairs(call('ZRANGE', QUEUE, 0, rank and rank - 1 or -1)) do
+  -- By score (arrival), not rank: ZRANGE is in the README's ACL rule,
+  -- ZRANK is not.
+  local arrived = member ~= '' and call('ZSCORE', QUEUE, member)
+  local upto = arrived and ('(' .. arrived) or '+inf'
+  for _, entry in ipairs(call('ZRANGE', QUEUE, '-inf', upto, 'BYSCORE')) do
     if writer or waits_to_write(entry) then
       local lease_end = tonumber(call('ZSCORE', WAITERS, entry))
       if lease_end and lease_end > now_ms then return true end

@@ -41,11 +41,12 @@ else
 end
 if kind ~= 'hash' then return result end
 local permits = tonumber(call('HGET', LOCK, 'permits')) or 0
-local rw = call('HEXISTS', LOCK, 'rw') == 1
-local live, writer = 0, false
+local rw, live, writer = false, 0, false
 local fields = call('HGETALL', LOCK)
 for i = 1, #fields, 2 do
-  if fields[i] ~= 'permits' and fields[i] ~= 'rw' then
+  if fields[i] == 'rw' then
+    rw = true
+  elseif fields[i] ~= 'permits' then
     local deadline = tonumber(string.match(fields[i + 1], ':(%d+)$'))
     if deadline and deadline > now_ms then
       live = live + 1
