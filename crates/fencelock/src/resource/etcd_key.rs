@@ -8,7 +8,7 @@ use crate::holder::holder_id;
 use crate::keys::validate_resource_key;
 use crate::lease::LeaseHandle;
 use crate::metrics::StatsHandle;
-use crate::resource::{Fenced, WriteOutcome, check_holder};
+use crate::resource::{Fenced, ValidatedRead, WriteOutcome, check_holder};
 use crate::store::etcd::{
     EtcdConn, KeyWrite, Stored, in_lock_space, read_key, seal_key, write_key,
 };
@@ -333,6 +333,23 @@ impl FencedKey {
     /// etcd errors.
     pub async fn read(&self) -> Result<KeyState> {
         Ok(read_key(&self.conn, &self.full_key).await?.into())
+    }
+
+    /// Reads value, fence and holder in one etcd read ([`FencedKey::read`])
+    /// and checks the read against a reader's write epoch (`epoch`: a read
+    /// lease's [`fence`](crate::LeaseHandle::fence)) by
+    /// [`read_is_clean`](crate::read_is_clean): [`ValidatedRead::Torn`] if
+    /// the stored fence is greater, so a writer granted after the reader has
+    /// written what was read. A view checks its slot's key
+    /// ([`FencedKey::slot`]). A value not written by `FencedKey` has no
+    /// fence and is clean.
+    ///
+    /// # Errors
+    /// As [`FencedKey::read`]. A torn read is not an error.
+    pub async fn read_validated(&self, epoch: Fence) -> Result<ValidatedRead<KeyState>> {
+        let state = self.read().await?;
+        let stored = state.fence;
+        Ok(ValidatedRead::check(state, stored, epoch))
     }
 
     /// The key, and the slot of a view, for messages.

@@ -19,6 +19,11 @@
 //!
 //! A revoke seals resources ([`Sealable`], `seal.rs`): every fence up to
 //! the revocation fence is refused there from then on.
+//!
+//! Readers of a fenced read-write lock do not write; they validate what they
+//! read ([`read_is_clean`], [`ValidatedRead`]): a read is clean iff the
+//! resource's stored fence is absent or at most the reader's write epoch.
+//! Each ready-made resource has a `read_validated`.
 
 #[cfg(feature = "etcd")]
 mod etcd_key;
@@ -97,6 +102,125 @@ pub fn fence_accepts(
         Some(stored) if fence > stored => true,
         Some(stored) if fence == stored => stored_holder == Some(holder),
         Some(_) => false,
+    }
+}
+
+/// The reader's rule of a fenced read-write lock: is a read clean, given the
+/// fence the resource stored (`stored`, read in the same atomic step as the
+/// data, or after it) and the reader's write epoch (`epoch`, its lease's
+/// [`fence`](crate::LeaseHandle::fence): the last fence issued for the name when
+/// the read lease was granted)?
+///
+/// - nothing stored (`stored == None`): clean (no fenced write at all);
+/// - `stored <= epoch`: clean (the last write came from a writer at or
+///   before the reader's epoch);
+/// - `stored > epoch`: **torn**. Every writer granted after the reader has a
+///   fence greater than `epoch`, so one of them has written: the reader
+///   outlived its lease (or read outside it) and a writer came in.
+///
+/// Fences at a resource only grow, so a check made *after* the read (not
+/// atomically with it) is conservative: a writer that had written before the
+/// read is still visible to the check. [`ValidatedRead`] carries the result
+/// with the value; the resources' `read_validated` apply this rule.
+///
+/// ```
+/// use fencelock::{Fence, read_is_clean};
+///
+/// let epoch = Fence::new(40);
+/// assert!(read_is_clean(None, epoch)); // never written under a lock
+/// assert!(read_is_clean(Some(Fence::new(39)), epoch));
+/// assert!(read_is_clean(Some(Fence::new(40)), epoch)); // the epoch's own writer
+/// assert!(!read_is_clean(Some(Fence::new(41)), epoch)); // a later writer wrote
+/// ```
+pub fn read_is_clean(stored: Option<Fence>, epoch: Fence) -> bool {
+    match stored {
+        None => true,
+        Some(stored) => stored <= epoch,
+    }
+}
+
+/// A read checked against a reader's write epoch ([`read_is_clean`]): the
+/// value read, and whether a writer granted after the reader had written it.
+///
+/// Returned by [`FencedHash::read_validated`], `FencedKey::read_validated`
+/// (feature `etcd`) and `FencedTable::read_validated` (feature `postgres`).
+/// A torn read still carries what was read (to log it, or to compare), but
+/// it is not the state as of the reader's epoch: do not act on it as if it
+/// were; stop, or acquire again and read again.
+///
+/// ```
+/// use fencelock::{Fence, ValidatedRead};
+///
+/// fn report(read: ValidatedRead<String>) -> Option<String> {
+///     match read {
+///         ValidatedRead::Clean(value) => Some(value),
+///         ValidatedRead::Torn { fence, .. } => {
+///             eprintln!("a writer with fence {fence} came in: read again");
+///             None
+///         }
+///         _ => None, // non_exhaustive
+///     }
+/// }
+/// # assert_eq!(report(ValidatedRead::Clean("x".into())), Some("x".into()));
+/// # let torn = ValidatedRead::Torn { value: "y".to_owned(), fence: Fence::new(9) };
+/// # assert_eq!(report(torn), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a torn read must not be used as clean"]
+#[non_exhaustive]
+pub enum ValidatedRead<T> {
+    /// No writer after the reader's epoch had written: the stored fence was
+    /// absent or at most the epoch. The value is what the reader's epoch
+    /// admits.
+    Clean(T),
+    /// A writer with a later fence had written: the stored fence is greater
+    /// than the reader's epoch. The value is what was read; it may be that
+    /// writer's (a read-write lock's reader must not see it).
+    Torn {
+        /// What was read.
+        value: T,
+        /// The fence the resource stored, greater than the reader's epoch.
+        fence: Fence,
+    },
+}
+
+impl<T> ValidatedRead<T> {
+    /// `Clean(value)` or `Torn { value, fence }` by [`read_is_clean`]: the
+    /// one place a resource turns its stored fence into the verdict.
+    pub(crate) fn check(value: T, stored: Option<Fence>, epoch: Fence) -> Self {
+        match stored {
+            Some(fence) if !read_is_clean(stored, epoch) => ValidatedRead::Torn { value, fence },
+            _ => ValidatedRead::Clean(value),
+        }
+    }
+
+    /// True for [`ValidatedRead::Clean`].
+    pub fn is_clean(&self) -> bool {
+        matches!(self, ValidatedRead::Clean(_))
+    }
+
+    /// The value of a clean read; `None` for a torn one.
+    pub fn clean(self) -> Option<T> {
+        match self {
+            ValidatedRead::Clean(value) => Some(value),
+            ValidatedRead::Torn { .. } => None,
+        }
+    }
+
+    /// The value read, clean or torn (check [`ValidatedRead::is_clean`]
+    /// before acting on it).
+    pub fn value(&self) -> &T {
+        match self {
+            ValidatedRead::Clean(value) | ValidatedRead::Torn { value, .. } => value,
+        }
+    }
+
+    /// The value read, clean or torn (check [`ValidatedRead::is_clean`]
+    /// before acting on it).
+    pub fn into_value(self) -> T {
+        match self {
+            ValidatedRead::Clean(value) | ValidatedRead::Torn { value, .. } => value,
+        }
     }
 }
 
@@ -267,4 +391,53 @@ pub trait Fenced {
         holder: &str,
         write: &Self::Write,
     ) -> impl Future<Output = Result<WriteOutcome>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_and_equal_fences_are_clean_greater_ones_torn() {
+        let epoch = Fence::new(40);
+        assert!(read_is_clean(None, epoch));
+        assert!(read_is_clean(None, Fence::new(0)));
+        assert!(read_is_clean(Some(Fence::new(0)), epoch));
+        assert!(read_is_clean(Some(epoch), epoch), "equal is clean");
+        assert!(!read_is_clean(Some(Fence::new(41)), epoch));
+    }
+
+    #[test]
+    fn u64_max_compares_exactly() {
+        let max = Fence::new(u64::MAX);
+        let below = Fence::new(u64::MAX - 1);
+        assert!(read_is_clean(Some(max), max));
+        assert!(read_is_clean(Some(below), max));
+        assert!(!read_is_clean(Some(max), below));
+        assert!(!read_is_clean(Some(max), Fence::new(0)));
+    }
+
+    #[test]
+    fn check_carries_the_value_and_the_later_fence() {
+        let epoch = Fence::new(7);
+        let clean = ValidatedRead::check("a", Some(epoch), epoch);
+        assert_eq!(clean, ValidatedRead::Clean("a"));
+        assert!(clean.is_clean());
+        assert_eq!(clean.value(), &"a");
+        assert_eq!(clean.clean(), Some("a"));
+        assert_eq!(ValidatedRead::check("n", None, epoch).clean(), Some("n"));
+
+        let torn = ValidatedRead::check("b", Some(Fence::new(8)), epoch);
+        assert_eq!(
+            torn,
+            ValidatedRead::Torn {
+                value: "b",
+                fence: Fence::new(8)
+            }
+        );
+        assert!(!torn.is_clean());
+        assert_eq!(torn.value(), &"b");
+        assert_eq!(torn.clone().into_value(), "b");
+        assert_eq!(torn.clean(), None, "a torn read has no clean value");
+    }
 }

@@ -5,7 +5,7 @@ use crate::fence::Fence;
 use crate::keys::validate_resource_key;
 use crate::metrics::StatsHandle;
 use crate::options::Replication;
-use crate::resource::{Fenced, WriteOutcome, check_holder};
+use crate::resource::{Fenced, ValidatedRead, WriteOutcome, check_holder};
 use crate::store::redis::RedisConn;
 use crate::store::redis::ops::{Change, FencedWrite};
 
@@ -239,6 +239,33 @@ impl FencedHash {
             fence: parse_fence(fence)?,
             holder,
         })
+    }
+
+    /// Reads value, fence and holder in one atomic step ([`FencedHash::read`])
+    /// and checks the read against a reader's write epoch (`epoch`: a read
+    /// lease's [`fence`](crate::LeaseHandle::fence)) by
+    /// [`read_is_clean`](crate::read_is_clean): [`ValidatedRead::Torn`] if
+    /// the stored fence is greater, so a writer granted after the reader has
+    /// written what was read. A view checks its slot's fence
+    /// ([`FencedHash::slot`]).
+    ///
+    /// ```no_run
+    /// use fencelock::{FencedHash, Lease};
+    ///
+    /// /// The invoice's status as of `reader`'s epoch; `None` if a writer
+    /// /// came in after it (read again under a new read lease).
+    /// async fn status(invoice: &FencedHash, reader: &Lease) -> fencelock::Result<Option<String>> {
+    ///     let read = invoice.read_validated(reader.fence()).await?;
+    ///     Ok(read.clean().and_then(|state| state.value))
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`FencedHash::read`]. A torn read is not an error.
+    pub async fn read_validated(&self, epoch: Fence) -> Result<ValidatedRead<HashState>> {
+        let state = self.read().await?;
+        let stored = state.fence;
+        Ok(ValidatedRead::check(state, stored, epoch))
     }
 
     #[tracing::instrument(name = "fenced_write", level = "debug", skip_all, fields(resource = %self.key, slot = ?self.slot, %fence, op = change.name(), outcome))]

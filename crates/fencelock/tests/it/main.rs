@@ -39,4 +39,5 @@ mod semaphore;
 mod support;
 mod topologies;
 mod two_command_race;
+mod validated_read;
 mod wait_modes;

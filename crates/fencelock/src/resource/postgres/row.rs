@@ -1,9 +1,11 @@
 //! [`FencedRow`]: one row of a [`FencedTable`] behind the [`Fenced`] trait.
 
-use super::{FencedTable, RowKey, SetClause};
+use sqlx::postgres::PgExecutor;
+
+use super::{FencedTable, RowFence, RowKey, SetClause};
 use crate::error::Result;
 use crate::fence::Fence;
-use crate::resource::{Fenced, WriteOutcome};
+use crate::resource::{Fenced, ValidatedRead, WriteOutcome};
 
 /// One row of a [`FencedTable`], for code written against [`Fenced`]
 /// (`write` = the [`SetClause`] of a conditional `UPDATE`, run on the
@@ -34,6 +36,23 @@ impl<K> FencedRow<K> {
     /// The table.
     pub fn table(&self) -> &FencedTable {
         &self.table
+    }
+}
+
+impl<K: RowKey> FencedRow<K> {
+    /// [`FencedTable::read_validated`] of this row, on `executor` (`&pool`,
+    /// `&mut *conn` or `&mut *tx`: the transaction of your read, see
+    /// "Validated reads" on [`FencedTable`]); call it after reading your
+    /// columns.
+    ///
+    /// # Errors
+    /// As [`FencedTable::read_validated`].
+    pub async fn read_validated<'c>(
+        &self,
+        executor: impl PgExecutor<'c>,
+        epoch: Fence,
+    ) -> Result<ValidatedRead<Option<RowFence>>> {
+        self.table.read_validated(executor, &self.key, epoch).await
     }
 }
 

@@ -10,7 +10,7 @@ use super::{FENCE_COLUMN, HOLDER_COLUMN, RowKey, SetClause};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::metrics::StatsHandle;
-use crate::resource::{WriteOutcome, check_holder};
+use crate::resource::{ValidatedRead, WriteOutcome, check_holder};
 
 /// SQLSTATE `undefined_column`.
 const UNDEFINED_COLUMN: &str = "42703";
@@ -92,6 +92,10 @@ const UNDEFINED_COLUMN: &str = "42703";
 ///   it exists (`INSERT … ON CONFLICT (key) DO UPDATE … WHERE <rule>`), for
 ///   rows that may not exist yet.
 /// - [`FencedTable::read_fence`]: the fence and holder a row records.
+/// - [`FencedTable::read_validated`]: for a reader of a fenced read-write
+///   lock, after reading the row with your own SQL: was what you read
+///   written by a writer granted after your read lease? See "Validated
+///   reads" below.
 ///
 /// # Pool, connection or transaction
 ///
@@ -150,6 +154,60 @@ const UNDEFINED_COLUMN: &str = "42703";
 /// transaction (pass `&mut *tx`, as above) if the read must see a
 /// consistent snapshot; otherwise the registration is harmless to leave
 /// behind when you stop half-way — it only blocks older fences.
+///
+/// # Validated reads (a read-write lock's readers)
+///
+/// A reader does not write, so nothing refuses it; instead it validates,
+/// seqlock style, what it read. Its lease's fence is its *write epoch*
+/// (the last fence issued for the name when the read lease was granted),
+/// and every writer granted after it has a greater fence. Read your
+/// columns with your own SQL first, then call
+/// [`FencedTable::read_validated`] with the epoch: it reads the row's
+/// `lock_fence` and `lock_holder` and applies
+/// [`read_is_clean`](crate::read_is_clean). Fences on a row only grow, so
+/// if the fence read *after* your read is absent or at most your epoch, no
+/// later writer had written the row before your read either: the read is
+/// [`ValidatedRead::Clean`]. A greater fence is [`ValidatedRead::Torn`]:
+/// discard what you read (read again under a new read lease).
+///
+/// - **Order:** validate after the read, never before (a check made before
+///   proves nothing about a write that lands in between).
+/// - **Same transaction or not:** in a `REPEATABLE READ` or `SERIALIZABLE`
+///   transaction (`&mut *tx` for both), the validation sees the read's own
+///   snapshot and checks exactly what was read. In `READ COMMITTED`
+///   (Postgres's default) or on the pool, it sees a later snapshot: a
+///   writer that committed after your read makes it torn too (conservative,
+///   never wrong the other way).
+/// - **What it covers:** the row whose fence it reads. Data read from other
+///   rows is covered only if every writer records its fence on this row in
+///   the same transaction as its writes ([`FencedTable::register`] or
+///   [`FencedTable::update`] inside that transaction). Writes that bypass
+///   the fence columns are not seen.
+///
+/// ```no_run
+/// # async fn demo(invoices: fencelock::FencedTable, pool: sqlx::PgPool, reader: fencelock::Lease)
+/// # -> Result<(), fencelock::Error> {
+/// use fencelock::{Error, ValidatedRead};
+///
+/// let mut tx = pool.begin().await.map_err(Error::from)?;
+/// sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+///     .execute(&mut *tx)
+///     .await
+///     .map_err(Error::from)?;
+/// // 1. Read your data.
+/// let total: i64 = sqlx::query_scalar("SELECT total FROM invoices WHERE id = 42")
+///     .fetch_one(&mut *tx)
+///     .await
+///     .map_err(Error::from)?;
+/// // 2. Then validate it against the read lease's epoch.
+/// match invoices.read_validated(&mut *tx, 42_i64, reader.fence()).await? {
+///     ValidatedRead::Clean(_) => { /* use `total` */ }
+///     _ => { /* torn: a later writer wrote the row; discard `total` */ }
+/// }
+/// tx.commit().await.map_err(Error::from)?;
+/// # let _ = total;
+/// # Ok(()) }
+/// ```
 ///
 /// # Missing row vs stale fence
 ///
@@ -492,6 +550,40 @@ impl FencedTable {
             fence: stored_fence(fence)?,
             holder,
         })
+    }
+
+    /// Validates a read of the row whose key is `key` against a reader's
+    /// write epoch (`epoch`: a read lease's
+    /// [`fence`](crate::LeaseHandle::fence)): reads the row's fence and
+    /// holder on `executor` (`&pool`, `&mut *conn` or `&mut *tx`), as
+    /// [`FencedTable::read_fence`] does, and applies
+    /// [`read_is_clean`](crate::read_is_clean). Call it **after** reading
+    /// your own columns (see "Validated reads" on [`FencedTable`]).
+    ///
+    /// The value is the row's [`RowFence`], or `None` if there is no such
+    /// row. A missing row is clean (nothing stored, like an absent Redis
+    /// hash or etcd key), not [`Error::RowNotFound`]: "no row as of my
+    /// epoch" is a read a reader may need to validate too, and a later
+    /// writer that creates the row ([`FencedTable::upsert`]) makes it
+    /// [`ValidatedRead::Torn`]. Fenced writes never delete a row; a row
+    /// deleted outside them reads as `None`.
+    ///
+    /// # Errors
+    /// [`Error::MissingFenceColumns`], [`Error::Postgres`]. A torn read is
+    /// not an error.
+    pub async fn read_validated<'c>(
+        &self,
+        executor: impl PgExecutor<'c>,
+        key: impl RowKey,
+        epoch: Fence,
+    ) -> Result<ValidatedRead<Option<RowFence>>> {
+        let row = match self.read_fence(executor, &key).await {
+            Ok(row) => Some(row),
+            Err(Error::RowNotFound { .. }) => None,
+            Err(other) => return Err(other),
+        };
+        let stored = row.as_ref().and_then(|row| row.fence);
+        Ok(ValidatedRead::check(row, stored, epoch))
     }
 
     /// The statement behind `update`, `register` and `seal` (`holder`
