@@ -35,6 +35,7 @@ mod postgres;
 mod resource;
 mod resource_slots;
 mod revoke;
+mod rwlock;
 mod semaphore;
 mod support;
 mod topologies;

@@ -4,6 +4,7 @@
 
 mod cluster;
 mod replication;
+mod rwlock;
 mod semaphore;
 mod sentinel;
 mod tls;
