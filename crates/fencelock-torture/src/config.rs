@@ -44,6 +44,12 @@ pub enum Variant {
     /// below another slot's latest is refused (`--primitive semaphore`
     /// only).
     OneFence,
+    /// A read-write lock's readers report every read clean without
+    /// validating it: a plain read of the counter, no look at the stored
+    /// fence, so a reader that outlived its lease (a writer came in and
+    /// wrote) takes the later writer's value for the state as of its epoch
+    /// (`--primitive rwlock` only).
+    UnvalidatedRead,
 }
 
 impl Variant {
@@ -61,10 +67,15 @@ impl Variant {
     /// order they are documented.
     pub const SEMAPHORE: [Variant; 1] = [Variant::OneFence];
 
+    /// Every control of a read-write lock run (`--primitive rwlock`), in
+    /// the order they are documented.
+    pub const RWLOCK: [Variant; 1] = [Variant::UnvalidatedRead];
+
     /// The name on the command line and in the history.
     pub fn name(self) -> &'static str {
         match self {
             Variant::OneFence => "one-fence",
+            Variant::UnvalidatedRead => "unvalidated-read",
             Variant::TwoCommandAcquire => "two-command-acquire",
             Variant::GeCheck => "ge-check",
             Variant::WriteOnlyCheck => "write-only-check",
@@ -79,6 +90,7 @@ impl Variant {
         Variant::ALL
             .into_iter()
             .chain(Variant::SEMAPHORE)
+            .chain(Variant::RWLOCK)
             .find(|v| v.name() == s)
     }
 
@@ -86,6 +98,12 @@ impl Variant {
     /// rather than of a mutex run ([`Variant::ALL`]).
     pub fn of_semaphore(self) -> bool {
         Variant::SEMAPHORE.contains(&self)
+    }
+
+    /// Whether this is a control of a read-write lock run
+    /// ([`Variant::RWLOCK`]).
+    pub fn of_rwlock(self) -> bool {
+        Variant::RWLOCK.contains(&self)
     }
 
     /// The nemeses that expose this control, used when none are given: a
@@ -110,6 +128,9 @@ impl Variant {
             // Live permits overlap all the time: no fault is needed; a
             // paused holder only adds stale writes to be refused.
             Variant::OneFence => &[NemesisKind::PauseWorker],
+            // A reader paused before its read past its lease: a writer
+            // comes in and writes, and the reader then reads that write.
+            Variant::UnvalidatedRead => &[NemesisKind::PauseWorker],
         }
     }
 
@@ -288,6 +309,17 @@ pub struct Config {
     /// (`FencedHash::slot`); the checkers then judge C1–C7 per slot, at
     /// most N valid holders per name (C8) and no valid permit refused (C9).
     pub permits: Option<u32>,
+    /// `None`: not a read-write lock. `Some(P)`: the workers take one side
+    /// of a fenced read-write lock per cycle (`--primitive rwlock`,
+    /// `LockClient::rwlock`), a read lease with probability P % (`--reads
+    /// P`), else a write lease. Writers do the mutex's audited
+    /// read-modify-write; readers work up to `hold`, then make one
+    /// validated read of the resource against their write epoch
+    /// (`FencedHash::read_validated`). The checkers then judge C1–C3 on the
+    /// writers' writes, C4 and C6 among the writers, C5 and C7 per holder,
+    /// no writer with a valid reader (C10), validated reads (C11) and the
+    /// readers' epochs (C12).
+    pub rwlock_reads: Option<u32>,
 }
 
 impl Config {
@@ -314,6 +346,7 @@ impl Config {
             history: None,
             tls: Tls::new(),
             permits: None,
+            rwlock_reads: None,
         }
     }
 
@@ -348,10 +381,13 @@ impl Config {
         self.variant.map_or(KeyLayout::HashTagged, Variant::layout)
     }
 
-    /// `mutex`, or `semaphore` with [`Config::permits`].
+    /// `mutex`, `semaphore` with [`Config::permits`], or `rwlock` with
+    /// [`Config::rwlock_reads`].
     pub fn primitive(&self) -> &'static str {
         if self.permits.is_some() {
             "semaphore"
+        } else if self.rwlock_reads.is_some() {
+            "rwlock"
         } else {
             "mutex"
         }
@@ -366,16 +402,25 @@ impl Config {
     /// without them. The CLI asks before any server starts, [`crate::run`]
     /// again on the running topology.
     pub fn primitive_refusal(&self, nemeses: Option<&[NemesisKind]>) -> Option<String> {
+        if let Some(reads) = self.rwlock_reads {
+            return self.rwlock_refusal(reads);
+        }
         let Some(permits) = self.permits else {
-            return self
-                .variant
-                .filter(|v| v.of_semaphore())
-                .map(|v| {
-                    format!(
+            return self.variant.and_then(|v| {
+                if v.of_semaphore() {
+                    Some(format!(
                         "--unsafe {}: a control of the semaphore (one fence pair for all its permits); run it with --primitive semaphore --permits N",
                         v.name()
-                    )
-                });
+                    ))
+                } else if v.of_rwlock() {
+                    Some(format!(
+                        "--unsafe {}: a control of the read-write lock (readers that do not validate); run it with --primitive rwlock",
+                        v.name()
+                    ))
+                } else {
+                    None
+                }
+            });
         };
         if permits == 0 || permits > fencelock::MAX_PERMITS {
             return Some(format!(
@@ -397,10 +442,49 @@ impl Config {
         }
         if let Some(v) = self.variant.filter(|v| !v.of_semaphore()) {
             let semaphore: Vec<&str> = Variant::SEMAPHORE.iter().map(|v| v.name()).collect();
+            if v.of_rwlock() {
+                return Some(format!(
+                    "--unsafe {} is a control of the read-write lock; with --primitive semaphore: {}",
+                    v.name(),
+                    semaphore.join(", ")
+                ));
+            }
             return Some(format!(
                 "--unsafe {} is a control of the mutex; with --primitive semaphore: {}",
                 v.name(),
                 semaphore.join(", ")
+            ));
+        }
+        None
+    }
+
+    /// Why a read-write lock run with `reads` % read leases cannot run:
+    /// not with permits, more than 100 %, or a control of another
+    /// primitive. Every topology, both resources and every nemesis run (a
+    /// revoke deposes the writer or every reader).
+    fn rwlock_refusal(&self, reads: u32) -> Option<String> {
+        if self.permits.is_some() {
+            return Some(
+                "--permits is for --primitive semaphore: a lock is a semaphore or a read-write lock, not both"
+                    .into(),
+            );
+        }
+        if reads > 100 {
+            return Some(format!(
+                "--reads {reads}: the share of read leases is a percentage, 0 to 100"
+            ));
+        }
+        if let Some(v) = self.variant.filter(|v| !v.of_rwlock()) {
+            let rwlock: Vec<&str> = Variant::RWLOCK.iter().map(|v| v.name()).collect();
+            return Some(format!(
+                "--unsafe {} is a control of the {}; with --primitive rwlock: {}",
+                v.name(),
+                if v.of_semaphore() {
+                    "semaphore"
+                } else {
+                    "mutex"
+                },
+                rwlock.join(", ")
             ));
         }
         None

@@ -60,6 +60,18 @@ pub enum Released {
     Unknown,
 }
 
+/// One holder of a read-write lock, as the observer saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Holding {
+    /// The public holder id.
+    pub holder: String,
+    /// The writer's fence, or the reader's write epoch.
+    pub fence: Option<u64>,
+    /// `read` or `write` (none: the store showed a plain holder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<String>,
+}
+
 /// What the run was configured with (the first line of every history).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
@@ -103,6 +115,13 @@ pub struct Header {
     /// final states then carry their slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u32>,
+    /// The share of read leases in percent of a read-write lock run
+    /// (`--primitive rwlock`); absent for a mutex or a semaphore. Its
+    /// grants then carry their access, its readers' validated reads are
+    /// `validated_read` events and the observer records every holder of a
+    /// name (`observed_holders`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rwlock_reads: Option<u32>,
 }
 
 /// What an event says. Times (`valid_until`, `sent`) are on the run's axis,
@@ -137,6 +156,11 @@ pub enum Entry {
         /// for a mutex.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slot: Option<u32>,
+        /// The side of a read-write lock asked for and granted (`read` or
+        /// `write`, `--primitive rwlock`); absent for a mutex or a
+        /// semaphore. A reader's `fence` is its write epoch.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        access: Option<String>,
     },
     /// The acquisition failed (timed out, granted too late, an error).
     AcquireFailed {
@@ -170,6 +194,27 @@ pub enum Entry {
         /// The value read.
         value: i64,
         /// Lease validity when the read returned.
+        valid_until: i64,
+    },
+    /// A reader's validated read of the resource (`--primitive rwlock`)
+    /// returned (`t`): the counter, the fence the resource stored, and
+    /// whether the reader judged the read clean (stored fence absent or at
+    /// most its epoch, the lease's fence).
+    ValidatedRead {
+        /// Operation id.
+        op: String,
+        /// The reader's write epoch (its lease's fence).
+        epoch: u64,
+        /// When the read was sent.
+        sent: i64,
+        /// The counter read.
+        value: i64,
+        /// The fence the resource stored, as the read returned it (none:
+        /// nothing stored, or not read: the `unvalidated-read` control).
+        fence: Option<u64>,
+        /// Whether the reader reported the read clean.
+        clean: bool,
+        /// Lease validity when sent.
         valid_until: i64,
     },
     /// A fenced write of `value` (= `read` + 1) is sent.
@@ -291,6 +336,17 @@ pub enum Entry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slot: Option<u32>,
     },
+    /// The observer saw the holders of read-write lock `name` change
+    /// (`--primitive rwlock`; `t` = reply time): every holder now, the
+    /// writer or the readers.
+    ObservedHolders {
+        /// Lock name.
+        name: String,
+        /// Who holds it now (empty: nobody).
+        holders: Vec<Holding>,
+        /// When the poll that saw it was sent.
+        sent: i64,
+    },
     /// One accepted write as the resource recorded it, in the same
     /// script/transaction as the write (read at the end of the run).
     Audit {
@@ -354,6 +410,7 @@ impl Event {
             | Entry::Register { op, .. }
             | Entry::Registered { op, .. }
             | Entry::Read { op, .. }
+            | Entry::ValidatedRead { op, .. }
             | Entry::Write { op, .. }
             | Entry::Written { op, .. }
             | Entry::Release { op, .. }
@@ -473,6 +530,7 @@ mod tests {
                 holder: "ab".into(),
                 valid_until: 99,
                 slot: None,
+                access: None,
             },
         };
         let line = e.to_line();

@@ -18,6 +18,17 @@
 //! valid holders than permits) and C9 (no valid permit refused); the
 //! `one-fence` control fences every permit with one pair.
 //!
+//! With [`Config::rwlock_reads`] (`--primitive rwlock`) each cycle takes
+//! one side of a fenced read-write lock: writers do the mutex's audited
+//! read-modify-write, readers one validated read of the resource against
+//! their write epoch (`FencedHash::read_validated`), recording what they
+//! read, the stored fence and their verdict; the checkers judge C1–C3 on
+//! the writers' writes, C4 and C6 among the writers, C5 and C7 per holder,
+//! and C10 (no writer with a valid reader), C11 (no torn read reported
+//! clean, judged against the audit's order; none torn while its lease was
+//! valid) and C12 (epochs in order with the writers' fences); the
+//! `unvalidated-read` control reports every read clean without looking.
+//!
 //! [`run`] carries out a [`Config`] on a [`Topology`] and returns a
 //! [`Report`]; [`Report::from_history`] checks a saved [`History`] the same
 //! way; a report renders as text or one JSON object ([`Report::to_text`],
@@ -41,7 +52,7 @@
 //! | `sockets` | a worker's connections to a node, from `/proc` (`client-kill` without the proxy) |
 //! | `observer` | polls the lock keys: Redis's own view of the holders |
 //! | `history` | [`Event`], [`Entry`], [`History`]: the JSON-lines history |
-//! | `check` | C1–C7, and for a semaphore C1–C7 per slot with C8 and C9 ([`check::check`], [`CheckResult`]) |
+//! | `check` | C1–C7, for a semaphore C1–C7 per slot with C8 and C9, for a read-write lock C1–C7 on writers and holders with C10–C12 ([`check::check`], [`CheckResult`]) |
 //! | `replay` | `--check FILE --model`: a saved history replayed through the model's store transitions ([`replay::replay`], [`replay::ModelCheck`], its text and JSON) |
 //! | `report` | [`Report`] and its [`Figures`] |
 //! | `render` | text and JSON, the only place either is written |
@@ -75,6 +86,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use history::{Entry, Event, History};
 pub use nemesis::NemesisKind;
 pub use render::Format;
-pub use report::{Figures, MIN_ACKNOWLEDGED_PER_NAME, MIN_GRANTS_PER_NAME, Report};
+pub use report::{
+    Figures, MIN_ACKNOWLEDGED_PER_NAME, MIN_GRANTS_PER_NAME, MIN_READS_PER_NAME, Report,
+};
 pub use run::{Launcher, Progress, Status, run};
 pub use topology::{Remote, Shape, Topology, is_etcd_url, refusal};

@@ -13,6 +13,11 @@
 //! change of a slot's holder is an `observed` event with the slot, so the
 //! checkers see every slot as a lock of its own.
 //!
+//! On a read-write lock (`--primitive rwlock`) it records every holder of
+//! a name at once: a change of the writer or of the set of readers is an
+//! `observed_holders` event with all of them (the checkers follow each
+//! holder apart, and the writer alone).
+//!
 //! It runs on a thread of its own so that the coordinator's work does not
 //! delay its polls; it stops when told, or when the run's channel closes.
 
@@ -25,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::RunClock;
 use crate::conn::Tls;
 use crate::error::{Error, Result};
-use crate::history::{Entry, Event};
+use crate::history::{Entry, Event, Holding};
 
 /// How often the lock keys are read.
 pub(crate) const POLL: Duration = Duration::from_millis(2);
@@ -40,6 +45,17 @@ pub(crate) struct Observer {
 /// What one poll found for a name: holder id and fence, or absent.
 type Seen = Option<(String, Option<u64>)>;
 
+/// What kind of lock the observer reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watched {
+    /// One holder per name.
+    Mutex,
+    /// One holder per slot of a semaphore of this many permits.
+    Semaphore(u32),
+    /// The writer or the readers of a read-write lock.
+    RwLock,
+}
+
 impl Observer {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
@@ -48,7 +64,7 @@ impl Observer {
         prefix: &str,
         layout: KeyLayout,
         names: &[String],
-        permits: Option<u32>,
+        watched: Watched,
         clock: RunClock,
         events: UnboundedSender<Event>,
     ) -> Result<Self> {
@@ -68,7 +84,7 @@ impl Observer {
                 .name("torture-observer".into())
                 .spawn(move || {
                     runtime.block_on(observe(
-                        url, tls, prefix, names, layout, permits, clock, events, stop,
+                        url, tls, prefix, names, layout, watched, clock, events, stop,
                     ));
                 })
                 .map_err(|e| Error::failed(format!("cannot start the observer thread: {e}")))?
@@ -126,6 +142,35 @@ fn seen_slots(state: LockState, permits: u32) -> Vec<Seen> {
     slots
 }
 
+/// Every holder of a read-write lock as `inspect` says, sorted (a mutex's
+/// holder where the store shows a plain lock).
+fn seen_holders(state: LockState, layout: KeyLayout) -> Vec<Holding> {
+    let mut out: Vec<Holding> = match state {
+        LockState::RwLock {
+            writer, readers, ..
+        } => writer
+            .into_iter()
+            .map(|w| (w, "write"))
+            .chain(readers.into_iter().map(|r| (r, "read")))
+            .map(|(h, access)| Holding {
+                holder: h.holder,
+                fence: h.fence.map(|f| f.get()),
+                access: Some(access.to_string()),
+            })
+            .collect(),
+        state => seen(state, layout)
+            .map(|(holder, fence)| Holding {
+                holder,
+                fence,
+                access: None,
+            })
+            .into_iter()
+            .collect(),
+    };
+    out.sort_by(|a, b| a.holder.cmp(&b.holder));
+    out
+}
+
 /// A client for the observer, retried until it connects or the run stops.
 async fn client(
     url: &str,
@@ -158,7 +203,7 @@ async fn observe(
     prefix: String,
     names: Vec<String>,
     layout: KeyLayout,
-    permits: Option<u32>,
+    watched: Watched,
     clock: RunClock,
     events: UnboundedSender<Event>,
     stop: CancellationToken,
@@ -167,8 +212,13 @@ async fn observe(
         return;
     };
     // Per name, per slot (one for a mutex).
-    let width = permits.map_or(1, |p| p as usize);
+    let width = match watched {
+        Watched::Semaphore(p) => p as usize,
+        _ => 1,
+    };
     let mut last: Vec<Vec<Option<Seen>>> = vec![vec![None; width]; names.len()];
+    // Per name: a read-write lock's holders last recorded.
+    let mut last_rw: Vec<Option<Vec<Holding>>> = vec![None; names.len()];
     while !stop.is_cancelled() {
         for (i, name) in names.iter().enumerate() {
             let sent = clock.now();
@@ -182,12 +232,32 @@ async fn observe(
                 // next poll tries again.
                 continue;
             };
-            let now: Vec<(Option<u32>, Seen)> = match permits {
-                None => vec![(None, seen(state, layout))],
-                Some(p) => (0u32..)
+            if watched == Watched::RwLock {
+                let holders = seen_holders(state, layout);
+                if last_rw[i].as_ref() == Some(&holders) {
+                    continue;
+                }
+                last_rw[i] = Some(holders.clone());
+                let event = Event {
+                    t,
+                    p: "observer".into(),
+                    e: Entry::ObservedHolders {
+                        name: name.clone(),
+                        holders,
+                        sent,
+                    },
+                };
+                if events.send(event).is_err() {
+                    return;
+                }
+                continue;
+            }
+            let now: Vec<(Option<u32>, Seen)> = match watched {
+                Watched::Semaphore(p) => (0u32..)
                     .zip(seen_slots(state, p))
                     .map(|(s, seen)| (Some(s), seen))
                     .collect(),
+                _ => vec![(None, seen(state, layout))],
             };
             for (k, (slot, seen)) in now.into_iter().enumerate() {
                 if last[i][k].as_ref() == Some(&seen) {

@@ -44,9 +44,13 @@ impl Report {
     pub fn to_json(&self) -> Value {
         let f = &self.figures;
         let h = self.header.as_ref();
-        json!({
+        let mut out = json!({
             "topology": h.map(|h| h.topology.clone()),
-            "primitive": h.map(|h| if h.permits.is_some() { "semaphore" } else { "mutex" }),
+            "primitive": h.map(|h| match (h.permits, h.rwlock_reads) {
+                (Some(_), _) => "semaphore",
+                (None, Some(_)) => "rwlock",
+                (None, None) => "mutex",
+            }),
             "permits": h.and_then(|h| h.permits),
             "seed": h.map(|h| h.seed),
             "unsafe": h.and_then(|h| h.unsafe_variant.clone()),
@@ -85,7 +89,26 @@ impl Report {
             "caught_by": self.caught_by(),
             "first_violation_s": self.first_violation_s(),
             "checkers": self.checks.iter().map(check_json).collect::<Vec<_>>(),
-        })
+        });
+        // A read-write lock's figures (a second object: one json! of all
+        // fields would pass the macro's recursion limit).
+        if let (Some(reads), Some(object)) = (h.and_then(|h| h.rwlock_reads), out.as_object_mut()) {
+            for (key, value) in [
+                ("rwlock_reads_percent", json!(reads)),
+                ("reads", json!(f.reads)),
+                ("reads_torn", json!(f.reads_torn)),
+                ("readers_max", json!(f.readers_max)),
+            ] {
+                object.insert(key.to_string(), value);
+            }
+            if let Some(minimum) = object.get_mut("minimum").and_then(Value::as_object_mut) {
+                minimum.insert(
+                    "validated_reads_per_name".to_string(),
+                    json!(crate::report::MIN_READS_PER_NAME),
+                );
+            }
+        }
+        out
     }
 
     /// The readable summary.
@@ -107,6 +130,11 @@ impl Report {
             if let Some(permits) = h.permits {
                 out += &format!(
                     "primitive: a fenced semaphore of {permits} permits per name; its resource fenced per slot (C1-C7 checked per slot, C8 and C9 across the slots)\n"
+                );
+            }
+            if let Some(reads) = h.rwlock_reads {
+                out += &format!(
+                    "primitive: a fenced read-write lock per name, {reads} % read leases; writers' writes audited (C1-C3; C4 and C6 among writers), C5 and C7 per holder, C10 no writer with a valid reader, C11 validated reads, C12 epochs\n"
                 );
             }
             if h.replicas > 0 {
@@ -134,6 +162,19 @@ impl Report {
             ms(f.loss_signal_latency_ms_p99),
             f.unavailability_ms_max
         );
+        if self
+            .header
+            .as_ref()
+            .is_some_and(|h| h.rwlock_reads.is_some())
+        {
+            out += &format!(
+                "validated reads {}: {} clean, {} torn (their reader had outlived its lease); at most {} readers observed at once\n",
+                f.reads,
+                f.reads - f.reads_torn,
+                f.reads_torn,
+                f.readers_max
+            );
+        }
         let nemeses: Vec<String> = f
             .nemesis_events
             .iter()

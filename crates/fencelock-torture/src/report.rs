@@ -61,6 +61,15 @@ pub struct Figures {
     pub grants_by_name: BTreeMap<String, u64>,
     /// Cycles whose write the resource accepted, per name.
     pub acknowledged_by_name: BTreeMap<String, u64>,
+    /// A read-write lock's validated reads (`--primitive rwlock`).
+    pub reads: u64,
+    /// Of those, the reads the readers reported torn (a writer after their
+    /// epoch had written: they outlived their lease).
+    pub reads_torn: u64,
+    /// The most readers the observer saw hold one name at once.
+    pub readers_max: u64,
+    /// Validated reads, per name (a read-write lock's).
+    pub reads_by_name: BTreeMap<String, u64>,
 }
 
 /// The least a run must have seen of every lock name for its checkers to
@@ -71,6 +80,10 @@ pub const MIN_GRANTS_PER_NAME: u64 = 1;
 
 /// See [`MIN_GRANTS_PER_NAME`].
 pub const MIN_ACKNOWLEDGED_PER_NAME: u64 = 1;
+
+/// The least validated reads a read-write lock run must have seen of every
+/// lock name (C11 judges the readers through them).
+pub const MIN_READS_PER_NAME: u64 = 1;
 
 fn percentile(sorted: &[i64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
@@ -89,12 +102,16 @@ impl Report {
         let last = history.events.last().map_or(0, |e| e.t);
         f.duration_s = (last - first).max(0) as f64 / 1e6;
         let mut ended = String::from("unknown (no end event)");
-        let mut cycles: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+        // Per cycle: write acknowledged, refused as stale, read made.
+        let mut cycles: BTreeMap<&str, (bool, bool, bool)> = BTreeMap::new();
         let mut cycle_name: BTreeMap<&str, &str> = BTreeMap::new();
         if let Some(h) = history.header() {
             for name in &h.names {
                 f.grants_by_name.insert(name.clone(), 0);
                 f.acknowledged_by_name.insert(name.clone(), 0);
+                if h.rwlock_reads.is_some() {
+                    f.reads_by_name.insert(name.clone(), 0);
+                }
             }
         }
         // Per name: (grant time, when that holder stopped being usable).
@@ -105,7 +122,7 @@ impl Report {
             match &e.e {
                 Entry::Acquire { op, name } => {
                     f.ops_attempted += 1;
-                    cycles.insert(op, (false, false));
+                    cycles.insert(op, (false, false, false));
                     cycle_name.insert(op, name);
                 }
                 Entry::Granted { op, name, .. } => {
@@ -122,6 +139,25 @@ impl Report {
                             _ => {}
                         }
                     }
+                }
+                Entry::ValidatedRead { op, clean, .. } => {
+                    f.reads += 1;
+                    if !clean {
+                        f.reads_torn += 1;
+                    }
+                    if let Some(c) = cycles.get_mut(op.as_str()) {
+                        c.2 = true;
+                    }
+                    if let Some(name) = cycle_name.get(op.as_str()) {
+                        *f.reads_by_name.entry((*name).to_string()).or_default() += 1;
+                    }
+                }
+                Entry::ObservedHolders { holders, .. } => {
+                    let readers = holders
+                        .iter()
+                        .filter(|h| h.access.as_deref() == Some("read"))
+                        .count() as u64;
+                    f.readers_max = f.readers_max.max(readers);
                 }
                 Entry::Lost { op, .. } | Entry::Release { op, .. } => {
                     if let Entry::Lost { .. } = &e.e {
@@ -179,7 +215,7 @@ impl Report {
                 f.losses += 1;
             }
         }
-        for (op, (acked, stale)) in &cycles {
+        for (op, (acked, stale, read)) in &cycles {
             if *acked {
                 f.ops_acknowledged += 1;
                 if let Some(name) = cycle_name.get(op) {
@@ -189,6 +225,8 @@ impl Report {
                 }
             } else if *stale {
                 f.ops_rejected_stale += 1;
+            } else if *read {
+                // A reader's cycle: its validated read is its work.
             } else {
                 f.ops_failed += 1;
             }
@@ -262,11 +300,18 @@ impl Report {
                 let acked = f.acknowledged_by_name.get(name).copied().unwrap_or(0);
                 (name, *grants, acked)
             })
-            .filter(|(_, grants, acked)| {
-                *grants < MIN_GRANTS_PER_NAME || *acked < MIN_ACKNOWLEDGED_PER_NAME
+            .filter(|(name, grants, acked)| {
+                *grants < MIN_GRANTS_PER_NAME
+                    || *acked < MIN_ACKNOWLEDGED_PER_NAME
+                    || f.reads_by_name
+                        .get(*name)
+                        .is_some_and(|r| *r < MIN_READS_PER_NAME)
             })
-            .map(|(name, grants, acked)| {
-                format!("{name}: {grants} grant(s), {acked} acknowledged write(s)")
+            .map(|(name, grants, acked)| match f.reads_by_name.get(name) {
+                Some(reads) => format!(
+                    "{name}: {grants} grant(s), {acked} acknowledged write(s), {reads} validated read(s)"
+                ),
+                None => format!("{name}: {grants} grant(s), {acked} acknowledged write(s)"),
             })
             .collect();
         if short.is_empty() && !f.grants_by_name.is_empty() {
@@ -277,8 +322,13 @@ impl Report {
         } else {
             short.join("; ")
         };
+        let reads = if f.reads_by_name.is_empty() {
+            String::new()
+        } else {
+            format!(" (and, a read-write lock's, {MIN_READS_PER_NAME} validated read)")
+        };
         Some(format!(
-            "the checkers saw too little to judge: every lock name needs at least {MIN_GRANTS_PER_NAME} grant and {MIN_ACKNOWLEDGED_PER_NAME} acknowledged write, and {seen}"
+            "the checkers saw too little to judge: every lock name needs at least {MIN_GRANTS_PER_NAME} grant and {MIN_ACKNOWLEDGED_PER_NAME} acknowledged write{reads}, and {seen}"
         ))
     }
 

@@ -11,7 +11,9 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use fencelock::testing::RawConnection;
-use fencelock::{Fence, FencedHash, FencedTable, LockClient, SetClause, WriteOutcome, holder_id};
+use fencelock::{
+    Fence, FencedHash, FencedTable, LockClient, SetClause, ValidatedRead, WriteOutcome, holder_id,
+};
 use serde::Deserialize;
 
 use crate::conn::Tls;
@@ -201,6 +203,57 @@ impl Resource {
                     .await
                     .map_err(|e| Error::failed(e.to_string()))?;
                 Ok(value)
+            }
+        }
+    }
+
+    /// A read-write lock reader's validated read of `name`'s counter
+    /// against its write epoch: (value, the stored fence, clean). Redis:
+    /// `FencedHash::read_validated` (one atomic read of value and fence).
+    /// Postgres: the value, then `FencedTable::read_validated` of the row
+    /// in the same transaction (after the read: fences only grow, so a
+    /// writer that wrote before the value was read is still seen).
+    pub(crate) async fn read_validated(
+        &self,
+        name: &str,
+        epoch: Fence,
+    ) -> Result<(i64, Option<u64>, bool)> {
+        let failed = |e: &dyn std::fmt::Display| Error::failed(e.to_string());
+        match self {
+            Resource::Redis { .. } => {
+                let read = self
+                    .view(name, None)?
+                    .read_validated(epoch)
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let clean = read.is_clean();
+                let fence = match &read {
+                    ValidatedRead::Torn { fence, .. } => Some(fence.get()),
+                    _ => read.value().fence.map(Fence::get),
+                };
+                let state = read.into_value();
+                let value = state.value.and_then(|v| v.parse().ok()).unwrap_or(0);
+                Ok((value, fence, clean))
+            }
+            Resource::Postgres { table, .. } => {
+                let mut tx = table.pool().begin().await.map_err(|e| failed(&e))?;
+                let sql = format!("SELECT value FROM \"{}\" WHERE name = $1", table.table());
+                let value: i64 = fencelock::sqlx::query_scalar(fencelock::sqlx::AssertSqlSafe(sql))
+                    .bind(name)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let read = table
+                    .read_validated(&mut *tx, name, epoch)
+                    .await
+                    .map_err(|e| failed(&e))?;
+                tx.commit().await.map_err(|e| failed(&e))?;
+                let clean = read.is_clean();
+                let fence = match &read {
+                    ValidatedRead::Torn { fence, .. } => Some(fence.get()),
+                    _ => read.value().as_ref().and_then(|r| r.fence).map(Fence::get),
+                };
+                Ok((value, fence, clean))
             }
         }
     }

@@ -20,7 +20,7 @@ use crate::config::{Config, ResourceKind, fence_mode_name, layout_name, mode_nam
 use crate::error::{Error, Result};
 use crate::history::{Entry, Event, Header, History, HistoryFile};
 use crate::nemesis::NemesisKind;
-use crate::observer::Observer;
+use crate::observer::{Observer, Watched};
 use crate::proxy::Proxy;
 use crate::report::Report;
 use crate::resource::{ResourceSpec, Store};
@@ -80,9 +80,19 @@ impl Live {
     fn push(&mut self, ev: Event) {
         match &ev.e {
             Entry::Acquire { .. } => self.status.ops += 1,
-            Entry::Granted { name, .. } => {
-                self.holding.insert(ev.p.clone(), 1);
+            Entry::Granted { name, access, .. } => {
+                // A reader works before its read: a pause or a revoke
+                // there lets a writer in before the reader reads.
+                let phase = if access.as_deref() == Some("read") {
+                    2
+                } else {
+                    1
+                };
+                self.holding.insert(ev.p.clone(), phase);
                 self.held_name.insert(ev.p.clone(), name.clone());
+            }
+            Entry::ValidatedRead { .. } => {
+                self.holding.insert(ev.p.clone(), 1);
             }
             Entry::Write { .. } => {
                 self.holding.insert(ev.p.clone(), 1);
@@ -298,6 +308,7 @@ pub async fn run<T: Topology>(
         replicas: topology.replicas(),
         wait_replicas,
         permits: config.permits,
+        rwlock_reads: config.rwlock_reads,
     };
     // A resource on the lock deployment itself (a given Redis) waits for
     // the replicas a grant waits for: C3 then judges the lock, not a write
@@ -380,7 +391,11 @@ pub async fn run<T: Topology>(
         &prefix,
         layout,
         &names,
-        config.permits,
+        match (config.permits, config.rwlock_reads) {
+            (Some(p), _) => Watched::Semaphore(p),
+            (None, Some(_)) => Watched::RwLock,
+            (None, None) => Watched::Mutex,
+        },
         clock,
         tx.clone(),
     )?;
@@ -413,6 +428,7 @@ pub async fn run<T: Topology>(
             replica_timeout_ms: config.replica_timeout().as_millis() as u64,
             tls: config.tls.clone(),
             permits: config.permits,
+            rwlock_reads: config.rwlock_reads,
         };
         workers.push(spawn_worker(launcher, &spec, tx.clone()).await?);
     }

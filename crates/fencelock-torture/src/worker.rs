@@ -17,6 +17,13 @@
 //!    the fence (`write` → `written`);
 //! 4. release (`release` → `release_done`).
 //!
+//! On a read-write lock (`--primitive rwlock`) each cycle takes a read
+//! lease (with the spec's probability) or a write lease; a writer's cycle
+//! is the one above, and a reader's is: acquire, work for up to `hold`,
+//! one validated read of the counter against its write epoch
+//! (`validated_read`: the value, the stored fence, clean or torn; in the
+//! `unvalidated-read` control a plain read reported clean), release.
+//!
 //! A loss signal is recorded (`lost`) but deliberately not obeyed: the
 //! worker goes on writing, as a worker paused right after checking its
 //! lease would, so that every stale write reaches the resource and the
@@ -26,7 +33,7 @@ use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock::{Fence, FenceMode, LockClient, LockOptions, ReleaseOutcome, WaitMode};
+use fencelock::{Access, Fence, FenceMode, LockClient, LockOptions, ReleaseOutcome, WaitMode};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -69,6 +76,10 @@ pub struct WorkerSpec {
     /// A semaphore's permit count (`None`: a mutex).
     #[serde(default)]
     pub(crate) permits: Option<u32>,
+    /// A read-write lock's share of read leases in percent (`None`: not a
+    /// read-write lock).
+    #[serde(default)]
+    pub(crate) rwlock_reads: Option<u32>,
 }
 
 /// Writes history lines to stdout.
@@ -192,13 +203,28 @@ impl Held {
 }
 
 impl Locker {
-    async fn acquire(&self, name: &str) -> std::result::Result<Held, String> {
+    /// Takes `name`: a mutex or a permit as the options say, or one side
+    /// of a read-write lock (`access`).
+    async fn acquire(
+        &self,
+        name: &str,
+        access: Option<Access>,
+    ) -> std::result::Result<Held, String> {
         match self {
-            Locker::Fencelock(client, opts) => client
-                .acquire(name, opts)
-                .await
-                .map(Held::Fencelock)
-                .map_err(|e| short(&e)),
+            Locker::Fencelock(client, opts) => {
+                let granted = match access {
+                    Some(Access::Read) => match client.rwlock(name) {
+                        Ok(lock) => lock.read(opts).await,
+                        Err(e) => Err(e),
+                    },
+                    Some(_) => match client.rwlock(name) {
+                        Ok(lock) => lock.write(opts).await,
+                        Err(e) => Err(e),
+                    },
+                    None => client.acquire(name, opts).await,
+                };
+                granted.map(Held::Fencelock).map_err(|e| short(&e))
+            }
             Locker::Control(lock) => lock.acquire(name).await.map(|l| Held::Control(Box::new(l))),
         }
     }
@@ -305,7 +331,20 @@ async fn run(spec: WorkerSpec, stop: CancellationToken) -> Result<()> {
         let op = format!("{me}.{n}");
         let name = spec.names[rng.random_range(0..spec.names.len())].clone();
         let hold = Duration::from_millis(rng.random_range(0..=spec.hold_ms));
-        cycle(&emitter, &locker, &resource, variant, &op, &name, hold).await;
+        let access = spec.rwlock_reads.map(|reads| {
+            if rng.random_range(0..100) < reads {
+                Access::Read
+            } else {
+                Access::Write
+            }
+        });
+        let cycle_of = Cycle {
+            op: &op,
+            name: &name,
+            hold,
+            access,
+        };
+        cycle(&emitter, &locker, &resource, variant, cycle_of).await;
         if n.is_multiple_of(64) {
             tokio::task::yield_now().await;
         }
@@ -313,21 +352,44 @@ async fn run(spec: WorkerSpec, stop: CancellationToken) -> Result<()> {
     Ok(())
 }
 
-/// One lease cycle: acquire, register, read, work, write, release.
+/// What one lease cycle does: its operation id, the name, the work
+/// between read and write, and the side of a read-write lock it takes.
+#[derive(Debug, Clone, Copy)]
+struct Cycle<'a> {
+    op: &'a str,
+    name: &'a str,
+    hold: Duration,
+    access: Option<Access>,
+}
+
+/// `read` or `write`.
+fn access_name(access: Access) -> &'static str {
+    match access {
+        Access::Read => "read",
+        _ => "write",
+    }
+}
+
+/// One lease cycle: acquire, register, read, work, write, release (a
+/// reader's: acquire, work, validated read, release).
 async fn cycle(
     em: &Emitter,
     locker: &Locker,
     resource: &Resource,
     variant: Option<Variant>,
-    op: &str,
-    name: &str,
-    hold: Duration,
+    c: Cycle<'_>,
 ) {
+    let Cycle {
+        op,
+        name,
+        hold,
+        access,
+    } = c;
     em.emit(Entry::Acquire {
         op: op.into(),
         name: name.into(),
     });
-    let held = match locker.acquire(name).await {
+    let held = match locker.acquire(name, access).await {
         Ok(held) => held,
         Err(error) => {
             em.emit(Entry::AcquireFailed {
@@ -348,6 +410,7 @@ async fn cycle(
         holder: held.holder(),
         valid_until: em.valid_until(&held),
         slot: held.slot(),
+        access: access.map(|a| access_name(a).to_string()),
     });
     let watcher = {
         let (em, op, lost) = (em.clone(), op.to_string(), held.watch());
@@ -356,7 +419,11 @@ async fn cycle(
             em.emit(Entry::Lost { op, reason });
         })
     };
-    work(em, resource, variant, op, name, &held, hold).await;
+    if access == Some(Access::Read) {
+        read_work(em, resource, variant, op, name, &held, hold).await;
+    } else {
+        work(em, resource, variant, op, name, &held, hold).await;
+    }
     em.emit(Entry::Release {
         op: op.into(),
         valid_until: em.valid_until(&held),
@@ -441,5 +508,43 @@ async fn work(
     em.emit(Entry::Written {
         op: op.into(),
         outcome,
+    });
+}
+
+/// A reader's work: up to `hold`, then one validated read of the counter
+/// against its write epoch (the lease's fence). The `unvalidated-read`
+/// control reads the counter alone and reports it clean.
+async fn read_work(
+    em: &Emitter,
+    resource: &Resource,
+    variant: Option<Variant>,
+    op: &str,
+    name: &str,
+    held: &Held,
+    hold: Duration,
+) {
+    tokio::time::sleep(hold).await;
+    let epoch = held.fence();
+    let valid_until = em.valid_until(held);
+    let sent = em.clock.now();
+    let read = if variant == Some(Variant::UnvalidatedRead) {
+        resource
+            .read(name, None)
+            .await
+            .map(|value| (value, None, true))
+    } else {
+        resource.read_validated(name, epoch).await
+    };
+    let Ok((value, fence, clean)) = read else {
+        return;
+    };
+    em.emit(Entry::ValidatedRead {
+        op: op.into(),
+        epoch: epoch.get(),
+        sent,
+        value,
+        fence,
+        clean,
+        valid_until,
     });
 }

@@ -141,6 +141,8 @@ BROKEN variants instead of fencelock, each with the nemeses that expose it
   unchecked-release    release by plain DEL
   recreating-renewal   renewal re-creates an expired key, even after release
   revoke-without-seal  revoke deposes the holder without sealing the resource
+With --primitive semaphore: one-fence; with --primitive rwlock:
+unvalidated-read (readers report every read clean without validating it).
 On sentinel and cluster, `all` runs the controls that can be caught there
 (two-command-acquire needs the proxy; ge-check needs a restart that loses
 the counter, which a replica prevents). On etcd, `all` runs
@@ -155,6 +157,8 @@ Examples:
   fencelock torture --unsafe all
   fencelock torture --primitive semaphore --permits 3 --duration 60s
   fencelock torture --primitive semaphore --permits 3 --unsafe one-fence
+  fencelock torture --primitive rwlock --duration 60s
+  fencelock torture --primitive rwlock --topology etcd --unsafe unvalidated-read
   fencelock torture --topology sentinel --duration 5m
   fencelock torture --topology cluster --nemesis failover,kill-wipe,pause-worker
   fencelock torture --topology etcd --duration 2m
@@ -171,9 +175,9 @@ credentials or TLS).";
 
 /// Safety harness on Redis or etcd: worker processes, faults (pauses,
 /// kills, restarts, leader changes, a faulty network) and history
-/// checkers C1-C7 (and, with --check FILE --model, a replay through the
-/// protocol's model); exit 1 on a violation, 2 when too little was
-/// checked.
+/// checkers C1-C7 (C8-C9 of a semaphore, C10-C12 of a read-write lock;
+/// and, with --check FILE --model, a replay through the protocol's
+/// model); exit 1 on a violation, 2 when too little was checked.
 #[derive(Debug, Args)]
 #[command(after_help = HELP)]
 pub(crate) struct TortureArgs {
@@ -186,9 +190,10 @@ pub(crate) struct TortureArgs {
     /// Lock names (each with its own resource).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub(crate) names: usize,
-    /// How workers wait for a held lock.
-    #[arg(long, value_enum, default_value_t = WaitModeArg::Notify, value_name = "MODE")]
-    pub(crate) mode: WaitModeArg,
+    /// How workers wait for a held lock [default: notify; fair with
+    /// --primitive rwlock].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub(crate) mode: Option<WaitModeArg>,
     /// Lease ttl (renewed every third of it); pauses and delays scale with
     /// it [default: 300ms; 1s on etcd, whose shortest lease is 1 s].
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
@@ -268,13 +273,17 @@ pub(crate) struct TortureArgs {
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
-    /// What the workers take: a mutex, or one permit of a fenced semaphore
-    /// (--permits).
+    /// What the workers take: a mutex, one permit of a fenced semaphore
+    /// (--permits), or one side of a fenced read-write lock (--reads).
     #[arg(long, value_enum, default_value_t = PrimitiveArg::Mutex, value_name = "PRIMITIVE")]
     pub(crate) primitive: PrimitiveArg,
     /// The semaphore's permits, with --primitive semaphore [default: 3].
     #[arg(long, value_name = "N")]
     pub(crate) permits: Option<u32>,
+    /// The share of read leases in percent, with --primitive rwlock
+    /// [default: 70].
+    #[arg(long, value_name = "PERCENT")]
+    pub(crate) reads: Option<u32>,
 }
 
 /// What the workers take.
@@ -284,6 +293,9 @@ pub(crate) enum PrimitiveArg {
     Mutex,
     /// One of --permits permits of a fenced semaphore.
     Semaphore,
+    /// A read lease (--reads %) or the write lease of a fenced read-write
+    /// lock.
+    Rwlock,
 }
 
 /// Resources on the command line.
@@ -413,15 +425,18 @@ fn nemeses(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<NemesisKind>
         .map(Some)
 }
 
-fn variants(list: &Option<Vec<String>>, semaphore: bool) -> anyhow::Result<Vec<Option<Variant>>> {
+fn variants(
+    list: &Option<Vec<String>>,
+    primitive: PrimitiveArg,
+) -> anyhow::Result<Vec<Option<Variant>>> {
     let Some(list) = list else {
         return Ok(vec![None]);
     };
     if list.iter().any(|n| n == "all") {
-        let all: &[Variant] = if semaphore {
-            &Variant::SEMAPHORE
-        } else {
-            &Variant::ALL
+        let all: &[Variant] = match primitive {
+            PrimitiveArg::Mutex => &Variant::ALL,
+            PrimitiveArg::Semaphore => &Variant::SEMAPHORE,
+            PrimitiveArg::Rwlock => &Variant::RWLOCK,
         };
         return Ok(all.iter().copied().map(Some).collect());
     }
@@ -431,6 +446,7 @@ fn variants(list: &Option<Vec<String>>, semaphore: bool) -> anyhow::Result<Vec<O
                 let known: Vec<&str> = Variant::ALL
                     .iter()
                     .chain(&Variant::SEMAPHORE)
+                    .chain(&Variant::RWLOCK)
                     .map(|v| v.name())
                     .collect();
                 usage(format!(
@@ -545,10 +561,32 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
                 "--permits is for --primitive semaphore (a mutex has one holder)",
             ));
         }
-        (PrimitiveArg::Mutex, None) => None,
+        (PrimitiveArg::Rwlock, Some(_)) => {
+            return Err(usage(
+                "--permits is for --primitive semaphore: a lock is a semaphore or a read-write lock, not both",
+            ));
+        }
+        (PrimitiveArg::Mutex | PrimitiveArg::Rwlock, None) => None,
         (PrimitiveArg::Semaphore, n) => Some(n.unwrap_or(3)),
     };
-    let mut runs = variants(&args.unsafe_variants, permits.is_some())?;
+    let rwlock_reads = match (args.primitive, args.reads) {
+        (PrimitiveArg::Rwlock, n) => Some(n.unwrap_or(70)),
+        (_, Some(_)) => {
+            return Err(usage(
+                "--reads is for --primitive rwlock (the share of read leases)",
+            ));
+        }
+        (_, None) => None,
+    };
+    let mode = args.mode.map_or(
+        if rwlock_reads.is_some() {
+            fencelock::WaitMode::Fair
+        } else {
+            fencelock::WaitMode::Notify
+        },
+        Into::into,
+    );
+    let mut runs = variants(&args.unsafe_variants, args.primitive)?;
     let mut skipped = Vec::new();
     let all = args
         .unsafe_variants
@@ -599,6 +637,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
     for variant in &runs {
         let mut probe = Config::new();
         probe.permits = permits;
+        probe.rwlock_reads = rwlock_reads;
         probe.resource = resource.clone();
         probe.variant = *variant;
         if let Some(why) = probe.primitive_refusal(kinds.as_deref()) {
@@ -633,7 +672,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
         config.names = args.names;
         config.ttl = ttl;
         config.hold = args.hold;
-        config.mode = args.mode.into();
+        config.mode = mode;
         config.fence_mode = global
             .fence_mode
             .map_or(fencelock::FenceMode::Clock, Into::into);
@@ -646,6 +685,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
         config.prefix = format!("{}torture:", global.prefix);
         config.replicas = args.replicas;
         config.permits = permits;
+        config.rwlock_reads = rwlock_reads;
         // The TLS options are for the deployment given; the private
         // servers the tool starts speak plain TCP.
         config.tls = if given.is_some() {

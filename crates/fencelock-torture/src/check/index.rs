@@ -18,6 +18,8 @@ pub(crate) struct Lease {
     pub(crate) name: String,
     pub(crate) fence: u64,
     pub(crate) holder: String,
+    /// A read-write lock's reader (its `fence` is its write epoch).
+    pub(crate) reader: bool,
     pub(crate) invoked: i64,
     pub(crate) granted: i64,
     /// (time, valid until) from every event that carries validity.
@@ -73,6 +75,26 @@ pub(crate) struct RevokeRec {
     /// Whether the revoke returned without an error: it then promises
     /// that the deposed holder's writes are refused from `t` on.
     pub(crate) holds: bool,
+    /// Whether it sealed the resource (its seal accepted by `t`).
+    pub(crate) sealed: bool,
+}
+
+/// A read-write lock reader's validated read.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadRec {
+    pub(crate) op: String,
+    /// When it returned.
+    pub(crate) t: i64,
+    /// When it was sent.
+    pub(crate) sent: i64,
+    pub(crate) epoch: u64,
+    pub(crate) value: i64,
+    /// The stored fence it read, if any.
+    pub(crate) fence: Option<u64>,
+    /// Whether the reader reported it clean.
+    pub(crate) clean: bool,
+    /// The reader's lease validity when it was sent.
+    pub(crate) valid_until: i64,
 }
 
 /// A write invocation and its outcome.
@@ -92,6 +114,12 @@ pub(crate) struct Index<'a> {
     pub(crate) audit: HashMap<String, Vec<AuditRow>>,
     pub(crate) finals: HashMap<String, i64>,
     pub(crate) writes: HashMap<String, WriteRec>,
+    /// A read-write lock's validated reads, in time order.
+    pub(crate) reads: Vec<ReadRec>,
+    /// Whether this is a read-write lock's history: a revoke deposes every
+    /// holder of its name (the writer or all readers), not only the one it
+    /// names.
+    pub(crate) rw: bool,
     /// The revokes, in time order.
     pub(crate) revokes: Vec<RevokeRec>,
     /// Start times of nemeses that lost the lock server's data.
@@ -128,6 +156,7 @@ impl<'a> Index<'a> {
         let mut pauses: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
         let mut open_pauses: HashMap<String, i64> = HashMap::new();
         let mut revokes: Vec<RevokeRec> = Vec::new();
+        let mut reads: Vec<ReadRec> = Vec::new();
         // The revoke nemesis pauses workers too: from its start, the holder
         // until the revoke returned, the others until its end.
         let mut revoke_start: Option<i64> = None;
@@ -150,6 +179,7 @@ impl<'a> Index<'a> {
                     fence,
                     holder,
                     valid_until,
+                    access,
                     ..
                 } => {
                     by_op.insert(op.clone(), leases.len());
@@ -159,6 +189,7 @@ impl<'a> Index<'a> {
                         name: name.clone(),
                         fence: *fence,
                         holder: holder.clone(),
+                        reader: access.as_deref() == Some("read"),
                         invoked: invoked.get(op).copied().unwrap_or(ev.t),
                         granted: ev.t,
                         samples: vec![(ev.t, *valid_until)],
@@ -192,6 +223,29 @@ impl<'a> Index<'a> {
                             },
                         );
                     }
+                }
+                Entry::ValidatedRead {
+                    op,
+                    epoch,
+                    sent,
+                    value,
+                    fence,
+                    clean,
+                    valid_until,
+                } => {
+                    if let Some(&i) = by_op.get(op) {
+                        leases[i].samples.push((*sent, *valid_until));
+                    }
+                    reads.push(ReadRec {
+                        op: op.clone(),
+                        t: ev.t,
+                        sent: *sent,
+                        epoch: *epoch,
+                        value: *value,
+                        fence: *fence,
+                        clean: *clean,
+                        valid_until: *valid_until,
+                    });
                 }
                 Entry::Written { op, outcome } => {
                     if let Some(w) = writes.get_mut(op) {
@@ -254,6 +308,7 @@ impl<'a> Index<'a> {
                     worker,
                     paused,
                     error,
+                    sealed,
                     ..
                 } => {
                     revokes.push(RevokeRec {
@@ -263,6 +318,7 @@ impl<'a> Index<'a> {
                         fence: *fence,
                         deposed: deposed.clone(),
                         holds: error.is_none() && fence.is_some(),
+                        sealed: *sealed == Some(Outcome::Accepted),
                     });
                     let start = revoke_start.unwrap_or(*sent);
                     if let Some(w) = worker {
@@ -351,6 +407,8 @@ impl<'a> Index<'a> {
             audit,
             finals,
             writes,
+            reads,
+            rw: header.is_some_and(|h| h.rwlock_reads.is_some()),
             revokes,
             data_loss,
             rollbacks,
@@ -366,7 +424,27 @@ impl<'a> Index<'a> {
     /// When a revoke took `lease` from the lock store: the sending of the
     /// first revoke that deposed its holder (the lock can have been gone
     /// from then on).
+    ///
+    /// A read-write lock's revoke deposes every holder of its name (the
+    /// writer or all readers) while naming one: there, the first revoke of
+    /// the lease's name that returned without an error after the lease was
+    /// asked for and was sent before its critical section ended (one whose
+    /// grant may have come after the revoke is then not counted valid
+    /// beyond the revoke either, which only asks less of it).
     pub(crate) fn revoked_at(&self, lease: &Lease) -> Option<i64> {
+        if self.rw {
+            return self
+                .revokes
+                .iter()
+                .filter(|r| {
+                    r.name == lease.name
+                        && r.holds
+                        && r.t >= lease.invoked
+                        && r.sent <= lease.cs_end()
+                })
+                .map(|r| r.sent)
+                .min();
+        }
         self.revokes
             .iter()
             .filter(|r| r.name == lease.name && r.deposed.as_deref() == Some(lease.holder.as_str()))
@@ -396,7 +474,7 @@ impl<'a> Index<'a> {
                 Entry::NemesisStart { .. } | Entry::NemesisEnd { .. } => {
                     e.t >= at - window && e.t <= at + window
                 }
-                Entry::Observed { name: n, .. } => {
+                Entry::Observed { name: n, .. } | Entry::ObservedHolders { name: n, .. } => {
                     n == name && e.t >= at - window && e.t <= at + window / 2
                 }
                 Entry::Revoke { name: n, .. } => n == name && e.t >= at - window && e.t <= at,

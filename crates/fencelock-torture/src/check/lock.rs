@@ -112,10 +112,31 @@ fn both_valid(a: &[(i64, i64)], b: &[(i64, i64)], window: (i64, i64)) -> Option<
 
 /// C4: no two valid holders in their critical sections at once.
 pub(super) fn c4(index: &Index<'_>) -> CheckResult {
-    let mut r = CheckResult::new(
+    let r = CheckResult::new(
         "C4",
         "mutual exclusion among valid holders: no two workers in their critical sections while both leases were unexpired in the lock store (Redis or etcd)",
     );
+    exclusion(index, r, |_, _| true)
+}
+
+/// A lease in a violation's message: its operation and fence (a
+/// read-write lock's: its side, and a reader's epoch).
+fn described(index: &Index<'_>, l: &Lease) -> String {
+    match (index.rw, l.reader) {
+        (false, _) => format!("{} (fence {})", l.op, l.fence),
+        (true, true) => format!("reader {} (epoch {})", l.op, l.fence),
+        (true, false) => format!("writer {} (fence {})", l.op, l.fence),
+    }
+}
+
+/// C4's sweep, for the pairs of leases `conflict` says may not be valid
+/// in their critical sections at once (C4: every pair; a read-write
+/// lock's C10: a writer and a reader).
+pub(super) fn exclusion(
+    index: &Index<'_>,
+    mut r: CheckResult,
+    conflict: impl Fn(&Lease, &Lease) -> bool,
+) -> CheckResult {
     let mut by_name: HashMap<&str, Vec<&Lease>> = HashMap::new();
     for l in &index.leases {
         by_name.entry(&l.name).or_default().push(l);
@@ -130,7 +151,7 @@ pub(super) fn c4(index: &Index<'_>) -> CheckResult {
             r.checked += 1;
             open.retain(|a| a.cs_end() > b.granted);
             for a in &open {
-                if a.worker == b.worker {
+                if a.worker == b.worker || !conflict(a, b) {
                     continue;
                 }
                 let window = (b.granted, a.cs_end().min(b.cs_end()));
@@ -168,11 +189,9 @@ pub(super) fn c4(index: &Index<'_>) -> CheckResult {
                     continue;
                 }
                 let message = format!(
-                    "{name}: {} (fence {}) and {} (fence {}) were both in their critical sections at {:.3} s with unexpired leases",
-                    a.op,
-                    a.fence,
-                    b.op,
-                    b.fence,
+                    "{name}: {} and {} were both in their critical sections at {:.3} s with unexpired leases",
+                    described(index, a),
+                    described(index, b),
                     at as f64 / 1e6
                 );
                 r.violation(index, at, message, &[&a.op, &b.op], name);

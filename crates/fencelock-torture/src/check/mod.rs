@@ -53,6 +53,20 @@
 //!
 //! (see `semaphore`).
 //!
+//! A read-write lock run (`--primitive rwlock`) is checked with C1–C3 on
+//! the writers' audited writes, C4 and C6 among the writers (the observer's
+//! writer as a mutex's key), C5 and C7 per holder (each reader and writer
+//! followed apart in the observer's sets of holders), and across both
+//! sides
+//!
+//! | id | rule | evidence |
+//! |---|---|---|
+//! | C10 | no writer in its critical section while a reader was in its own, both leases unexpired in the store | the workers' critical sections and lease validity, as C4 computes them |
+//! | C11 | a validated read never reports a torn write as clean, and a read made while its lease was unexpired is clean | the readers' reads, the audit in its order, acknowledged writes, seals |
+//! | C12 | a reader's epoch is at least every earlier writer's fence and below every later writer's | the grants in real-time order |
+//!
+//! (see `rwlock`).
+//!
 //! A `revoke` ends the deposed holder's lease in the lock store: C4 counts
 //! that lease valid only until the revoke was sent (as a release ends one;
 //! nothing is excused), and C1 checks that its late writes were refused.
@@ -60,6 +74,7 @@
 mod index;
 mod lock;
 mod resource;
+mod rwlock;
 mod semaphore;
 mod verdict;
 
@@ -68,10 +83,14 @@ pub use verdict::{CheckResult, SLACK, Violation};
 use crate::history::History;
 use index::Index;
 
-/// Runs C1–C7 on `history` (a semaphore's: C1–C7 per slot, C8 and C9).
+/// Runs C1–C7 on `history` (a semaphore's: C1–C7 per slot, C8 and C9; a
+/// read-write lock's: C1–C7 on writers and holders, C10–C12).
 pub fn check(history: &History) -> Vec<CheckResult> {
     if let Some(permits) = history.header().and_then(|h| h.permits) {
         return semaphore::check(history, permits);
+    }
+    if history.header().is_some_and(|h| h.rwlock_reads.is_some()) {
+        return rwlock::check(history);
     }
     let index = Index::new(history);
     vec![
@@ -90,6 +109,9 @@ pub fn check(history: &History) -> Vec<CheckResult> {
 pub(crate) fn loss_latencies(history: &History) -> Vec<i64> {
     if history.header().is_some_and(|h| h.permits.is_some()) {
         return semaphore::loss_latencies(history);
+    }
+    if history.header().is_some_and(|h| h.rwlock_reads.is_some()) {
+        return rwlock::loss_latencies(history);
     }
     lock::c5(&Index::new(history)).1
 }

@@ -32,6 +32,7 @@ fn replicated_header(fence_mode: &str, replicas: u32, wait: u32) -> Event {
             replicas,
             wait_replicas: wait,
             permits: None,
+            rwlock_reads: None,
         }),
     )
 }
@@ -66,6 +67,7 @@ fn cycle(w: &str, n: u32, t: i64, fence: u64, read: i64, seq: u64) -> Vec<Event>
                 holder: holder.clone(),
                 valid_until: valid,
                 slot: None,
+                access: None,
             },
         ),
         ev(
@@ -392,6 +394,7 @@ fn lease(w: &str, granted: i64, fence: u64, samples: &[(i64, i64)], release: i64
                 holder: format!("h{w}"),
                 valid_until: (granted + 300) * 1000 - 500,
                 slot: None,
+                access: None,
             },
         ),
     ];
@@ -840,4 +843,220 @@ fn c9_a_live_permit_refused() {
     e.push(slot_final(1, 0));
     let found = violations(e);
     assert_eq!(found, vec![("C9", 1)], "{found:?}");
+}
+
+/// A read-write lock run's header: `reads` % read leases.
+fn rwlock_header() -> Event {
+    let mut h = header("clock");
+    if let Entry::Header(header) = &mut h.e {
+        header.rwlock_reads = Some(70);
+    }
+    h
+}
+
+/// `events` (one cycle of [`cycle`]) as a writer's.
+fn as_writer(mut events: Vec<Event>) -> Vec<Event> {
+    for e in &mut events {
+        if let Entry::Granted { access, .. } = &mut e.e {
+            *access = Some("write".into());
+        }
+    }
+    events
+}
+
+/// One reader cycle of worker `w` from `t` (ms) to `t + 5` ms with epoch
+/// `epoch` (valid 300 ms from its grant): its validated read at `read_at`
+/// ms of `value` with stored fence `seen`, reported `clean`.
+fn reader(
+    w: &str,
+    t: i64,
+    epoch: u64,
+    read_at: i64,
+    (value, seen, clean): (i64, Option<u64>, bool),
+) -> Vec<Event> {
+    let op = format!("{w}.1");
+    let holder = format!("h{w}");
+    let (t, read_at) = (t * 1000, read_at * 1000);
+    let valid = t + 300_000;
+    let end = read_at.max(t + 4000) + 1000;
+    vec![
+        ev(
+            t - 500,
+            w,
+            Entry::Acquire {
+                op: op.clone(),
+                name: "t0".into(),
+            },
+        ),
+        ev(
+            t,
+            w,
+            Entry::Granted {
+                op: op.clone(),
+                name: "t0".into(),
+                fence: epoch,
+                holder,
+                valid_until: valid,
+                slot: None,
+                access: Some("read".into()),
+            },
+        ),
+        ev(
+            read_at,
+            w,
+            Entry::ValidatedRead {
+                op: op.clone(),
+                epoch,
+                sent: read_at - 100,
+                value,
+                fence: seen,
+                clean,
+                valid_until: valid,
+            },
+        ),
+        ev(
+            end,
+            w,
+            Entry::Release {
+                op: op.clone(),
+                valid_until: valid,
+            },
+        ),
+        ev(
+            end + 500,
+            w,
+            Entry::ReleaseDone {
+                op,
+                outcome: Released::Released,
+            },
+        ),
+    ]
+}
+
+fn rw_violations(events: Vec<Event>) -> (Vec<(&'static str, u64)>, Vec<crate::CheckResult>) {
+    let results = check(&History::new(events));
+    let found = results
+        .iter()
+        .filter(|c| c.violations > 0)
+        .map(|c| (c.id, c.violations))
+        .collect();
+    (found, results)
+}
+
+#[test]
+fn a_clean_rwlock_history_passes_every_checker() {
+    // A writer (fence 100), two readers sharing epoch 100 at once, then a
+    // writer with fence 200 once they are gone.
+    let mut e = vec![rwlock_header()];
+    e.extend(as_writer(cycle("w0", 1, 10, 100, 0, 1)));
+    e.extend(reader("w1", 20, 100, 22, (1, Some(100), true)));
+    e.extend(reader("w2", 21, 100, 23, (1, Some(100), true)));
+    e.extend(as_writer(cycle("w3", 1, 40, 200, 1, 2)));
+    e.push(final_value(2));
+    let (found, results) = rw_violations(e);
+    assert!(found.is_empty(), "{results:#?}");
+    let ids: Vec<&str> = results.iter().map(|c| c.id).collect();
+    assert_eq!(
+        ids,
+        [
+            "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C10", "C11", "C12"
+        ],
+        "{results:#?}"
+    );
+    for id in ["C1", "C3", "C4", "C10", "C11", "C12"] {
+        let c = results.iter().find(|c| c.id == id).expect(id);
+        assert!(c.checked > 0, "{id}: {results:#?}");
+    }
+    assert!(results[3].rule.starts_with("writers"), "{results:#?}");
+}
+
+#[test]
+fn c10_a_writer_while_a_reader_was_valid() {
+    // The reader holds 20..26 ms (valid until 320 ms); a writer is granted
+    // at 23 ms.
+    let mut e = vec![rwlock_header()];
+    e.extend(as_writer(cycle("w0", 1, 10, 100, 0, 1)));
+    e.extend(reader("w1", 20, 100, 21, (1, Some(100), true)));
+    e.extend(as_writer(cycle("w2", 1, 23, 200, 1, 2)));
+    e.push(final_value(2));
+    let (found, results) = rw_violations(e);
+    assert_eq!(found, vec![("C10", 1)], "{results:#?}");
+    let c10 = results.iter().find(|c| c.id == "C10").expect("C10");
+    let message = &c10.first.as_ref().expect("the violation").message;
+    assert!(
+        message.contains("reader w1.1 (epoch 100)") && message.contains("writer w2.1 (fence 200)"),
+        "{message}"
+    );
+}
+
+/// A reader (epoch 100, valid until 320 ms) that reads at 500 ms, after a
+/// writer with fence 200 came in at 400 ms and wrote 1 -> 2.
+fn outlived(seen: Option<u64>, clean: bool) -> Vec<Event> {
+    let mut e = vec![rwlock_header()];
+    e.extend(as_writer(cycle("w0", 1, 10, 100, 0, 1)));
+    e.extend(reader("w1", 20, 100, 500, (2, seen, clean)));
+    e.extend(as_writer(cycle("w2", 1, 400, 200, 1, 2)));
+    e.push(final_value(2));
+    e
+}
+
+#[test]
+fn c11_a_torn_read_reported_clean() {
+    // Reported torn: nothing wrong (the lease had run out).
+    let (found, results) = rw_violations(outlived(Some(200), false));
+    assert!(found.is_empty(), "{results:#?}");
+    // Reported clean with the fence it saw: caught by that fence.
+    let (found, results) = rw_violations(outlived(Some(200), true));
+    assert_eq!(found, vec![("C11", 1)], "{results:#?}");
+    // Reported clean without looking at the fence (`unvalidated-read`):
+    // caught by the audit, whose write of the value read had fence 200.
+    let (found, results) = rw_violations(outlived(None, true));
+    assert_eq!(found, vec![("C11", 1)], "{results:#?}");
+    let c11 = results.iter().find(|c| c.id == "C11").expect("C11");
+    let message = &c11.first.as_ref().expect("the violation").message;
+    assert!(
+        message.contains("came after the write of w2.1 with fence 200"),
+        "{message}"
+    );
+}
+
+#[test]
+fn c11_an_acknowledged_write_before_the_read_is_seen() {
+    // The reader read value 1 (the first writer's) and reported it clean,
+    // but a write with fence 200 had been acknowledged before it was sent.
+    let mut e = vec![rwlock_header()];
+    e.extend(as_writer(cycle("w0", 1, 10, 100, 0, 1)));
+    e.extend(reader("w1", 20, 100, 500, (1, None, true)));
+    e.extend(as_writer(cycle("w2", 1, 400, 200, 1, 2)));
+    e.push(final_value(2));
+    let (found, results) = rw_violations(e);
+    assert_eq!(found, vec![("C11", 1)], "{results:#?}");
+    let c11 = results.iter().find(|c| c.id == "C11").expect("C11");
+    let message = &c11.first.as_ref().expect("the violation").message;
+    assert!(
+        message.contains("acknowledged before the read"),
+        "{message}"
+    );
+}
+
+#[test]
+fn c11_a_torn_read_while_the_lease_was_valid() {
+    let mut e = vec![rwlock_header()];
+    e.extend(as_writer(cycle("w0", 1, 10, 100, 0, 1)));
+    e.extend(reader("w1", 20, 100, 22, (1, Some(200), false)));
+    e.push(final_value(1));
+    let (found, results) = rw_violations(e);
+    assert_eq!(found, vec![("C11", 1)], "{results:#?}");
+}
+
+#[test]
+fn c12_a_reader_epoch_below_an_earlier_writer() {
+    let mut e = vec![rwlock_header()];
+    e.extend(as_writer(cycle("w0", 1, 10, 100, 0, 1)));
+    e.extend(reader("w1", 20, 50, 22, (1, Some(100), false)));
+    e.push(final_value(1));
+    let (found, results) = rw_violations(e);
+    // The read is torn while valid too: its epoch is below the fence
+    // stored before it was granted.
+    assert_eq!(found, vec![("C11", 1), ("C12", 1)], "{results:#?}");
 }

@@ -1,12 +1,13 @@
 //! What the torture crate's test binaries share: the worker entry point
 //! (each binary runs itself as its workers), the launcher that starts
-//! them, and the CLI's `single` topology on private redis-servers.
+//! them, the CLI's `single` topology on private redis-servers, and a
+//! private etcd cluster of three members for the locks ([`Etcd`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock_servers::redis_config::DebugCommand;
-use fencelock_servers::{Persistence, RedisConfig, RedisServer};
+use fencelock_servers::{EtcdCluster, EtcdConfig, Persistence, RedisConfig, RedisServer};
 use fencelock_torture::{Error, ErrorKind, Launcher, Topology};
 
 /// Set for the child that runs a test binary's `torture_worker_entry`.
@@ -122,6 +123,111 @@ impl Topology for Single {
                 server.wipe_data()?;
             }
             server.start_again(&[])
+        })
+        .await
+        .map_err(failed)?
+        .map_err(failed)
+    }
+}
+
+/// Three private etcd members for the locks and a private redis-server
+/// for the resource (no nemesis touches it): the CLI's `etcd` topology,
+/// its node-level nemeses aimed at each member in turn (a pause or a kill
+/// of the leader forces an election).
+#[allow(dead_code)]
+pub(crate) struct Etcd {
+    cluster: Arc<Mutex<EtcdCluster>>,
+    lock_url: String,
+    _resource: RedisServer,
+    resource_url: String,
+    aimed: usize,
+    aims: usize,
+    paused: Option<usize>,
+}
+
+#[allow(dead_code)]
+impl Etcd {
+    pub(crate) fn start() -> Self {
+        let cluster = EtcdCluster::start(EtcdConfig {
+            dir_prefix: "fencelock-torture-etcd-".to_owned(),
+            ..EtcdConfig::default()
+        })
+        .expect("etcd cluster");
+        let resource =
+            RedisServer::start(RedisConfig::default().with_dir_prefix("fencelock-torture"))
+                .expect("resource server");
+        Etcd {
+            lock_url: cluster.url(),
+            cluster: Arc::new(Mutex::new(cluster)),
+            resource_url: resource.url(),
+            _resource: resource,
+            aimed: 0,
+            aims: 0,
+            paused: None,
+        }
+    }
+
+    fn cluster(&self) -> std::sync::MutexGuard<'_, EtcdCluster> {
+        self.cluster.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Topology for Etcd {
+    fn name(&self) -> &str {
+        "etcd"
+    }
+
+    fn lock_url(&self) -> &str {
+        &self.lock_url
+    }
+
+    fn resource_url(&self) -> &str {
+        &self.resource_url
+    }
+
+    fn controls_server(&self) -> bool {
+        true
+    }
+
+    fn etcd(&self) -> bool {
+        true
+    }
+
+    fn aimed(&self) -> String {
+        format!("member {}", self.aimed)
+    }
+
+    async fn aim(&mut self, _key: &str) -> fencelock_torture::Result<()> {
+        let n = self.cluster().len();
+        self.aimed = self.aims % n;
+        self.aims += 1;
+        Ok(())
+    }
+
+    async fn pause(&mut self) -> fencelock_torture::Result<()> {
+        self.cluster().pause(self.aimed).map_err(failed)?;
+        self.paused = Some(self.aimed);
+        Ok(())
+    }
+
+    async fn resume(&mut self) -> fencelock_torture::Result<()> {
+        if let Some(i) = self.paused.take() {
+            self.cluster().resume(i);
+        }
+        Ok(())
+    }
+
+    async fn restart(&mut self, keep_data: bool, down: Duration) -> fencelock_torture::Result<()> {
+        if !keep_data {
+            return Err(failed("etcd members restart with their data only"));
+        }
+        self.paused = None;
+        let i = self.aimed;
+        self.cluster().kill(i);
+        tokio::time::sleep(down).await;
+        let cluster = self.cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            cluster.lock().unwrap_or_else(|p| p.into_inner()).restart(i)
         })
         .await
         .map_err(failed)?
