@@ -36,6 +36,8 @@ mod resource;
 mod resource_slots;
 mod revoke;
 mod rwlock;
+#[cfg(feature = "etcd")]
+mod rwlock_etcd;
 mod semaphore;
 mod support;
 mod topologies;

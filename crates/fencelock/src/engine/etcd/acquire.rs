@@ -3,8 +3,9 @@
 //! for the recipe). The result is an [`Acquired`] as on Redis: the same
 //! lease layer, keeper task, loss signal, metrics and release follow. The
 //! loop around an attempt (the wait's deadline, giving up, retrying)
-//! serves the semaphore's attempt (`semaphore.rs`) too; what both work
-//! with is `attempt.rs`.
+//! serves the semaphore's attempt (`semaphore.rs`) and the read-write
+//! lock's (`rwlock.rs`) too, and the read-write lock's waiters wait here
+//! ([`wait_turn`]); what all work with is `attempt.rs`.
 
 use std::time::Duration;
 
@@ -17,10 +18,10 @@ use crate::engine::grant::{Acquired, EtcdHold, Granted};
 use crate::error::{Error, Result};
 use crate::holder::new_token;
 use crate::keys::LockKeys;
-use crate::options::LockOptions;
+use crate::options::{Access, LockOptions, Primitive};
 use crate::store::etcd::{
-    EtcdConn, Found, Look, attach, holder_key, look, queue_txn, try_or_queue_txn, try_txn,
-    watch_deletion,
+    EtcdConn, Found, Look, RwKeys, attach, holder_key, look, look_rw, queue_txn, try_or_queue_txn,
+    try_txn, watch_deletion,
 };
 
 /// Takes lock `name` (its keys' prefix is `keys.lock`): once if `wait` is
@@ -53,24 +54,26 @@ pub(crate) async fn acquire(
         // Outlives the attempt: a timed-out attempt is dropped, and its key
         // is then deleted here, before the timeout is returned.
         let mut own = OwnKey::new(conn, cleanups);
-        // A trait object: the two attempts' state machines are large, and
+        // A trait object: the attempts' state machines are large, and
         // naming their types here would nest them into every caller's.
-        let pending: Pending<'_> = match opts.permits {
-            Some(permits) => {
-                let own = &mut own;
-                Box::pin(async move {
-                    let to = Attempt {
-                        conn,
-                        sessions,
-                        name,
-                        keys,
-                        opts,
-                        wait,
-                    };
-                    super::semaphore::attempt(&to, permits, own).await
-                })
+        let to = Attempt {
+            conn,
+            sessions,
+            name,
+            keys,
+            opts,
+            wait,
+        };
+        let pending: Pending<'_> = match opts.primitive() {
+            Primitive::Semaphore(permits) => {
+                let (own, to) = (&mut own, &to);
+                Box::pin(async move { super::semaphore::attempt(to, permits, own).await })
             }
-            None => Box::pin(attempt(conn, sessions, name, keys, opts, wait, &mut own)),
+            Primitive::RwLock(access) => {
+                let (own, to) = (&mut own, &to);
+                Box::pin(async move { super::rwlock::attempt(to, access, own).await })
+            }
+            Primitive::Mutex => Box::pin(attempt(conn, sessions, name, keys, opts, wait, &mut own)),
         };
         let outcome = match give_up {
             Some(at) if wait => tokio::time::timeout_at(at, pending).await,
@@ -219,15 +222,15 @@ async fn attempt(
                 remaining: None,
             });
         }
-        Found::OtherKind => {
+        Found::OtherKind(held) => {
             // Nothing was created by this send, and a key an earlier one
-            // created would have kept the semaphore out; deleted anyway,
+            // created would have kept the other kind out; deleted anyway,
             // by its name (it is this attempt's alone).
             own.remove_now().await;
             return Err(Error::KindConflict {
                 name: name.to_owned(),
-                held: "semaphore",
-                asked: "mutex",
+                held,
+                asked: Primitive::Mutex.kind(),
             });
         }
         Found::LeaseGone => {
@@ -247,7 +250,8 @@ async fn attempt(
                 holder: &session,
                 waiter: waiter.as_deref(),
             };
-            if !wait_turn(conn, prefix, &key, revision, predecessor, &leases).await? {
+            let ahead = Ahead::Mutex(prefix);
+            if !wait_turn(conn, ahead, (&key, revision), predecessor, &leases).await? {
                 return Ok(None);
             }
             sent = Instant::now();
@@ -288,7 +292,7 @@ async fn attempt(
 /// to the holder's `session`, sent again while it fails transiently and
 /// both live. `Ok(false)`: the key is gone (the waiter session expired), or
 /// the holder's session is.
-async fn move_to_session(
+pub(super) async fn move_to_session(
     conn: &EtcdConn,
     key: &str,
     revision: i64,
@@ -310,17 +314,29 @@ async fn move_to_session(
     }
 }
 
-/// Waits until no key before ours (create revision `revision`) is left,
-/// watching the one just before ours for its deletion, and keeping the
-/// sessions alive every third of the shorter one. `Ok(false)`: a session
-/// or our key is gone. `Ok(true)` is only as recent as the read that found
-/// our key first: a linearizable one, unless our key is on the waiter
-/// session, whose move to the holder's session compares it again (`look`).
-async fn wait_turn(
+/// The keys a waiter waits for.
+#[derive(Clone, Copy)]
+pub(super) enum Ahead<'a> {
+    /// A mutex's: every key before it under this prefix.
+    Mutex(&'a str),
+    /// A read-write lock's acquisition of this side: every key before it
+    /// for a writer, every writer's key before it for a reader.
+    RwLock(&'a RwKeys, Access),
+}
+
+/// Waits until no key in the way of ours (`key`, create revision
+/// `revision`) is left, watching the newest of them (the one just before
+/// ours, for a mutex) for its deletion, and keeping the sessions alive
+/// every third of the shorter one. `Ok(false)`: a session or our key is
+/// gone. `Ok(true)` is only as recent as the read that found our key
+/// first: a linearizable one, unless our key is a mutex's on the waiter
+/// session, whose move to the holder's session compares it again (`look`);
+/// a read-write lock's look compares its key in the read itself
+/// (`look_rw`).
+pub(super) async fn wait_turn(
     conn: &EtcdConn,
-    prefix: &str,
-    key: &str,
-    revision: i64,
+    ahead: Ahead<'_>,
+    (key, revision): (&str, i64),
     mut predecessor: Option<String>,
     sessions: &WaitSessions<'_>,
 ) -> Result<bool> {
@@ -329,11 +345,21 @@ async fn wait_turn(
     loop {
         let watched = match predecessor.take() {
             Some(p) => p,
-            None => match look(conn, prefix, key, revision, sessions.waiter.is_some()).await? {
-                Look::Gone => return Ok(false),
-                Look::First => return Ok(true),
-                Look::Behind(key) => key,
-            },
+            None => {
+                let seen = match ahead {
+                    Ahead::Mutex(prefix) => {
+                        look(conn, prefix, key, revision, sessions.waiter.is_some()).await?
+                    }
+                    Ahead::RwLock(keys, access) => {
+                        look_rw(conn, keys, (key, access), revision).await?
+                    }
+                };
+                match seen {
+                    Look::Gone => return Ok(false),
+                    Look::First => return Ok(true),
+                    Look::Behind(key) => key,
+                }
+            }
         };
         let Some(mut deletion) = watch_deletion(conn, &watched).await? else {
             continue;

@@ -118,16 +118,39 @@
 //!   compare that the name has no `sem/` key (see `store/etcd/grant.rs`);
 //!   a revoke (a mutex's) of a semaphore's name is refused.
 //!
+//! # Read-write locks
+//!
+//! A grant of [`crate::LockOptions::access`] ([`crate::LockClient::rwlock`])
+//! is a reader or the writer of a read-write lock (`rwlock.rs`, which
+//! argues each step; the transactions are `store/etcd/rwlock.rs`), with
+//! the mutex's sessions, renewal, loss signal and release:
+//!
+//! - **A key per acquisition**, `NAMESPACE PREFIX NAME/rw/r/LEASE/ACQ` for
+//!   a reader and `… /rw/w/LEASE/ACQ` for a writer, ordered by create
+//!   revision in one queue. A writer holds once no key of the lock is
+//!   older than its own, a reader once no writer's key is.
+//! - **Fences**: a writer's is its key's create revision in the fence
+//!   epoch (as a mutex's); a reader's write epoch is its own key's create
+//!   revision in the same epoch.
+//! - **Waiting** watches the newest key in the way for its deletion; each
+//!   look compares the waiter's own key in the same read-only transaction.
+//! - **Kinds**: the three kinds' grant transactions each compare that no
+//!   key of the other two is under the name (`KindConflict`, nothing
+//!   written). A revoke of a read-write lock deletes all its keys in one
+//!   transaction and seals at that transaction's revision.
+//!
 //! | file | concern |
 //! |---|---|
 //! | `session.rs` | the client's sessions: granting, sharing and keeping them alive |
 //! | `acquire.rs` | the key of an acquisition, the grant, the wait for the predecessor, giving up |
 //! | `attempt.rs` | what an attempt of either kind works with: its inputs, the key it leaves to delete, the sessions a waiter keeps alive, the fence of a revision |
 //! | `semaphore.rs` | a semaphore's permit: the slot to take, the queue across permits, the wait for a deletion |
+//! | `rwlock.rs` | a read-write lock's reader or writer: the join, the wait for the keys in its way, the fences |
 //! | `mod.rs` | a held lease's renewal and release, `inspect`, `top`'s names, the waiters |
 
 mod acquire;
 mod attempt;
+mod rwlock;
 mod semaphore;
 mod session;
 
@@ -140,14 +163,14 @@ pub(crate) use session::Session;
 
 use super::cleanup::Cleanups;
 use super::grant::{Acquired, EtcdHold, Granted};
-use super::inspect::{LockState, PermitHolder};
+use super::inspect::{LockState, PermitHolder, RwHolder};
 use super::revoke::{Deposed, Revocation};
 use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
 use crate::keys::{KeyLayout, LockKeys};
 use crate::options::{ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, LockOptions};
 use crate::store::Checked;
-use crate::store::etcd::{EtcdConn, Held, HeldKey, depose, lock_prefix, validate_name};
+use crate::store::etcd::{EtcdConn, Held, HeldKey, RwShown, depose, lock_prefix, validate_name};
 
 /// The etcd side of one client: its connection and its sessions.
 #[derive(Debug)]
@@ -177,8 +200,14 @@ impl EtcdEngine {
     /// theirs, so sealing at it would refuse the waiters too. Nothing
     /// holds a fence between the deposed holder's and the next one's.
     ///
-    /// A revoke takes a mutex away: a name held as a semaphore is refused
-    /// ([`Error::KindConflict`]), and nothing is deleted.
+    /// A read-write lock's keys all go (its writer or all its readers, and
+    /// its waiters, who queue again), and the fence is the deleting
+    /// transaction's revision: above every deposed reader's epoch, so
+    /// their validated reads are torn once sealed (see `rwlock.rs`). The
+    /// holder reported is the oldest: the writer, or the first reader.
+    ///
+    /// A name held as a semaphore is refused ([`Error::KindConflict`]),
+    /// and nothing is deleted.
     pub(crate) async fn revoke(
         &self,
         name: &str,
@@ -371,8 +400,9 @@ impl EtcdEngine {
     /// value is the holder id), the fence its create revision in the epoch
     /// of `defaults`, `remaining` its lease's time to live (whole seconds);
     /// `last_fence` of a free lock is `None`, etcd keeps no fence per name.
-    /// A semaphore shows the holder of each slot the same way (its
-    /// `last_fence` is `None` too).
+    /// A semaphore shows the holder of each slot the same way, a
+    /// read-write lock its writer or its readers (each reader's fence its
+    /// write epoch); their `last_fence` is `None` too.
     pub(crate) async fn inspect(
         &self,
         keys: &LockKeys,
@@ -405,6 +435,18 @@ impl EtcdEngine {
                     .collect(),
                 last_fence: None,
             },
+            Some(Held::RwLock { writer, readers }) => {
+                let shown = |h: RwShown| RwHolder {
+                    holder: h.holder.unwrap_or_else(unknown),
+                    fence: fence_of(h.revision),
+                    remaining: h.remaining,
+                };
+                LockState::RwLock {
+                    writer: writer.map(shown),
+                    readers: readers.into_iter().map(shown).collect(),
+                    last_fence: None,
+                }
+            }
         })
     }
 

@@ -142,6 +142,11 @@ fn conflict(name: &str, permits: u32, foreign: Foreign) -> Error {
             held: "mutex",
             asked: "semaphore",
         },
+        Foreign::RwLock => Error::KindConflict {
+            name: name.to_owned(),
+            held: "read-write lock",
+            asked: "semaphore",
+        },
         Foreign::Permits(held) => Error::PermitsConflict {
             name: name.to_owned(),
             held,

@@ -7,23 +7,26 @@
 //! often it is sent. `attach` moves a waiter's key from its short waiter lease to
 //! the holder's lease once it is first.
 //!
-//! **A mutex never meets a semaphore on one name.** A semaphore's keys live
-//! under the name's `sem/` (`keys.rs`); a transaction that creates a
-//! mutex's key makes sure none is there, at the lowest cost found for each:
+//! **A mutex never meets a semaphore or a read-write lock on one name.** A
+//! semaphore's keys live under the name's `sem/`, a read-write lock's
+//! under its `rw/` (`keys.rs`); a transaction that creates a mutex's key
+//! makes sure none is there, at the lowest cost found for each:
 //!
 //! - `try_txn` already compares that the name has no key at all, and on a
-//!   refusal reads the first key: a semaphore's key there is the conflict,
-//!   told at no cost (the two kinds never coexist, so when a semaphore
-//!   holds the name, its keys are the only ones);
-//! - `queue_txn` adds one compare, "no key under `sem/`": a range lookup in
-//!   etcd's in-memory index that finds nothing in the common case, inside
-//!   the transaction it sends anyway (no round trip, no Raft entry more).
-//!   A marker key set by the semaphore would make the compare a single-key
-//!   one, but it would need its own lifetime (whose lease? deleted by
-//!   whom when its holders die?); the range has none: it is empty exactly
-//!   when no semaphore key is left;
-//! - `try_or_queue_txn` puts the same compare on its queueing branch, as a
-//!   nested transaction (the free-lock branch compares "no key at all").
+//!   refusal reads the first key: another kind's key there is the conflict,
+//!   told at no cost (the kinds never coexist, so when another kind holds
+//!   the name, its keys are the only ones);
+//! - `queue_txn` adds two compares, "no key under `sem/`" and "none under
+//!   `rw/`": range lookups in etcd's in-memory index that find nothing in
+//!   the common case, inside the transaction it sends anyway (no round
+//!   trip, no Raft entry more). A marker key set by the other kinds would
+//!   make each compare a single-key one, but it would need its own
+//!   lifetime (whose lease? deleted by whom when its holders die?); the
+//!   ranges have none: each is empty exactly when no key of its kind is
+//!   left. On a refusal it counts the keys under `rw/` to tell which kind
+//!   is in the way;
+//! - `try_or_queue_txn` puts the same compares on its queueing branch, as
+//!   a nested transaction (the free-lock branch compares "no key at all").
 
 use std::time::Duration;
 
@@ -34,8 +37,9 @@ use etcd_client::{
 
 use super::conn::EtcdConn;
 use super::errors::is_lease_gone;
-use super::keys::{KeyKind, SEMAPHORE_PART, key_kind};
+use super::keys::{KeyKind, RWLOCK_PART, SEMAPHORE_PART, key_kind};
 use crate::error::{Error, Result};
+use crate::options::{Access, Primitive};
 
 /// The lease seconds for `ttl`: whole seconds, rounded up (at least 1).
 pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
@@ -57,10 +61,10 @@ pub(crate) enum Found {
     },
     /// Someone holds or waits (try once): the caller created nothing.
     Refused,
-    /// The name is held (or waited for) as a semaphore: the caller created
-    /// nothing (a key an earlier send created would have kept the
-    /// semaphore out).
-    OtherKind,
+    /// The name is held (or waited for) as another kind of lock, named as
+    /// [`crate::Error::KindConflict`] names it: the caller created nothing
+    /// (a key an earlier send created would have kept the other kind out).
+    OtherKind(&'static str),
     /// The lease the key was to live on is gone (expired or revoked): this
     /// transaction wrote nothing. An earlier send of it whose reply was
     /// lost may have created the key, on a lease that lives
@@ -82,15 +86,39 @@ pub(super) fn first_by_create(prefix: &str) -> TxnOp {
     )
 }
 
-/// Whether `key` (the first key by create revision under `prefix`) is a
-/// semaphore's.
-fn is_semaphore_key(prefix: &str, key: &[u8]) -> bool {
-    !matches!(key_kind(prefix, key), None | Some(KeyKind::Mutex))
+/// The kind of lock `key` (the first key by create revision under
+/// `prefix`) belongs to, if not a mutex.
+fn other_kind(prefix: &str, key: &[u8]) -> Option<&'static str> {
+    match key_kind(prefix, key) {
+        None | Some(KeyKind::Mutex) => None,
+        Some(kind) => Some(kind.lock_kind()),
+    }
 }
 
-/// No semaphore key under the name (`prefix` + `sem/`).
-fn no_semaphore(prefix: &str) -> Compare {
-    Compare::create_revision(format!("{prefix}{SEMAPHORE_PART}"), CompareOp::Equal, 0).with_prefix()
+/// No key of another kind under the name: none under `prefix` + `sem/`,
+/// none under `prefix` + `rw/`.
+fn no_other_kind(prefix: &str) -> [Compare; 2] {
+    [SEMAPHORE_PART, RWLOCK_PART].map(|part| {
+        Compare::create_revision(format!("{prefix}{part}"), CompareOp::Equal, 0).with_prefix()
+    })
+}
+
+/// How many keys lie under the name's `rw/` (a refusal's read: none means
+/// a semaphore is in the way).
+fn count_rwlock(prefix: &str) -> TxnOp {
+    TxnOp::get(
+        format!("{prefix}{RWLOCK_PART}"),
+        Some(GetOptions::new().with_prefix().with_count_only()),
+    )
+}
+
+/// The kind in the way of a mutex, from `count_rwlock`'s reply: a
+/// read-write lock if it has keys, else a semaphore.
+fn kind_in_the_way(count: Option<&TxnOpResponse>) -> &'static str {
+    match count {
+        Some(TxnOpResponse::Get(get)) if get.count() > 0 => Primitive::RwLock(Access::Write).kind(),
+        _ => Primitive::Semaphore(1).kind(),
+    }
 }
 
 fn put_own(key: &str, holder: &str, lease: i64) -> TxnOp {
@@ -121,8 +149,8 @@ pub(crate) async fn try_txn(
     let responses = reply.op_responses();
     match first_kv(responses.first()) {
         Some(owner) if owner.key() == key.as_bytes() => Ok(Found::First(owner.create_revision())),
-        Some(owner) if is_semaphore_key(prefix, owner.key()) => Ok(Found::OtherKind),
-        _ => Ok(Found::Refused),
+        Some(owner) => Ok(other_kind(prefix, owner.key()).map_or(Found::Refused, Found::OtherKind)),
+        None => Ok(Found::Refused),
     }
 }
 
@@ -136,17 +164,23 @@ pub(crate) async fn queue_txn(
     holder: &str,
     lease: i64,
 ) -> Result<Found> {
+    let [no_semaphore, no_rwlock] = no_other_kind(prefix);
     let txn = Txn::new()
         .when([
             Compare::create_revision(key, CompareOp::Equal, 0),
-            no_semaphore(prefix),
+            no_semaphore,
+            no_rwlock,
         ])
         .and_then([
             put_own(key, holder, lease),
             first_by_create(prefix),
             last_two(prefix),
         ])
-        .or_else([TxnOp::get(key, None), first_by_create(prefix)]);
+        .or_else([
+            TxnOp::get(key, None),
+            first_by_create(prefix),
+            count_rwlock(prefix),
+        ]);
     let reply = match conn.txn(txn).await {
         Ok(reply) => reply,
         Err(e) if is_lease_gone(&e) => return Ok(Found::LeaseGone),
@@ -175,8 +209,8 @@ pub(crate) async fn queue_txn(
         });
     }
     let Some(own) = first_kv(responses.first()) else {
-        // Our key is not there, so it is the other compare that failed.
-        return Ok(Found::OtherKind);
+        // Our key is not there, so it is another kind's compare that failed.
+        return Ok(Found::OtherKind(kind_in_the_way(responses.get(2))));
     };
     let revision = own.create_revision();
     match first_kv(responses.get(1)) {
@@ -202,15 +236,18 @@ pub(crate) async fn try_or_queue_txn(
     lease: i64,
     waiter: i64,
 ) -> Result<(Found, bool)> {
-    // Queueing, unless a semaphore holds the name (a key of ours an earlier
-    // send created would have kept the semaphore out, so the nested
-    // compare fails only when nothing of ours is there).
-    let queue = Txn::new().when([no_semaphore(prefix)]).and_then([
-        put_own(key, holder, waiter),
-        TxnOp::get(key, None),
-        first_by_create(prefix),
-        last_two(prefix),
-    ]);
+    // Queueing, unless another kind holds the name (a key of ours an
+    // earlier send created would have kept it out, so the nested compares
+    // fail only when nothing of ours is there).
+    let queue = Txn::new()
+        .when(no_other_kind(prefix))
+        .and_then([
+            put_own(key, holder, waiter),
+            TxnOp::get(key, None),
+            first_by_create(prefix),
+            last_two(prefix),
+        ])
+        .or_else([count_rwlock(prefix)]);
     let txn = Txn::new()
         .when([Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix()])
         .and_then([put_own(key, holder, lease)])
@@ -232,7 +269,8 @@ pub(crate) async fn try_or_queue_txn(
         }
     };
     if !queued.succeeded() {
-        return Ok((Found::OtherKind, false));
+        let in_the_way = kind_in_the_way(queued.op_responses().first());
+        return Ok((Found::OtherKind(in_the_way), false));
     }
     let responses = queued.op_responses();
     let Some(own) = first_kv(responses.get(1)) else {
@@ -333,7 +371,7 @@ pub(crate) async fn grant_txn_for_tests(
     let key = super::keys::holder_key(prefix, lease, 1);
     let revision = match queue_txn(conn, prefix, &key, "test", lease).await? {
         Found::First(r) | Found::Queued { revision: r, .. } => r,
-        Found::Refused | Found::OtherKind | Found::LeaseGone => 0,
+        Found::Refused | Found::OtherKind(_) | Found::LeaseGone => 0,
     };
     let count = conn
         .get(

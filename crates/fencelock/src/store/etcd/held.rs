@@ -9,7 +9,8 @@ use etcd_client::{
 
 use super::conn::EtcdConn;
 use super::errors::is_lease_gone;
-use super::keys::{KeyKind, glob_match, key_kind, name_of_key};
+use super::keys::{KeyKind, RWLOCK_PART, glob_match, key_kind, name_of_key};
+use super::rwlock::{RwShown, holders_of};
 use super::semaphore::PermitShown;
 use crate::error::{LossReason, Result};
 use crate::store::Checked;
@@ -33,6 +34,12 @@ pub(crate) enum Held {
     Semaphore {
         permits: u32,
         slots: Vec<PermitShown>,
+    },
+    /// A read-write lock: its writer, or its readers (oldest first); both
+    /// empty while a key fencelock does not write is first.
+    RwLock {
+        writer: Option<RwShown>,
+        readers: Vec<RwShown>,
     },
 }
 
@@ -133,7 +140,8 @@ impl EtcdConn {
     /// Who holds the lock whose keys start with `lock_prefix` (`None`:
     /// nobody): for a mutex the first key by create revision, its lease's
     /// time left, and how many wait behind it; for a semaphore (its first
-    /// key is one) the holder of each slot.
+    /// key is one) the holder of each slot; for a read-write lock its
+    /// writer or its readers.
     pub(crate) async fn holder(&self, lock_prefix: &str) -> Result<Option<Held>> {
         Box::pin(self.holder_now(lock_prefix)).await
     }
@@ -153,9 +161,13 @@ impl EtcdConn {
         let Some(owner) = reply.kvs().first() else {
             return Ok(None);
         };
-        // The two kinds never share a name: the first key tells which.
-        if !matches!(key_kind(lock_prefix, owner.key()), Some(KeyKind::Mutex)) {
-            return self.permit_holders(lock_prefix, reply.kvs()).await;
+        // The kinds never share a name: the first key tells which.
+        match key_kind(lock_prefix, owner.key()) {
+            Some(KeyKind::Mutex) => {}
+            Some(kind) if kind.is_rwlock() => {
+                return self.rw_holders(lock_prefix, reply.kvs()).await;
+            }
+            _ => return self.permit_holders(lock_prefix, reply.kvs()).await,
         }
         let waiters = u64::try_from(reply.kvs().len() - 1).unwrap_or(u64::MAX);
         let remaining = match self.lease_time_to_live(owner.lease()).await {
@@ -215,12 +227,39 @@ impl EtcdConn {
         Ok(Some(Held::Semaphore { permits, slots }))
     }
 
+    /// The holders of the read-write lock whose keys are `kvs`, oldest
+    /// first (see [`holders_of`]).
+    async fn rw_holders(
+        &self,
+        lock_prefix: &str,
+        kvs: &[etcd_client::KeyValue],
+    ) -> Result<Option<Held>> {
+        let (writer, readers) = holders_of(lock_prefix, kvs);
+        let leases: Vec<i64> = writer.iter().chain(&readers).map(|kv| kv.lease()).collect();
+        let left = self.leases_left(&leases).await?;
+        let shown = |kv: &etcd_client::KeyValue| RwShown {
+            holder: kv
+                .value_str()
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned),
+            revision: kv.create_revision(),
+            remaining: left.get(&kv.lease()).copied().unwrap_or_default(),
+        };
+        Ok(Some(Held::RwLock {
+            writer: writer.map(shown),
+            readers: readers.into_iter().map(shown).collect(),
+        }))
+    }
+
     /// How many wait for the lock at `lock_prefix`: the keys behind a
-    /// mutex's holder, or a semaphore's waiter keys. One read-only
-    /// transaction: the count of the name's keys, and the semaphore's keys
+    /// mutex's holder, a semaphore's waiter keys, or a read-write lock's
+    /// keys behind its holders. One read-only transaction: the count of
+    /// the name's keys, the semaphore's keys and the read-write lock's
     /// (none for a mutex).
     pub(crate) async fn waiters(&self, lock_prefix: &str) -> Result<u64> {
         let semaphore = format!("{lock_prefix}{}", super::keys::SEMAPHORE_PART);
+        let rwlock = format!("{lock_prefix}{RWLOCK_PART}");
         let txn = Txn::new().and_then([
             TxnOp::get(
                 lock_prefix,
@@ -230,19 +269,37 @@ impl EtcdConn {
                 semaphore.as_str(),
                 Some(GetOptions::new().with_prefix().with_keys_only()),
             ),
+            TxnOp::get(
+                rwlock.as_str(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend),
+                ),
+            ),
         ]);
         let reply = self
             .txn(txn)
             .await
             .map_err(|e| self.error(e, "counting the lock's waiters"))?;
         let responses = reply.op_responses();
-        let (Some(TxnOpResponse::Get(all)), Some(TxnOpResponse::Get(semaphore))) =
-            (responses.first(), responses.get(1))
+        let (
+            Some(TxnOpResponse::Get(all)),
+            Some(TxnOpResponse::Get(semaphore)),
+            Some(TxnOpResponse::Get(rwlock)),
+        ) = (responses.first(), responses.get(1), responses.get(2))
         else {
             return Err(crate::error::Error::UnexpectedReply(
                 "etcd: a read of the lock's waiters came back without its ranges".into(),
             ));
         };
+        if !rwlock.kvs().is_empty() {
+            let (writer, readers) = holders_of(lock_prefix, rwlock.kvs());
+            let holding = readers.len() + usize::from(writer.is_some());
+            let waiting = rwlock.kvs().len().saturating_sub(holding.max(1));
+            return Ok(u64::try_from(waiting).unwrap_or(u64::MAX));
+        }
         if semaphore.kvs().is_empty() {
             return Ok(u64::try_from(all.count()).unwrap_or(0).saturating_sub(1));
         }

@@ -29,11 +29,24 @@
 //! The permit count is part of every semaphore key, so "held with another
 //! count" is "a key under `sem/` outside `sem/N/`", which one range compare
 //! tells, and nothing has to be cleaned up when the last holder goes.
+//!
+//! A **read-write lock** ([`crate::LockClient::rwlock`]) keeps its keys
+//! under `rw/`, one per acquisition, named as a mutex's key is:
+//!
+//! - `NAMESPACE PREFIX ENCODED-NAME/rw/r/LEASE/ACQ`: a reader;
+//! - `NAMESPACE PREFIX ENCODED-NAME/rw/w/LEASE/ACQ`: a writer.
+//!
+//! Holders and waiters of both sides share the range `rw/`, ordered by
+//! create revision; the side is in the key, so "is a writer ahead of me"
+//! is one range read of `rw/w/`. `r` and `w` are not hex digits and `rw/`
+//! is not `sem/`, so the three kinds never share a key, and "another kind
+//! holds the name" is "a key outside `rw/`" (two range compares).
 
 use std::borrow::Cow;
 
 use crate::error::{Error, Result};
 use crate::keys::validate_text;
+use crate::options::{Access, Primitive};
 
 /// Checks a lock name for etcd: not empty, at most [`MAX_NAME_LEN`](crate::keys::MAX_NAME_LEN) bytes,
 /// no control or invisible characters. Any other character is fine (`/`,
@@ -132,16 +145,22 @@ pub(crate) fn holder_key(lock_prefix: &str, lease: i64, acquisition: u64) -> Str
 }
 
 /// The lock name of `key`, a key under `names_prefix` (namespace and
-/// prefix): a mutex's key (see [`parse_key`]) or a semaphore's; `None` for
-/// any other key.
+/// prefix): a mutex's key (see [`parse_key`]), a semaphore's or a
+/// read-write lock's; `None` for any other key.
 pub(crate) fn name_of_key(names_prefix: &str, key: &str) -> Option<String> {
     if let Some((name, _)) = parse_key(names_prefix, key) {
         return Some(name);
     }
     let rest = key.strip_prefix(names_prefix)?;
     let (encoded, tail) = rest.split_once('/')?;
-    let sem = tail.strip_prefix(SEMAPHORE_PART)?;
-    semaphore_key(sem)?;
+    match (
+        tail.strip_prefix(SEMAPHORE_PART),
+        tail.strip_prefix(RWLOCK_PART),
+    ) {
+        (Some(sem), _) => semaphore_key(sem)?,
+        (None, Some(rw)) => rwlock_key(rw)?,
+        (None, None) => return None,
+    };
     let name = decode_name(encoded)?;
     validate_name(&name).ok()?;
     Some(name)
@@ -172,6 +191,9 @@ pub(crate) fn parse_key(names_prefix: &str, key: &str) -> Option<(String, i64)> 
 
 /// Where a semaphore's keys start under a lock's prefix.
 pub(crate) const SEMAPHORE_PART: &str = "sem/";
+
+/// Where a read-write lock's keys start under a lock's prefix.
+pub(crate) const RWLOCK_PART: &str = "rw/";
 
 /// The keys of a semaphore of `permits` permits under one lock's prefix
 /// (see the module's docs for the layout).
@@ -221,22 +243,115 @@ impl SemKeys {
     }
 }
 
+/// The keys of a read-write lock under one lock's prefix (see the
+/// module's docs for the layout).
+#[derive(Debug, Clone)]
+pub(crate) struct RwKeys {
+    /// The lock's prefix, `NAMESPACE PREFIX ENCODED-NAME/`.
+    lock: String,
+    /// `lock` + `rw/`: every key of the read-write lock starts with it.
+    base: String,
+    /// `base` + `w/`: every writer's key starts with it.
+    writers: String,
+}
+
+impl RwKeys {
+    /// The keys of a read-write lock under `lock_prefix`.
+    pub(crate) fn new(lock_prefix: &str) -> Self {
+        let base = format!("{lock_prefix}{RWLOCK_PART}");
+        RwKeys {
+            lock: lock_prefix.to_owned(),
+            writers: format!("{base}w/"),
+            base,
+        }
+    }
+
+    /// The lock's prefix: every key of the name, of any kind.
+    pub(crate) fn lock(&self) -> &str {
+        &self.lock
+    }
+
+    /// The prefix of every reader's and writer's key (`… rw/`).
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The prefix of every writer's key (`… rw/w/`).
+    pub(crate) fn writers(&self) -> &str {
+        &self.writers
+    }
+
+    /// The prefix of the keys an acquisition of `access` waits for: every
+    /// key of the lock for a writer, the writers' for a reader.
+    pub(crate) fn ahead_of(&self, access: Access) -> &str {
+        match access {
+            Access::Read => self.writers(),
+            Access::Write => self.base(),
+        }
+    }
+
+    /// The key of one acquisition of `access`: `rw/r/LEASE/ACQ` or
+    /// `rw/w/LEASE/ACQ`, named as a mutex's key is (see [`holder_key`]).
+    pub(crate) fn key(&self, access: Access, lease: i64, acquisition: u64) -> String {
+        let side = match access {
+            Access::Read => 'r',
+            Access::Write => 'w',
+        };
+        format!("{}{side}/{lease:x}/{acquisition:x}", self.base)
+    }
+}
+
 /// What a key under a lock's prefix is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KeyKind {
-    /// A mutex's holder or waiter (anything not under `sem/`).
+    /// A mutex's holder or waiter (anything not under `sem/` or `rw/`).
     Mutex,
     /// The holder of `slot` of a semaphore of `permits`.
     Slot { permits: u32, slot: u32 },
     /// A waiter of a semaphore of `permits`.
     Waiter { permits: u32 },
+    /// A read-write lock's reader, holding or waiting.
+    Reader,
+    /// A read-write lock's writer, holding or waiting.
+    Writer,
+    /// Under `rw/`, but not a key fencelock writes.
+    RwMalformed,
     /// Under `sem/`, but not a key fencelock writes.
     Malformed,
+}
+
+impl KeyKind {
+    /// The name of the kind of lock a key of this kind belongs to, as
+    /// [`crate::Error::KindConflict`] names it (a malformed key counts as
+    /// its range's kind).
+    pub(crate) fn lock_kind(self) -> &'static str {
+        match self {
+            KeyKind::Mutex => Primitive::Mutex.kind(),
+            KeyKind::Slot { .. } | KeyKind::Waiter { .. } | KeyKind::Malformed => {
+                Primitive::Semaphore(1).kind()
+            }
+            KeyKind::Reader | KeyKind::Writer | KeyKind::RwMalformed => {
+                Primitive::RwLock(Access::Write).kind()
+            }
+        }
+    }
+
+    /// Whether the key lies in a read-write lock's range `rw/`.
+    pub(crate) fn is_rwlock(self) -> bool {
+        matches!(
+            self,
+            KeyKind::Reader | KeyKind::Writer | KeyKind::RwMalformed
+        )
+    }
 }
 
 /// What `key` is, a key under `lock_prefix` (`None`: not under it).
 pub(crate) fn key_kind(lock_prefix: &str, key: &[u8]) -> Option<KeyKind> {
     let rest = key.strip_prefix(lock_prefix.as_bytes())?;
+    if let Some(rw) = rest.strip_prefix(RWLOCK_PART.as_bytes()) {
+        let kind = std::str::from_utf8(rw).ok().and_then(rwlock_key);
+        return Some(kind.unwrap_or(KeyKind::RwMalformed));
+    }
     let Some(sem) = rest.strip_prefix(SEMAPHORE_PART.as_bytes()) else {
         return Some(KeyKind::Mutex);
     };
@@ -244,6 +359,24 @@ pub(crate) fn key_kind(lock_prefix: &str, key: &[u8]) -> Option<KeyKind> {
         return Some(KeyKind::Malformed);
     };
     Some(semaphore_key(sem).unwrap_or(KeyKind::Malformed))
+}
+
+/// The kind of a read-write lock's key after its `rw/`: `r/LEASE/ACQ` or
+/// `w/LEASE/ACQ`, both in lowercase hex as fencelock writes them.
+fn rwlock_key(rest: &str) -> Option<KeyKind> {
+    let hex = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 16
+            && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let mut parts = rest.split('/');
+    let kind = match parts.next()? {
+        "r" => KeyKind::Reader,
+        "w" => KeyKind::Writer,
+        _ => return None,
+    };
+    let (lease, acquisition) = (parts.next()?, parts.next()?);
+    (hex(lease) && hex(acquisition) && parts.next().is_none()).then_some(kind)
 }
 
 /// The kind of a semaphore key after its `sem/`: `N/slot/S` or
@@ -482,6 +615,58 @@ mod tests {
         assert_eq!(name_of_key("ns/lock:", "ns/lock:jobs/sem/3/junk"), None);
         assert_eq!(prefix_end("a/"), b"a0".to_vec());
         assert_eq!(prefix_end("a\u{ff}"), vec![b'a', 0xc3, 0xc0]);
+    }
+
+    #[test]
+    fn rwlock_keys_never_meet_the_other_kinds_and_parse_back() {
+        let lock = lock_prefix("ns/", "lock:", "docs/a");
+        let rw = RwKeys::new(&lock);
+        let reader = rw.key(Access::Read, 0x1f, 2);
+        let writer = rw.key(Access::Write, 0x1f, 3);
+        assert_eq!(reader, "ns/lock:docs%2Fa/rw/r/1f/2");
+        assert_eq!(writer, "ns/lock:docs%2Fa/rw/w/1f/3");
+        assert!(writer.starts_with(rw.writers()) && !reader.starts_with(rw.writers()));
+        assert!(reader.starts_with(rw.base()) && writer.starts_with(rw.base()));
+        let kind = |key: &str| key_kind(&lock, key.as_bytes());
+        assert_eq!(kind(&reader), Some(KeyKind::Reader));
+        assert_eq!(kind(&writer), Some(KeyKind::Writer));
+        assert_eq!(kind(&holder_key(&lock, 7, 1)), Some(KeyKind::Mutex));
+        assert_eq!(
+            kind(&SemKeys::new(&lock, 2).slot(0)),
+            Some(KeyKind::Slot {
+                permits: 2,
+                slot: 0
+            })
+        );
+        for bad in [
+            "rw/",
+            "rw/r",
+            "rw/r/1",
+            "rw/x/1/1",
+            "rw/r/1/1/1",
+            "rw/w/XY/1",
+            "rw/w//1",
+        ] {
+            assert_eq!(
+                kind(&format!("{lock}{bad}")),
+                Some(KeyKind::RwMalformed),
+                "{bad}"
+            );
+        }
+        for k in [KeyKind::Reader, KeyKind::Writer, KeyKind::RwMalformed] {
+            assert!(k.is_rwlock());
+            assert_eq!(k.lock_kind(), "read-write lock");
+        }
+        assert!(!KeyKind::Mutex.is_rwlock() && !KeyKind::Malformed.is_rwlock());
+        assert_eq!(KeyKind::Mutex.lock_kind(), "mutex");
+        assert_eq!(KeyKind::Waiter { permits: 2 }.lock_kind(), "semaphore");
+        // A mutex key starts with a hex digit, never with `rw/`.
+        assert!(!holder_key(&lock, i64::MAX, u64::MAX).starts_with(rw.base()));
+        for key in [&reader, &writer] {
+            assert_eq!(name_of_key("ns/lock:", key).as_deref(), Some("docs/a"));
+            assert_eq!(parse_key("ns/lock:", key), None);
+        }
+        assert_eq!(name_of_key("ns/lock:", "ns/lock:docs/rw/x/1/1"), None);
     }
 
     #[test]

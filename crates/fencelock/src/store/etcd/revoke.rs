@@ -1,14 +1,17 @@
 //! A revoke on etcd: delete the holder's key — the first of the lock's
 //! keys by create revision, whoever it belongs to — and read who is first
 //! after it, in one transaction (the recipe that seals the resources is
-//! `engine/etcd`). A revoke takes a mutex away: a name held as a semaphore
-//! is refused, and nothing is deleted.
+//! `engine/etcd`). A revoke takes a mutex or a read-write lock away (of a
+//! read-write lock every key goes, holders and waiters, in one
+//! transaction: `rwlock.rs`); a name held as a semaphore is refused, and
+//! nothing is deleted.
 
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::conn::EtcdConn;
 use super::grant::{first_by_create, first_kv, header_revision};
-use super::keys::{KeyKind, key_kind};
+use super::keys::{KeyKind, RwKeys, key_kind};
+use super::rwlock::delete_all;
 use crate::error::{Error, Result};
 
 /// How often the holder is read again when it changed between the read and
@@ -21,7 +24,8 @@ pub(crate) struct Deposal {
     /// The deleted holder key's value (the holder's public id) and create
     /// revision (its fence); `None` when nobody held the lock.
     pub(crate) holder: Option<(String, i64)>,
-    /// The create revision of the first key left (the next holder), if any.
+    /// The create revision of the first key left (the next holder), if any
+    /// (never one of a read-write lock: all its keys are deleted).
     pub(crate) next: Option<i64>,
     /// The revision at which the lock was seen free or its holder deleted:
     /// every key created later has a greater create revision.
@@ -29,7 +33,8 @@ pub(crate) struct Deposal {
 }
 
 /// Deletes the holder key of lock `name`, whose keys start with `prefix`,
-/// and reads the first key left.
+/// and reads the first key left; of a read-write lock (its first key is a
+/// reader's or a writer's) deletes every key, and reports the oldest.
 ///
 /// # Errors
 /// etcd errors; [`Error::KindConflict`] when a semaphore holds the name
@@ -53,12 +58,26 @@ pub(crate) async fn depose(conn: &EtcdConn, name: &str, prefix: &str) -> Result<
                 revision: header_revision(read.header())?,
             });
         };
-        if !matches!(key_kind(prefix, holder.key()), Some(KeyKind::Mutex)) {
-            return Err(Error::KindConflict {
-                name: name.to_owned(),
-                held: "semaphore",
-                asked: "mutex",
-            });
+        match key_kind(prefix, holder.key()) {
+            Some(KeyKind::Mutex) => {}
+            Some(kind) if kind.is_rwlock() => {
+                // `None`: another kind came since the read; read again.
+                if let Some(deleted) = delete_all(conn, &RwKeys::new(prefix)).await? {
+                    return Ok(Deposal {
+                        holder: deleted.first,
+                        next: None,
+                        revision: deleted.revision,
+                    });
+                }
+                continue;
+            }
+            _ => {
+                return Err(Error::KindConflict {
+                    name: name.to_owned(),
+                    held: "semaphore",
+                    asked: "mutex",
+                });
+            }
         }
         let key = holder.key().to_vec();
         let created = holder.create_revision();

@@ -5,10 +5,11 @@
 //!
 //! Every transaction that creates a key of the semaphore first compares
 //! that the name has no key outside `sem/N/` (two range compares: below
-//! and above it), so a semaphore key is never created beside a mutex's key
-//! or another count's; on failure it reads the name's keys, from which the
-//! caller tells what was in the way. The mutex's grant transactions compare
-//! the other way round (`grant.rs`).
+//! and above it), so a semaphore key is never created beside a mutex's
+//! key, a read-write lock's (`rw/` sorts below `sem/`) or another count's;
+//! on failure it reads the name's keys, from which the caller tells what
+//! was in the way. The mutex's and the read-write lock's grant
+//! transactions compare the other way round (`grant.rs`, `rwlock.rs`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -30,6 +31,8 @@ pub(crate) enum Foreign {
     Mutex,
     /// A semaphore of this other count.
     Permits(u32),
+    /// A read-write lock's reader or writer.
+    RwLock,
     /// This key under `sem/`, which fencelock does not write.
     Malformed(String),
 }
@@ -71,6 +74,7 @@ impl SemState {
             let foreign = match key_kind(keys.lock(), kv.key()) {
                 None => continue,
                 Some(KeyKind::Mutex) => Foreign::Mutex,
+                Some(KeyKind::Reader | KeyKind::Writer | KeyKind::RwMalformed) => Foreign::RwLock,
                 Some(KeyKind::Malformed) => {
                     Foreign::Malformed(String::from_utf8_lossy(kv.key()).into_owned())
                 }
@@ -94,8 +98,14 @@ impl SemState {
                     Foreign::Permits(permits)
                 }
             };
-            // A mutex is named first: it is what a caller can act on.
-            if state.foreign.is_none() || foreign == Foreign::Mutex {
+            // Another kind is named before a key of another count or one
+            // fencelock does not write: it is what a caller can act on.
+            let named = |f: &Foreign| matches!(f, Foreign::Mutex | Foreign::RwLock);
+            let replace = match &state.foreign {
+                None => true,
+                Some(seen) => !named(seen) && named(&foreign),
+            };
+            if replace {
                 state.foreign = Some(foreign);
             }
         }
