@@ -167,16 +167,17 @@ pub enum Error {
         reason: LossReason,
     },
 
-    /// The name is in use as another kind of lock: a mutex asked for a
-    /// name held as a semaphore, or the other way round. One name is one
-    /// kind while it has holders. Nothing was changed.
+    /// The name is in use as another kind of lock: a mutex, a semaphore
+    /// or a read-write lock asked for a name held as one of the others.
+    /// One name is one kind while it has holders. Nothing was changed.
     #[error(
         "lock {name:?} is held as a {held}, but was asked for as a {asked}; nothing was changed - one name is one kind of lock: give the {asked} another name"
     )]
     KindConflict {
         /// The lock name.
         name: String,
-        /// The kind it is held as: `"mutex"` or `"semaphore"`.
+        /// The kind it is held as: `"mutex"`, `"semaphore"` or
+        /// `"read-write lock"`.
         held: &'static str,
         /// The kind asked for.
         asked: &'static str,
