@@ -51,13 +51,17 @@ Examples:
   fencelock --url etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 run job -- ./job.sh
   fencelock write invoice:42 closed --fence \"$FENCELOCK_FENCE\"
   fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'
+  fencelock run --read config -- fencelock read --validate config:data
   fencelock demo                # the guide's scenario on a private redis-server
 
 Exit codes:
   run: the command's own code, 128+N if it died of signal N, 126 not executable
        (or its #! interpreter is missing), 127 not found, 75 lock not acquired
        (--conflict-exit-code), 76 lock lost while the command ran
-  write, update, read --register: 0 done, 3 rejected as stale (nothing written)
+  write, update, read --register: 0 done, 3 rejected as stale (nothing written),
+       64 inside `run --read` (a reader's write epoch is not a write fence)
+  read --validate: 0 clean, 75 torn (a writer came in after the reader's
+       epoch: read again)
   revoke: 0 a holder deposed, 75 the lock was free (resources sealed all the
        same), 4 done but fewer replicas than --replicas acknowledged it
   doctor: 0 every check passed, 1 warnings, 2 failures
@@ -65,7 +69,8 @@ Exit codes:
   all: 64 usage, 69 Redis or etcd unreachable, 70 internal error, 78 bad configuration
        (wrong password, a missing ACL permission, a key of the wrong type, a
        database that does not exist, redis-server missing, a lock name held as
-       the other kind of lock: `run --permits` on a mutex or the reverse, or
+       another kind of lock: `run --permits`, `run --read` or `run --write` on
+       a mutex, `run` on a semaphore or a read-write lock, and so on, or
        another permit count)";
 
 /// The subcommands, in the order `fencelock --help` lists them.

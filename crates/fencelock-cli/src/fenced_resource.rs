@@ -1,6 +1,7 @@
 //! The fenced resource that `read`, `write` and `update` name (a Redis hash,
 //! or on etcd a fenced etcd key), who writes it (`--fence`, `--holder`),
-//! and what the three say and return when a call is refused as stale.
+//! what the three say and return when a call is refused as stale, and the
+//! refusal of a write with a reader's write epoch.
 
 use std::time::Duration;
 
@@ -8,9 +9,15 @@ use clap::Args;
 use fencelock::{Fence, LockClient, WriteOutcome};
 
 use crate::arg_values::parse_duration;
+use crate::exit;
 
 /// Exit code of a write rejected as stale.
 pub(crate) const REJECTED: u8 = 3;
+
+/// Exit code of `read --validate` when the read is torn: a writer granted
+/// after the reader's epoch had written the resource (EX_TEMPFAIL: read
+/// again, under a new read lock).
+pub(crate) const TORN: u8 = 75;
 
 /// Exit code of a write (or registration) that was applied on the master
 /// but acknowledged by fewer replicas than `--replicas` asked for, in time.
@@ -26,6 +33,40 @@ pub(crate) const REPLICA_TIMEOUT_ENV: &str = "FENCELOCK_REPLICA_TIMEOUT";
 /// The environment variable through which `fencelock run --permits N`
 /// passes the permit's slot (0 to N-1) to its command.
 pub(crate) const SLOT_ENV: &str = "FENCELOCK_SLOT";
+
+/// The environment variable through which `fencelock run --read` and
+/// `--write` pass the side of the read-write lock (`read` or `write`).
+pub(crate) const ACCESS_ENV: &str = "FENCELOCK_ACCESS";
+
+/// The environment variable through which `fencelock run` passes the
+/// lease's fence (a reader's: its write epoch).
+pub(crate) const FENCE_ENV: &str = "FENCELOCK_FENCE";
+
+/// Refuses a write (`write`, `update`, `read --register`: `what`) with a
+/// reader's write epoch: inside `fencelock run --read` (FENCELOCK_ACCESS
+/// `read`), FENCELOCK_FENCE is the epoch the reader saw, the fence of a
+/// writer that may still be writing or long gone, and a write with it would
+/// pass for that writer's. Refused whether the fence came from
+/// FENCELOCK_FENCE or was given as the same number with `--fence`; another
+/// `--fence` (a writer's, passed in) is the caller's to answer for. Called
+/// before any connection: nothing is changed.
+pub(crate) fn refuse_reader_epoch(what: &str, fence: Fence) -> anyhow::Result<()> {
+    if std::env::var(ACCESS_ENV).as_deref() != Ok("read") {
+        return Ok(());
+    }
+    let epoch = std::env::var(FENCE_ENV)
+        .ok()
+        .and_then(|f| f.parse::<Fence>().ok());
+    if epoch != Some(fence) {
+        return Ok(());
+    }
+    Err(exit::fail(
+        exit::USAGE,
+        format!(
+            "{what} refused: fence {fence} is a reader's write epoch ({ACCESS_ENV}=read: this runs inside `fencelock run --read`), not a write fence, and a reader must not write; nothing was changed - take the lock with `fencelock run --write` to write, or use `fencelock read --validate` to read"
+        ),
+    ))
+}
 
 /// Which (fence, holder) pair of a resource a call uses: the resource's own,
 /// or one semaphore slot's (inside `fencelock run --permits N`, the
@@ -191,6 +232,37 @@ impl Resource {
         }
     }
 
+    /// Reads as [`Resource::read`] does and checks the read against a
+    /// reader's write epoch (`read_validated`): what was read, and whether
+    /// it is clean (else torn: the stored fence, `Held::fence`, is a later
+    /// writer's).
+    pub(crate) async fn read_validated(&self, epoch: Fence) -> fencelock::Result<(Held, bool)> {
+        Ok(match self {
+            Resource::Hash(h) => {
+                let read = h.read_validated(epoch).await?;
+                let clean = read.is_clean();
+                let s = read.into_value();
+                let held = Held {
+                    value: s.value,
+                    fence: s.fence,
+                    holder: s.holder,
+                };
+                (held, clean)
+            }
+            Resource::Key(k) => {
+                let read = k.read_validated(epoch).await?;
+                let clean = read.is_clean();
+                let s = read.into_value();
+                let held = Held {
+                    value: s.value,
+                    fence: s.fence,
+                    holder: s.holder,
+                };
+                (held, clean)
+            }
+        })
+    }
+
     pub(crate) async fn read(&self) -> fencelock::Result<Held> {
         Ok(match self {
             Resource::Hash(h) => {
@@ -220,7 +292,7 @@ pub(crate) struct Writer {
     /// The writer's fence (inside `fencelock run`: the lock's own).
     #[arg(
         long,
-        env = "FENCELOCK_FENCE",
+        env = FENCE_ENV,
         hide_env_values = true,
         value_name = "N"
     )]

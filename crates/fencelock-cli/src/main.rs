@@ -14,9 +14,9 @@
 //! | `arg_values.rs` | argument values several subcommands share: durations, wait modes |
 //! | `usage_error.rs` | clap's usage errors as one line that names what is wrong and the help page to read |
 //! | `commands.rs` | the subcommands' modules, and how each is laid out |
-//! | `commands/run.rs` | `fencelock run`: a supervised command under a lock |
+//! | `commands/run.rs` | `fencelock run`: a supervised command under a lock (a mutex, a semaphore's permit, or a read-write lock's side) |
 //! | `commands/status.rs` | `fencelock status`: whether a lock is held, by whom, its fence and time left |
-//! | `commands/read.rs` | `fencelock read`: a fenced resource's value, optionally registering the caller's fence first |
+//! | `commands/read.rs` | `fencelock read`: a fenced resource's value, optionally registering the caller's fence first or validating the read against a reader's write epoch |
 //! | `commands/write.rs` | `fencelock write`: a fenced write |
 //! | `commands/revoke.rs` | `fencelock revoke`: take a lock away and seal resources against its holder |
 //! | `commands/update.rs` | `fencelock update`: a fenced read-modify-write through a command |
@@ -26,8 +26,9 @@
 //! | `commands/demo.rs` | `fencelock demo`: the guide's scenario with a printed timeline |
 //! | `commands/torture.rs` | `fencelock torture`: the safety harness (engine: `fencelock-torture`) and its hidden `torture-worker` |
 //! | `connect.rs` | global options to a connected client and lock options |
-//! | `fenced_resource.rs` | what `read`, `write` and `update` share: the resource (a Redis hash or an etcd key), the writer's fence and token, a refusal as stale |
+//! | `fenced_resource.rs` | what `read`, `write` and `update` share: the resource (a Redis hash or an etcd key), the writer's fence and token, a refusal as stale, the refusal of a reader's write epoch as a fence |
 //! | `semaphore_view.rs` | how `status` and `top` show a semaphore's holders, one per slot |
+//! | `rwlock_view.rs` | how `status` and `top` show a read-write lock's writer and readers |
 //! | `diagnostics.rs` | `run --metrics-addr` (Prometheus endpoint) and `run --verbose` (worst lag) |
 //! | `exit.rs` | exit codes (sysexits-style, as in the README) and the one-line error that ends the process |
 //! | `redact.rs` | credentials kept out of every output: URLs shown without passwords, messages and logs scrubbed |
@@ -55,6 +56,7 @@ mod global_options;
 mod private_etcd;
 mod private_redis;
 mod redact;
+mod rwlock_view;
 mod semaphore_view;
 mod torture_topology;
 mod usage_error;

@@ -1,17 +1,22 @@
 //! `fencelock read`: a fenced resource's value, fence and holder; with
-//! `--register`, the caller's fence recorded at the resource first.
+//! `--register`, the caller's fence recorded at the resource first; with
+//! `--validate`, the read checked against a reader's write epoch.
 
 use clap::Args;
 use fencelock::WriteOutcome;
 use serde_json::json;
 
-use crate::fenced_resource::{REJECTED, ReplicaWait, Resource, SlotArg, not_replicated, stale};
+use crate::fenced_resource::{
+    FENCE_ENV, Held, REJECTED, ReplicaWait, Resource, SlotArg, TORN, not_replicated,
+    refuse_reader_epoch, stale,
+};
 use crate::global_options::GlobalOptions;
 use crate::{connect, exit};
 
 /// Read a fenced Redis hash resource: value, fence, holder. With
 /// --register, first record the caller's fence at the resource (safe
-/// read-modify-write).
+/// read-modify-write); with --validate, check the read against a reader's
+/// write epoch.
 #[derive(Debug, Args)]
 #[command(after_help = HELP)]
 pub(crate) struct ReadArgs {
@@ -21,11 +26,17 @@ pub(crate) struct ReadArgs {
     /// newer fence is there).
     #[arg(long)]
     pub(crate) register: bool,
-    /// With --register: the caller's fence (inside `fencelock run`: the
-    /// lock's own).
+    /// Check the read against a reader's write epoch (--fence; inside
+    /// `fencelock run --read`, FENCELOCK_FENCE): exit 75 if the read is
+    /// torn, that is if a writer granted after the epoch had written the
+    /// value. Not with --register.
+    #[arg(long, conflicts_with = "register")]
+    pub(crate) validate: bool,
+    /// With --register: the caller's fence; with --validate: the reader's
+    /// write epoch (inside `fencelock run`: FENCELOCK_FENCE).
     #[arg(
         long,
-        env = "FENCELOCK_FENCE",
+        env = FENCE_ENV,
         hide_env_values = true,
         value_name = "N"
     )]
@@ -76,17 +87,55 @@ registration waits until N replicas acknowledged it, so a failover cannot
 undo it; exit 4 if fewer did in time (it WAS applied on the master; the
 value is not read then).
 
-Exit codes: 0 read; 3 --register rejected (a newer fence took over); 4
---register applied but acknowledged by fewer than --replicas replicas.";
+With --validate, the read is checked against a reader's write epoch
+(inside `fencelock run --read`, FENCELOCK_FENCE; or --fence N): it is clean
+if the resource stores no fence or one no greater than the epoch, and torn
+if it stores a greater one: a writer granted after the reader had written
+the value (the reader paused past its lease, or its lock was revoked). The
+value is printed either way, as without --validate; a torn read also says
+so on stderr and exits 75: do not act on it, read again under a new
+`fencelock run --read`. --json adds `clean` (true or false) and `epoch`;
+`fence` is the stored fence, when torn the later writer's.
+  fencelock run --read config -- fencelock read --validate config:data
+  fencelock read --validate config:data --fence 1796030814974827 --json
+
+Inside `fencelock run --read` (FENCELOCK_ACCESS=read), --register is
+refused with 64: registering is a write, and a reader's write epoch is not
+a write fence; nothing is changed.
+
+Exit codes: 0 read (with --validate: clean); 3 --register rejected (a
+newer fence took over); 4 --register applied but acknowledged by fewer
+than --replicas replicas; 75 --validate: torn (a writer came in after the
+epoch: read again); 64 --validate without an epoch, or --register with a
+reader's epoch.";
 
 /// `fencelock read`: exit 0, or [`REJECTED`] if `--register` found a newer
 /// fence.
 pub(crate) async fn exec(global: &GlobalOptions, args: &ReadArgs) -> anyhow::Result<u8> {
+    // Usage first, before any connection.
+    let epoch = match (args.validate, args.fence) {
+        (true, None) => {
+            return Err(exit::fail(
+                exit::USAGE,
+                "read --validate needs the reader's write epoch: --fence N (inside `fencelock run --read`, FENCELOCK_FENCE is set)",
+            ));
+        }
+        (true, Some(epoch)) => Some(epoch),
+        (false, _) => None,
+    };
+    if args.register
+        && let Some(fence) = args.fence
+    {
+        refuse_reader_epoch("read --register", fence)?;
+    }
     let client = connect::client(global).await?;
     let hash = Resource::of(&client, &args.resource)?
         .in_slot(&args.slot)
         .replicated(&args.replicas);
     let label = args.slot.label(&args.resource);
+    if let Some(epoch) = epoch {
+        return validate(args, &hash, &label, epoch).await;
+    }
     if args.register {
         let fence = args.fence.ok_or_else(|| {
             exit::fail(
@@ -121,18 +170,54 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &ReadArgs) -> anyhow::Res
         }
     }
     let state = hash.read().await?;
+    let mut object = state_json(args, &state);
+    if args.register {
+        object["registered"] = true.into();
+    }
+    print(args, &label, &state, &object);
+    Ok(exit::OK)
+}
+
+/// `read --validate`: the read checked against the reader's write epoch;
+/// exit 0 if clean, [`TORN`] if a later writer had written the value.
+async fn validate(
+    args: &ReadArgs,
+    resource: &Resource,
+    label: &str,
+    epoch: fencelock::Fence,
+) -> anyhow::Result<u8> {
+    let (state, clean) = resource.read_validated(epoch).await?;
+    let mut object = state_json(args, &state);
+    object["clean"] = clean.into();
+    object["epoch"] = epoch.get().into();
+    print(args, label, &state, &object);
+    if clean {
+        return Ok(exit::OK);
+    }
+    eprintln!(
+        "fencelock: {label}: TORN read: it stores fence {}, greater than the reader's write epoch {epoch}: a writer granted after the reader wrote it (the read lock lapsed or was revoked); do not act on it, read again under a new `fencelock run --read`",
+        state.fence.map_or("?".into(), |f| f.to_string())
+    );
+    Ok(TORN)
+}
+
+/// The JSON object of a read: `resource`, `exists`, `value`, `fence`,
+/// `holder` (and `slot` for a slot's pair).
+fn state_json(args: &ReadArgs, state: &Held) -> serde_json::Value {
     let exists = state.value.is_some() || state.fence.is_some();
+    let mut object = json!({
+        "resource": args.resource, "exists": exists, "value": state.value,
+        "fence": state.fence.map(|f| f.get()), "holder": state.holder,
+    });
+    args.slot.annotate(&mut object);
+    object
+}
+
+/// Prints a read: `object` with --json, else one line.
+fn print(args: &ReadArgs, label: &str, state: &Held, object: &serde_json::Value) {
     if args.json {
-        let mut object = json!({
-            "resource": args.resource, "exists": exists, "value": state.value,
-            "fence": state.fence.map(|f| f.get()), "holder": state.holder,
-        });
-        if args.register {
-            object["registered"] = true.into();
-        }
-        args.slot.annotate(&mut object);
         println!("{object}");
-    } else if exists {
+    } else if state.value.is_some() || state.fence.is_some() {
         println!(
             "{label}: {:?} (fence {}, holder {})",
             state.value.as_deref().unwrap_or(""),
@@ -142,5 +227,4 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &ReadArgs) -> anyhow::Res
     } else {
         println!("{label}: absent");
     }
-    Ok(exit::OK)
 }

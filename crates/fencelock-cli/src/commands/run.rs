@@ -11,7 +11,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use clap::Args;
-use fencelock::{Lease, LockClient, LockState, ReleaseOutcome};
+use fencelock::{Access, Lease, LockClient, LockState, ReleaseOutcome};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -20,7 +20,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::arg_values::{WaitModeArg, parse_duration};
-use crate::fenced_resource::{REPLICA_TIMEOUT_ENV, REPLICAS_ENV, SLOT_ENV};
+use crate::fenced_resource::{ACCESS_ENV, REPLICA_TIMEOUT_ENV, REPLICAS_ENV, SLOT_ENV};
 use crate::global_options::{GlobalOptions, Layout};
 use crate::{connect, exit, redact, watchdog};
 
@@ -72,6 +72,20 @@ pub(crate) struct RunArgs {
     /// use one N for a name everywhere. Not with --layout guide.
     #[arg(long, value_name = "N", value_parser = parse_permits)]
     pub(crate) permits: Option<u32>,
+
+    /// Take NAME as a reader of a fenced read-write lock instead of the
+    /// lock: readers hold it together, never with a writer. FENCELOCK_FENCE
+    /// is then the write epoch the reader saw, for `fencelock read
+    /// --validate`; it is no write fence (`write` and `update` inside are
+    /// refused). Not with --write, --permits or --layout guide.
+    #[arg(long, conflicts_with_all = ["write", "permits"])]
+    pub(crate) read: bool,
+
+    /// Take NAME as the writer of a fenced read-write lock: alone, with no
+    /// reader, and fenced like a lock (FENCELOCK_FENCE). Not with --read,
+    /// --permits or --layout guide.
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) write: bool,
 
     /// Exit code when the lock is not acquired.
     #[arg(long, default_value_t = 75, value_name = "N")]
@@ -125,6 +139,8 @@ The command gets these environment variables:
   FENCELOCK_TTL_MS, FENCELOCK_URL (and its old name FENCELOCK_REDIS_URL),
   with --permits also FENCELOCK_SLOT (the permit's slot, 0 to N-1; unset
   for a lock without --permits, also when inherited),
+  with --read or --write also FENCELOCK_ACCESS (`read` or `write`; unset
+  for a lock or a semaphore, also when inherited),
   with --replicas also FENCELOCK_REPLICAS and FENCELOCK_REPLICA_TIMEOUT,
   and FENCELOCK_TLS_CA, FENCELOCK_TLS_CERT, FENCELOCK_TLS_KEY (absolute
   paths) when --tls-ca, --tls-cert, --tls-key are given (also with
@@ -150,6 +166,20 @@ write their own. A name is one kind while it has holders: `run --permits`
 on a name held by a `run` without it (a mutex), `run` without it on a
 semaphore, or another N than its holders use exits 78 at once with the
 reason, nothing changed.
+
+With --read or --write, NAME is a fenced read-write lock: readers hold it
+together, a writer holds it alone (no reader, no other writer). A writer
+is fenced as a lock is: FENCELOCK_FENCE is its fence, and `fencelock
+write` and `update` inside use it. A reader's FENCELOCK_FENCE is the write
+epoch it saw (the last fence issued for NAME): every writer granted after
+it has a greater fence, so `fencelock read --validate RESOURCE` inside
+exits 75 (torn) when such a writer had written RESOURCE, say because the
+reader paused past its lease. A reader's epoch is no write fence:
+`fencelock write`, `update` and `read --register` refuse to write with it
+(64, nothing changed). With --wait-mode fair, readers and writers queue in
+one order (readers at the head go in together); notify and poll promise no
+order, and a steady stream of readers can keep a writer out. A name held
+as a lock or a semaphore exits 78 with --read or --write, and the reverse.
 
 The lock is held (and renewed) until every process of the command's tree
 has exited, not only the command: background jobs, pipelines, double forks.
@@ -177,9 +207,10 @@ while the command ran; 74 the command exited 0 but its lock could not be
 released (it stays held until its ttl runs out; a command's own non-zero
 code wins); 69 Redis or etcd unreachable; 78 bad configuration (refused
 credentials on any topology, a missing permission, a TLS file or handshake
-refused, a name held as the other kind of lock or with another --permits,
-the reason on stderr);
-64 usage (--permits not from 1 to 1024, or with --layout guide).
+refused, a name held as another kind of lock (a lock, a semaphore, a
+read-write lock) or with another --permits, the reason on stderr);
+64 usage (--permits not from 1 to 1024, or with --layout guide; --read,
+--write and --permits together; --read or --write with --layout guide).
 
 While it waits, `run` keeps trying through a held lock, a master that
 refuses writes (NOREPLICAS, READONLY, LOADING, MASTERDOWN), an unreachable
@@ -193,7 +224,9 @@ Examples:
   fencelock run --no-wait --conflict-exit-code 0 cleanup -- ./cleanup.sh
   fencelock run --ttl 30s --wait 2m migrate -c 'make migrate && make seed'
   fencelock run --permits 2 encoders -c 'echo \"slot $FENCELOCK_SLOT, fence $FENCELOCK_FENCE\"'
-  fencelock run --permits 2 flushers -- sh -c 'fencelock write partitions flushed'";
+  fencelock run --permits 2 flushers -- sh -c 'fencelock write partitions flushed'
+  fencelock run --write config -- fencelock write config:data v2
+  fencelock run --read config -- fencelock read --validate config:data";
 
 /// Parses `--permits N`: a number from 1 to [`fencelock::MAX_PERMITS`].
 fn parse_permits(s: &str) -> Result<u32, String> {
@@ -257,6 +290,18 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
             "--permits cannot be used with --layout guide: the guide's workers know only a lock (lock:NAME); use the default layout for a semaphore",
         ));
     }
+    let access = access(args);
+    if let Some(access) = access {
+        let flag = access_flag(access);
+        if global.layout == Layout::Guide {
+            return Err(exit::fail(
+                exit::USAGE,
+                format!(
+                    "{flag} cannot be used with --layout guide: the guide's workers know only a lock (lock:NAME); use the default layout for a read-write lock"
+                ),
+            ));
+        }
+    }
     let started = Instant::now();
     let wait = if args.no_wait {
         Duration::ZERO
@@ -277,6 +322,10 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
     };
     let opts = match args.permits {
         Some(permits) => opts.permits(permits),
+        None => opts,
+    };
+    let opts = match access {
+        Some(access) => opts.access(access),
         None => opts,
     };
     opts.validate()?;
@@ -317,6 +366,20 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
             return Err(e.into());
         }
     };
+    if lease.access() != access {
+        // A reader given a lock (or a writer given anything else) would
+        // pass an epoch as a fence, or a fence as an epoch: give it back.
+        let held = held_as(&lease);
+        let _ = lease.release().await;
+        return Err(exit::fail(
+            exit::SOFTWARE,
+            format!(
+                "lock {:?} was granted as {held}, not as asked ({}): the store's engine does not take this kind of lock; given back, the command not run",
+                args.name,
+                access.map_or("a lock", access_flag)
+            ),
+        ));
+    }
 
     // Without a terminal, the command gets a process group of its own, so a
     // lost lock stops the whole command tree (a shell's children included),
@@ -345,6 +408,13 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
     match lease.slot() {
         Some(slot) => cmd.env(SLOT_ENV, slot.to_string()),
         None => cmd.env_remove(SLOT_ENV),
+    };
+    // The side of a read-write lock; likewise, an access inherited from an
+    // outer `run --read` must not make a lock's or a permit's fence look
+    // like a reader's epoch (or the reverse).
+    match lease.access() {
+        Some(access) => cmd.env(ACCESS_ENV, access.as_str()),
+        None => cmd.env_remove(ACCESS_ENV),
     };
     if args.no_url_env {
         // Also ones inherited from our own environment.
@@ -505,12 +575,33 @@ async fn supervise(
     Ok(exit_code(status))
 }
 
-/// What a lease holds, for messages: `fence F`, or `fence F, slot S` for a
-/// permit of a semaphore.
+/// The side of a read-write lock `run` asks for (`--read`, `--write`), if
+/// any.
+fn access(args: &RunArgs) -> Option<Access> {
+    match (args.read, args.write) {
+        (true, _) => Some(Access::Read),
+        (_, true) => Some(Access::Write),
+        _ => None,
+    }
+}
+
+/// The flag that asks for `access`, for messages.
+fn access_flag(access: Access) -> &'static str {
+    match access {
+        Access::Read => "--read",
+        Access::Write => "--write",
+    }
+}
+
+/// What a lease holds, for messages: `fence F`, `fence F, slot S` for a
+/// permit of a semaphore, `writer, fence F` or `reader, write epoch E` for
+/// a side of a read-write lock.
 fn held_as(lease: &Lease) -> String {
-    match lease.slot() {
-        Some(slot) => format!("fence {}, slot {slot}", lease.fence()),
-        None => format!("fence {}", lease.fence()),
+    match (lease.slot(), lease.access()) {
+        (Some(slot), _) => format!("fence {}, slot {slot}", lease.fence()),
+        (None, Some(Access::Write)) => format!("writer, fence {}", lease.fence()),
+        (None, Some(Access::Read)) => format!("reader, write epoch {}", lease.fence()),
+        (None, None) => format!("fence {}", lease.fence()),
     }
 }
 
@@ -651,8 +742,9 @@ async fn acquire_with_progress(
     result
 }
 
-/// Who holds a lock, for the progress line: a holder id, or for a
-/// semaphore `2 of 2 permits (ID, ID)`.
+/// Who holds a lock, for the progress line: a holder id, for a semaphore
+/// `2 of 2 permits (ID, ID)`, for a read-write lock `the writer ID` or `2
+/// readers (ID, ID)`.
 fn held_by(state: fencelock::Result<LockState>) -> String {
     match state {
         Ok(LockState::Held { holder, .. }) => holder,
@@ -663,6 +755,19 @@ fn held_by(state: fencelock::Result<LockState>) -> String {
             format!(
                 "{} of {permits} permits ({})",
                 holders.len(),
+                ids.join(", ")
+            )
+        }
+        Ok(LockState::RwLock {
+            writer: Some(writer),
+            ..
+        }) => format!("the writer {}", writer.holder),
+        Ok(LockState::RwLock { readers, .. }) if !readers.is_empty() => {
+            let ids: Vec<&str> = readers.iter().map(|h| h.holder.as_str()).collect();
+            format!(
+                "{} reader{} ({})",
+                readers.len(),
+                if readers.len() == 1 { "" } else { "s" },
                 ids.join(", ")
             )
         }

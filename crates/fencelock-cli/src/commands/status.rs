@@ -1,13 +1,14 @@
 //! `fencelock status`: whether a lock is held, by whom, its fence, the time
 //! left and its waiters, as a line or one JSON object; for a semaphore, its
-//! permit count and the holder of each held slot.
+//! permit count and the holder of each held slot; for a read-write lock,
+//! its writer or its readers.
 
 use clap::Args;
 use fencelock::LockState;
 use serde_json::json;
 
 use crate::global_options::GlobalOptions;
-use crate::{connect, exit, semaphore_view};
+use crate::{connect, exit, rwlock_view, semaphore_view};
 
 /// Show whether a lock is held, by whom, its fence and the time left.
 #[derive(Debug, Args)]
@@ -31,6 +32,15 @@ and one line per held slot: the slot, the holder id, its fence and the time
 left. Its --json object has `held` (true while any permit is held),
 `holder`, `fence` and `ttl_ms` null, `last_fence`, and `permits` and
 `holders` (an array of {slot, holder, fence, ttl_ms} objects, by slot); a lock's object has neither `permits` nor `holders`.
+
+A read-write lock (`fencelock run --read` or `--write`) is shown with one
+line per holder: the writer with its fence, or each reader with its write
+epoch, the holder id and the time left. Its --json object has `kind`
+\"rwlock\", `held` (true while the writer or any reader holds it),
+`holder`, `fence` and `ttl_ms` null, `last_fence`,
+`writer` (a {holder, fence, ttl_ms} object, or null) and `readers` (an
+array of such objects, `fence` each reader's write epoch); a lock's and a
+semaphore's objects have no `kind`.
 
 Exit code 0 whether held or free; read `held` in --json output.";
 
@@ -68,6 +78,19 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &StatusArgs) -> anyhow::R
                 "fence": null, "last_fence": last_fence.map(|f| f.get()), "ttl_ms": null,
                 "permits": permits, "holders": semaphore_view::holders_json(holders),
             }),
+            LockState::RwLock {
+                writer,
+                readers,
+                last_fence,
+            } => {
+                let mut object = json!({
+                    "name": args.name, "key": key,
+                    "held": writer.is_some() || !readers.is_empty(), "holder": null,
+                    "fence": null, "last_fence": last_fence.map(|f| f.get()), "ttl_ms": null,
+                });
+                rwlock_view::add_json(&mut object, writer.as_ref(), readers);
+                object
+            }
             other => json!({ "name": args.name, "key": key, "state": format!("{other:?}") }),
         };
         object["backend"] = backend.into();
@@ -118,6 +141,21 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &StatusArgs) -> anyhow::R
                         h.fence.map_or("unknown".into(), |f| f.to_string()),
                         h.remaining.as_millis()
                     );
+                }
+            }
+            LockState::RwLock {
+                writer,
+                readers,
+                last_fence,
+            } => {
+                println!(
+                    "{}: read-write lock, {}{}{queue}",
+                    args.name,
+                    rwlock_view::summary(writer.as_ref(), readers),
+                    last_fence.map_or(String::new(), |f| format!(", last fence {f}"))
+                );
+                for line in rwlock_view::holder_lines(writer.as_ref(), readers) {
+                    println!("{line}");
                 }
             }
             other => println!("{}: {other:?}", args.name),

@@ -3,19 +3,20 @@
 //! Lock names come from the library's `lock_names` (`SCAN` on every master,
 //! never `KEYS`, which blocks the server), each lock is read with its atomic
 //! `inspect`, and the waiters are its wait queue's length (notify and fair
-//! modes; 0 when nobody queues). A semaphore shows one row per held slot. On a terminal the table is redrawn in place
+//! modes; 0 when nobody queues). A semaphore shows one row per held slot,
+//! a read-write lock one per holder. On a terminal the table is redrawn in place
 //! every interval until Ctrl-C; `--once` prints one snapshot and exits.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use clap::Args;
-use fencelock::{KeyLayout, LockClient, LockState, PermitHolder};
+use fencelock::{KeyLayout, LockClient, LockState, PermitHolder, RwHolder};
 use serde_json::json;
 
 use crate::arg_values::parse_duration;
 use crate::global_options::GlobalOptions;
-use crate::{connect, exit, semaphore_view};
+use crate::{connect, exit, rwlock_view, semaphore_view};
 
 /// Show the locks under a pattern, live: name, slot, holder, fence, ttl left
 /// and waiters (found with SCAN, never KEYS; on etcd, one range read).
@@ -49,7 +50,15 @@ A semaphore (`fencelock run --permits N`) has one row per held slot, its
 SLOT column `SLOT/N` (a lock's is -) and its waiters on its first row. In
 --json it is one object with `holder`, `fence` and `ttl_ms` null, and
 `permits` and `holders` (an array of {slot, holder, fence, ttl_ms}
-objects, by slot); a lock's object has neither.";
+objects, by slot); a lock's object has neither.
+
+A read-write lock (`fencelock run --read` or `--write`) has one row per
+holder, its SLOT column `write` for the writer and `read` for each reader
+(whose FENCE is its write epoch), its waiters on its first row. In --json
+it is one object with `kind` \"rwlock\", `holder`, `fence` and `ttl_ms`
+null, `writer` (a {holder, fence, ttl_ms} object, or null) and `readers`
+(an array of such objects); a lock's and a semaphore's objects have no
+`kind`.";
 
 /// One held lock or semaphore.
 #[derive(Debug)]
@@ -73,6 +82,11 @@ enum Held {
     Semaphore {
         permits: u32,
         holders: Vec<PermitHolder>,
+    },
+    /// A read-write lock, by its writer or its readers.
+    RwLock {
+        writer: Option<RwHolder>,
+        readers: Vec<RwHolder>,
     },
 }
 
@@ -146,6 +160,9 @@ async fn snapshot(
             LockState::Semaphore {
                 permits, holders, ..
             } if !holders.is_empty() => Held::Semaphore { permits, holders },
+            LockState::RwLock {
+                writer, readers, ..
+            } if writer.is_some() || !readers.is_empty() => Held::RwLock { writer, readers },
             _ => continue,
         };
         // A queue key of another type counts as no waiters; a missing
@@ -175,8 +192,8 @@ struct Line<'a> {
     waiters: String,
 }
 
-/// The table's lines: one per lock, one per held slot of a semaphore (its
-/// waiters on the first).
+/// The table's lines: one per lock, one per held slot of a semaphore, one
+/// per holder of a read-write lock (their waiters on the first).
 fn lines(rows: &[Row]) -> Vec<Line<'_>> {
     let mut lines = Vec::new();
     for r in rows {
@@ -198,6 +215,26 @@ fn lines(rows: &[Row]) -> Vec<Line<'_>> {
                     lines.push(Line {
                         name: &r.name,
                         slot: format!("{}/{permits}", h.slot),
+                        holder: &h.holder,
+                        fence: h.fence.map(|f| f.get()),
+                        remaining: Some(h.remaining),
+                        waiters: if i == 0 {
+                            r.waiters.to_string()
+                        } else {
+                            String::new()
+                        },
+                    });
+                }
+            }
+            Held::RwLock { writer, readers } => {
+                let holders = writer
+                    .iter()
+                    .map(|h| ("write", h))
+                    .chain(readers.iter().map(|h| ("read", h)));
+                for (i, (side, h)) in holders.enumerate() {
+                    lines.push(Line {
+                        name: &r.name,
+                        slot: side.to_owned(),
                         holder: &h.holder,
                         fence: h.fence.map(|f| f.get()),
                         remaining: Some(h.remaining),
@@ -245,7 +282,8 @@ fn render(rows: &[Row]) -> String {
 
 /// One JSON object per row: a lock's `holder`, `fence`, `ttl_ms`; a
 /// semaphore's `permits` and `holders` besides (its `holder`, `fence` and
-/// `ttl_ms` null).
+/// `ttl_ms` null); a read-write lock's `kind`, `writer` and `readers`
+/// besides (its `holder`, `fence` and `ttl_ms` null).
 fn to_json(rows: &[Row]) -> serde_json::Value {
     rows.iter()
         .map(|r| match &r.held {
@@ -262,6 +300,14 @@ fn to_json(rows: &[Row]) -> serde_json::Value {
                 "ttl_ms": null, "waiters": r.waiters,
                 "permits": permits, "holders": semaphore_view::holders_json(holders),
             }),
+            Held::RwLock { writer, readers } => {
+                let mut object = json!({
+                    "name": r.name, "key": r.key, "holder": null, "fence": null,
+                    "ttl_ms": null, "waiters": r.waiters,
+                });
+                rwlock_view::add_json(&mut object, writer.as_ref(), readers);
+                object
+            }
         })
         .collect()
 }

@@ -10,7 +10,8 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::fenced_resource::{
-    REJECTED, ReplicaWait, Resource, SlotArg, Writer, not_replicated, replicas_help, stale,
+    REJECTED, ReplicaWait, Resource, SlotArg, Writer, not_replicated, refuse_reader_epoch,
+    replicas_help, stale,
 };
 use crate::global_options::GlobalOptions;
 use crate::{child, connect, exit};
@@ -60,6 +61,11 @@ With --slot (FENCELOCK_SLOT, which `fencelock run --permits` sets), the
 update registers, reads and writes that slot's pair: the fields value:SLOT,
 fence:SLOT and holder:SLOT.
 
+Inside `fencelock run --read` (FENCELOCK_ACCESS=read), FENCELOCK_FENCE is
+a reader's write epoch, not a write fence: the update is refused with 64
+before anything is sent or CMD runs; nothing is changed. Take the lock
+with `fencelock run --write` to update.
+
 ",
     replicas_help!(),
     "
@@ -69,7 +75,7 @@ Exit codes: 0 written; 3 rejected, nothing written: a newer fence took over
 acknowledged by fewer than --replicas replicas in time; CMD's own code
 (128+N if it died of signal N) if it failed, nothing written; 126/127 CMD
 not executable / not found; 65 CMD's output is not UTF-8 text, nothing
-written.
+written; 64 a reader's write epoch as the fence, nothing sent.
 
 Examples:
   fencelock run counter -- fencelock update counter -- sh -c 'read v; echo $(( ${v:-0} + 1 ))'
@@ -89,6 +95,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &UpdateArgs) -> anyhow::R
             "no command given: use `fencelock update RESOURCE -- CMD ARGS…`",
         ));
     };
+    refuse_reader_epoch("update", args.writer.fence)?;
     let client = connect::client(global).await?;
     let hash = Resource::of(&client, &args.resource)?.in_slot(&args.slot);
     // Register first: from here on, no stale holder's write can land between

@@ -7,7 +7,8 @@ use fencelock::WriteOutcome;
 use serde_json::json;
 
 use crate::fenced_resource::{
-    REJECTED, ReplicaWait, Resource, SlotArg, Writer, not_replicated, replicas_help,
+    REJECTED, ReplicaWait, Resource, SlotArg, Writer, not_replicated, refuse_reader_epoch,
+    replicas_help,
 };
 use crate::global_options::GlobalOptions;
 use crate::{connect, exit};
@@ -57,13 +58,21 @@ starts with the lock prefix and has a '/' after it (lock:job/1) lies in a
 lock's key range, where it would be taken for a holder that never expires,
 and is refused (64).
 
+Inside `fencelock run --read` (FENCELOCK_ACCESS=read), FENCELOCK_FENCE is
+a reader's write epoch, not a write fence: a write with it (from
+FENCELOCK_FENCE, or the same number given with --fence) is refused with 64
+before anything is sent; nothing is changed. Take the lock with
+`fencelock run --write` to write.
+
 Exit codes: 0 accepted, 3 rejected as stale (a newer holder wrote), 4
 accepted and applied on the master but acknowledged by fewer than
---replicas replicas in time; 64 a key that cannot be used."
+--replicas replicas in time; 64 a key that cannot be used, or a reader's
+write epoch as the fence."
 );
 
 /// `fencelock write`: exit 0 if accepted, [`REJECTED`] if stale.
 pub(crate) async fn exec(global: &GlobalOptions, args: &WriteArgs) -> anyhow::Result<u8> {
+    refuse_reader_epoch("write", args.writer.fence)?;
     let client = connect::client(global).await?;
     let outcome = match Resource::of(&client, &args.resource)?
         .in_slot(&args.slot)

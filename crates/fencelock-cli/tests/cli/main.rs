@@ -20,6 +20,7 @@ mod etcd_waiters;
 mod readme;
 mod revoke;
 mod run;
+mod rwlock;
 mod secrets;
 mod semaphore;
 mod support;

@@ -41,9 +41,10 @@ fn first_command(block: &[&str]) -> String {
 }
 
 /// The blocks this file runs, by first command.
-const RUN_HERE: [&str; 2] = [
+const RUN_HERE: [&str; 3] = [
     "fencelock run invoice-42 -- sh -c 'fencelock write invoice:42 closed'",
     "fencelock run --permits 2 encoders -c 'echo \"slot $FENCELOCK_SLOT, fence $FENCELOCK_FENCE\"'",
+    "fencelock run --write config -- fencelock write config:data v2",
 ];
 
 /// The `run --permits` snippet of "Command line", as the README holds it
@@ -52,6 +53,12 @@ const PERMITS_SNIPPET: &str = r#"fencelock run --permits 2 encoders -c 'echo "sl
 # inside, write, read and update use the slot's own pair: value:SLOT, fence:SLOT, holder:SLOT
 fencelock run --permits 2 flushers -- sh -c 'fencelock write partitions flushed'
 fencelock read partitions --slot 0   # partitions slot 0: "flushed" (fence …, holder …)"#;
+
+/// The `run --read`/`--write` snippet of "Command line", as the README
+/// holds it (checked against the README's block).
+const RWLOCK_SNIPPET: &str = r#"fencelock run --write config -- fencelock write config:data v2
+# readers share the lock; a reader's FENCELOCK_FENCE is the write epoch it saw, not a write fence
+fencelock run --read config -- fencelock read --validate config:data   # exit 75 if a later writer wrote it"#;
 
 /// Runs `script` with `sh -e` against `server`, the `fencelock` under test
 /// first on `PATH`: its stdout.
@@ -69,6 +76,9 @@ fn run_snippet(server: &RedisServer, script: &str) -> String {
         .env("FENCELOCK_URL", server.url())
         .env_remove("FENCELOCK_REDIS_URL")
         .env_remove("FENCELOCK_SLOT")
+        .env_remove("FENCELOCK_ACCESS")
+        .env_remove("FENCELOCK_FENCE")
+        .env_remove("FENCELOCK_TOKEN")
         .output()
         .expect("runs sh");
     assert!(
@@ -126,6 +136,33 @@ fn the_readme_permits_snippet_runs_as_written() {
     );
     let stored: Vec<Option<String>> = server.query(&["HMGET", "partitions", "value:0", "value"]);
     assert_eq!(stored, [Some("flushed".to_string()), None]);
+}
+
+/// The `run --read`/`--write` snippet of "Command line" runs as written:
+/// the writer's fenced write, then a reader's validated read of it, clean
+/// (exit 0) with the writer's fence. When the README holds the block (its
+/// first command is in [`RUN_HERE`]), it is this snippet.
+#[test]
+fn the_readme_rwlock_snippet_runs_as_written() {
+    let text = readme();
+    if let Some(block) = sh_blocks(&text)
+        .into_iter()
+        .find(|b| first_command(b) == RUN_HERE[2])
+    {
+        assert_eq!(block.join("\n").trim_end(), RWLOCK_SNIPPET);
+    }
+    let server = RedisServer::start();
+    let stdout = run_snippet(&server, RWLOCK_SNIPPET);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let fence = lines[0]
+        .strip_prefix("config:data: accepted (fence ")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        lines[1].starts_with(&format!("config:data: \"v2\" (fence {fence}, holder ")),
+        "{stdout}"
+    );
 }
 
 /// Every ```sh block of the README is run here or listed, with why it is

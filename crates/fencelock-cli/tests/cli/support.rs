@@ -13,7 +13,8 @@ pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
 
 /// Environment variables that stand in for options: a test sets the ones it
 /// means, none is inherited.
-const OPTION_VARS: [&str; 9] = [
+const OPTION_VARS: [&str; 10] = [
+    "FENCELOCK_ACCESS",
     "FENCELOCK_REPLICAS",
     "FENCELOCK_REPLICA_TIMEOUT",
     "FENCELOCK_REDIS_URL",
