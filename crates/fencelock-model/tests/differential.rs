@@ -317,6 +317,7 @@ impl Run {
             ttl: LEASE,
             handover: LEASE,
             token: text,
+            access: None,
         });
     }
 
