@@ -1,18 +1,19 @@
 //! The lock protocol's scripts as raw calls, real or deliberately broken
-//! ([`ScriptMutation`]), for the protocol model's differential test: each
-//! call's arguments are encoded by the library's own operation types, so
-//! what the test runs is what the engine sends.
+//! ([`ScriptMutation`]), for the protocol model's differential tests (the
+//! mutex's, the semaphore's and the read-write lock's): each call's
+//! arguments are encoded by the library's own operation types, so what the
+//! tests run is what the engine sends.
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::keys::LockKeys;
-use crate::options::LockOptions;
+use crate::options::{Access, LockOptions};
 use crate::store::redis::ops::{
     Change, Extend, ExtendMany, FencedWrite, Grant, GrantItem, GrantMany, Leave, Mint, PassOn,
-    PermitField, PermitRef, Publish, Release, ReleaseItem, ReleaseMany, Revoke, ScriptCall,
-    SemExtend, SemGrant, SemLeaving, SemRelease,
+    PermitField, PermitRef, Publish, Release, ReleaseItem, ReleaseMany, Revoke, RwGrant,
+    ScriptCall, SemExtend, SemGrant, SemLeaving, SemRelease,
 };
 use crate::store::redis::scripts::GRANT_MANY;
 use crate::store::redis::wire::QueueMember;
@@ -240,21 +241,111 @@ impl ProtocolScripts {
         token: &str,
         fence: u64,
     ) -> redis::ScriptInvocation<'static> {
+        self.permit_release(PermitField::Slot(slot), token, fence)
+    }
+
+    /// Renewals of the permits `(slot, token, store fence)` in one call, as
+    /// the keeper sends them (`sem_extend.lua`).
+    pub fn sem_extend(&self, permits: &[(u32, &str, u64)]) -> redis::ScriptInvocation<'static> {
+        let permits: Vec<(PermitField, &str, u64)> = permits
+            .iter()
+            .map(|&(slot, token, fence)| (PermitField::Slot(slot), token, fence))
+            .collect();
+        self.permit_extend(&permits)
+    }
+
+    /// One read-write lock grant attempt by `token` for `access`, as a
+    /// poller (`rw_grant.lua`; the options' wait mode, no queue place).
+    pub fn rw_grant(&self, token: &str, access: Access) -> redis::ScriptInvocation<'static> {
+        self.rw_grant_waiting(token, access, None, false)
+    }
+
+    /// One read-write lock grant attempt by `token` for `access` in the
+    /// options' wait mode (`rw_grant.lua`); `member`: its place in the wait
+    /// queue (a caller that may queue; its access should be `access`),
+    /// `queued`: an earlier attempt may have queued it.
+    pub fn rw_grant_waiting(
+        &self,
+        token: &str,
+        access: Access,
+        member: Option<&QueueMember>,
+        queued: bool,
+    ) -> redis::ScriptInvocation<'static> {
+        self.invoke(&RwGrant {
+            keys: &self.keys,
+            mint: self.mint(),
+            token,
+            ttl: self.opts.ttl,
+            wait_mode: self.opts.wait_mode,
+            access,
+            member,
+            waiter_lease: self.opts.waiter_lease,
+            queued,
+        })
+    }
+
+    /// The release of a read-write lock's holder in `field` (`"w"`, the
+    /// writer, or `"rN"`, a reader) granted to `token` with the store's
+    /// `fence` (a reader's epoch): `sem_release.lua`, as for a permit.
+    ///
+    /// # Panics
+    /// When `field` names no writer or reader.
+    pub fn rw_release(
+        &self,
+        field: &str,
+        token: &str,
+        fence: u64,
+    ) -> redis::ScriptInvocation<'static> {
+        self.permit_release(rw_field(field), token, fence)
+    }
+
+    /// Renewals of read-write lock holders `(field, token, store fence)` in
+    /// one call, as the keeper sends them (`sem_extend.lua`).
+    ///
+    /// # Panics
+    /// When a field names no writer or reader.
+    pub fn rw_extend(&self, holders: &[(&str, &str, u64)]) -> redis::ScriptInvocation<'static> {
+        let holders: Vec<(PermitField, &str, u64)> = holders
+            .iter()
+            .map(|&(field, token, fence)| (rw_field(field), token, fence))
+            .collect();
+        self.permit_extend(&holders)
+    }
+
+    /// A read-write lock's waiter `member` gives up its place
+    /// (`sem_release.lua`, which then wakes the waiters a free lock lets
+    /// in).
+    pub fn rw_leave(&self, member: &QueueMember) -> redis::ScriptInvocation<'static> {
+        self.invoke(&SemRelease {
+            lock: self.keys.lock(),
+            mint: self.mint(),
+            pass_on: self.pass_on(),
+            what: SemLeaving::Waiter(member),
+        })
+    }
+
+    fn permit_release(
+        &self,
+        field: PermitField,
+        token: &str,
+        fence: u64,
+    ) -> redis::ScriptInvocation<'static> {
         let ident = permit_ident(token, fence);
         self.invoke(&SemRelease {
             lock: self.keys.lock(),
             mint: self.mint(),
             pass_on: self.pass_on(),
             what: SemLeaving::Permit {
-                field: PermitField::Slot(slot),
+                field,
                 ident: &ident,
             },
         })
     }
 
-    /// Renewals of the permits `(slot, token, store fence)` in one call, as
-    /// the keeper sends them (`sem_extend.lua`).
-    pub fn sem_extend(&self, permits: &[(u32, &str, u64)]) -> redis::ScriptInvocation<'static> {
+    fn permit_extend(
+        &self,
+        permits: &[(PermitField, &str, u64)],
+    ) -> redis::ScriptInvocation<'static> {
         let idents: Vec<String> = permits
             .iter()
             .map(|(_, token, fence)| permit_ident(token, *fence))
@@ -262,9 +353,7 @@ impl ProtocolScripts {
         let refs: Vec<PermitRef<'_>> = permits
             .iter()
             .zip(&idents)
-            .map(|((slot, _, _), ident)| {
-                (self.keys.lock(), PermitField::Slot(*slot), ident.as_str())
-            })
+            .map(|((field, _, _), ident)| (self.keys.lock(), *field, ident.as_str()))
             .collect();
         self.invoke(&SemExtend {
             permits: &refs,
@@ -285,4 +374,12 @@ fn permit_ident(token: &str, fence: u64) -> String {
         Fence::new(fence),
         crate::keys::KeyLayout::HashTagged,
     )
+}
+
+/// A read-write lock's field: the writer's `"w"` or a reader's `"rN"`.
+fn rw_field(field: &str) -> PermitField {
+    match PermitField::parse(field) {
+        Some(f @ (PermitField::Writer | PermitField::Reader(_))) => f,
+        _ => panic!("{field:?} is not a read-write lock's field (\"w\" or \"rN\")"),
+    }
 }
