@@ -292,6 +292,12 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                     "the semaphore scenario is measured on Redis only",
                 ));
             }
+            Scenario::RwLock => {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    "the rwlock scenario is measured on Redis only (its references are Redis's round trip and handoff floor)",
+                ));
+            }
         }
     }
     Ok(report)
@@ -550,8 +556,11 @@ async fn contended(config: &Config, name: &str) -> Result<EtcdContended> {
                     let _ = ready_tx.send(());
                     let client = client?;
                     started.await;
+                    // A mutex's: no writers of a read-write lock.
+                    let writers = AtomicI64::new(0);
                     let counters = Counters {
                         capacity: 1,
+                        writers: &writers,
                         inside: &inside,
                         overlaps: &overlaps,
                         stop: &stop,

@@ -23,7 +23,7 @@
 //!
 //! | module | concern |
 //! |---|---|
-//! | `scenarios` | uncontended and many ([`Cycles`]), contended (per wait mode), held, semaphore (the permits of a fenced semaphore next to a mutex, [`Semaphore`]): each measured in one function, with its typed result |
+//! | `scenarios` | uncontended and many ([`Cycles`]), contended (per wait mode), held, semaphore (the permits of a fenced semaphore next to a mutex, [`Semaphore`]), rwlock (readers and writers of a fenced read-write lock next to a mutex and to Redis's round trip, [`ReadWrite`]): each measured in one function, with its typed result |
 //! | `floor` | the references: the fenced floor, the unfenced reference, PING, the handoff floor |
 //! | `conn` | plain connections of the library's type (TLS, Cluster routed to the lock's node) |
 //! | `placement` | [`Placement`]: the client on Redis's CPU or on another, pinned when the bench started its own server |
@@ -60,7 +60,9 @@ pub use measure::Spread;
 pub use placement::Placement;
 pub use render::{Format, Renderer};
 pub use report::{Header, Measurement, Record, Report};
-pub use scenarios::{Contended, Contestant, CyclePath, Cycles, Held, Semaphore, mode_name};
+pub use scenarios::{
+    Contended, Contestant, CyclePath, Cycles, Held, ReadWrite, Semaphore, mode_name,
+};
 
 use scenarios::Setup;
 use url::RedisUrl;
@@ -80,6 +82,10 @@ pub enum Scenario {
     /// Workers contending for the permits of one fenced semaphore, next to
     /// the same workers on a mutex, fair mode: [`Semaphore`].
     Semaphore,
+    /// Workers taking read leases (mostly) and write leases of one fenced
+    /// read-write lock, next to the same workers on a mutex and to Redis's
+    /// round trip, fair mode: [`ReadWrite`].
+    RwLock,
 }
 
 /// What to measure, and on which Redis. `Debug` shows the URL redacted.
@@ -123,6 +129,12 @@ pub struct Config {
     /// compared with), each a thread as `contended`'s; they hold
     /// [`Config::hold`].
     pub semaphore_workers: usize,
+    /// Workers of `rwlock` (on the read-write lock, then on the mutex it is
+    /// compared with), each a thread as `contended`'s; they hold
+    /// [`Config::hold`].
+    pub rwlock_workers: usize,
+    /// The share of read leases of `rwlock`, in %.
+    pub rwlock_reads: u32,
     /// The pid of a redis-server this run may pin (one the caller started
     /// for it): `uncontended` and `many` are then measured once with the
     /// client on that server's CPU and once on another ([`Placement`]).
@@ -135,7 +147,8 @@ impl Config {
     /// uncontended, contended (every wait mode), many and held (1,000
     /// leases, ttl 10 s); 2 s per contestant and round, 5 rounds, slices of
     /// 100 ms; 8 workers holding 1 ms, 64 tasks; `semaphore` (when asked
-    /// for): 4 permits, 16 workers.
+    /// for): 4 permits, 16 workers; `rwlock` (when asked for): 16 workers,
+    /// 90 % read leases.
     pub fn new(redis_url: impl Into<String>) -> Self {
         Config {
             url: RedisUrl::new(redis_url),
@@ -159,6 +172,8 @@ impl Config {
             held_ttl: Duration::from_secs(10),
             permits: 4,
             semaphore_workers: 16,
+            rwlock_workers: 16,
+            rwlock_reads: 90,
             pin_redis: None,
         }
     }
@@ -209,7 +224,12 @@ impl Config {
     /// The first setting that is wrong.
     pub fn check(&self) -> Result<()> {
         let invalid = |message: String| Err(Error::new(ErrorKind::InvalidInput, message));
-        if self.workers == 0 || self.tasks == 0 || self.rounds == 0 || self.semaphore_workers == 0 {
+        if self.workers == 0
+            || self.tasks == 0
+            || self.rounds == 0
+            || self.semaphore_workers == 0
+            || self.rwlock_workers == 0
+        {
             return invalid("workers, tasks and repeat must be at least 1".into());
         }
         if self.permits == 0 || self.permits > fencelock::MAX_PERMITS {
@@ -224,12 +244,19 @@ impl Config {
         for (flag, value, max) in [
             ("--workers", self.workers, MAX_WORKERS),
             ("--workers", self.semaphore_workers, MAX_WORKERS),
+            ("--workers", self.rwlock_workers, MAX_WORKERS),
             ("--tasks", self.tasks, MAX_TASKS),
             ("--repeat", self.rounds, MAX_ROUNDS),
         ] {
             if value > max {
                 return invalid(format!("{flag} {value}: at most {max}"));
             }
+        }
+        if self.rwlock_reads > 100 {
+            return invalid(format!(
+                "--reads {}: the share of read leases is a percentage, 0 to 100",
+                self.rwlock_reads
+            ));
         }
         if let Some(n) = self.leases.iter().find(|n| **n == 0 || **n > MAX_LEASES) {
             return invalid(format!("--leases {n}: from 1 to {MAX_LEASES}"));
@@ -410,6 +437,40 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                 }
                 if let Some(r) = Semaphore::merge(config.permits, rounds) {
                     add(&mut report, observer, step, Measurement::Semaphore(r));
+                }
+            }
+            Scenario::RwLock => {
+                let mut rounds = Vec::with_capacity(config.rounds);
+                for round in 0..config.rounds {
+                    let handoff_floor = measure(
+                        observer,
+                        &format!("handoff floor, round {}", round + 1),
+                        config.hold * 200,
+                        scenarios::handoff_floor(&setup, config.hold),
+                    )
+                    .await?;
+                    let r = measure(
+                        observer,
+                        &format!(
+                            "read-write lock ({} % reads) and mutex, round {}",
+                            config.rwlock_reads,
+                            round + 1
+                        ),
+                        config.duration * 2,
+                        scenarios::rwlock_round(
+                            &setup,
+                            config.rwlock_reads,
+                            config.rwlock_workers,
+                            config.hold,
+                            handoff_floor,
+                            round,
+                        ),
+                    )
+                    .await?;
+                    rounds.push(r);
+                }
+                if let Some(r) = ReadWrite::merge(config.rwlock_reads, rounds) {
+                    add(&mut report, observer, step, Measurement::RwLock(r));
                 }
             }
             Scenario::Held => {

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::measure::Spread;
 use crate::report::{Header, Measurement, Report};
-use crate::scenarios::{Contended, Contestant, Cycles, Held, Semaphore, mode_name};
+use crate::scenarios::{Contended, Contestant, Cycles, Held, ReadWrite, Semaphore, mode_name};
 
 /// How a report is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +167,10 @@ fn open_block(out: &mut String, first: &Measurement) {
                 "lost"
             );
         }
-        Measurement::Uncontended(_) | Measurement::Many(_) | Measurement::Semaphore(_) => {}
+        Measurement::Uncontended(_)
+        | Measurement::Many(_)
+        | Measurement::Semaphore(_)
+        | Measurement::RwLock(_) => {}
     }
 }
 
@@ -179,6 +182,7 @@ fn row_text(out: &mut String, measurement: &Measurement) {
         Measurement::Many(r) => cycles_text(out, "many", r),
         Measurement::Held(r) => held_row(out, r),
         Measurement::Semaphore(r) => semaphore_text(out, r),
+        Measurement::RwLock(r) => rwlock_text(out, r),
     }
 }
 
@@ -207,7 +211,10 @@ fn close_block(out: &mut String, report: &Report, last: usize) {
                 "  (B/lease = client heap per lease held; cpu = share of one core while holding; lag max in ms; lost must be 0)"
             );
         }
-        Measurement::Uncontended(_) | Measurement::Many(_) | Measurement::Semaphore(_) => {}
+        Measurement::Uncontended(_)
+        | Measurement::Many(_)
+        | Measurement::Semaphore(_)
+        | Measurement::RwLock(_) => {}
     }
 }
 
@@ -345,6 +352,88 @@ fn semaphore_text(out: &mut String, r: &Semaphore) {
     );
 }
 
+fn rwlock_text(out: &mut String, r: &ReadWrite) {
+    let c = &r.rwlock;
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "rwlock: {} workers (threads with their own runtime and connections) on one fenced read-write lock, {} % read leases, fair mode, hold {} ms; the same workers on a mutex beside it",
+        c.workers, r.reads_percent, c.hold_ms
+    );
+    let _ = writeln!(
+        out,
+        "  {:<7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>5}",
+        "",
+        "compl/s",
+        "reads/s",
+        "writes/s",
+        "holders",
+        "wait p50",
+        "wait p99",
+        "w wait99",
+        "cmd/comp",
+        "cpu/1k",
+        "ovl"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<7} {:>9.0} {:>9.0} {:>9.0} {:>9.2} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>8.1} {:>5}",
+        "rwlock",
+        c.completions_per_s,
+        r.reads_per_s,
+        r.writes_per_s,
+        c.utilization,
+        c.wait_ms(0.5),
+        c.wait_ms(0.99),
+        r.write_wait_ms(0.99),
+        c.commands_per_completion,
+        c.redis_cpu_ms_per_1k,
+        c.overlaps
+    );
+    let m = &r.mutex;
+    let _ = writeln!(
+        out,
+        "  {:<7} {:>9.0} {:>9} {:>9} {:>9.2} {:>9.3} {:>9.3} {:>9} {:>8.2} {:>8.1} {:>5}",
+        "mutex",
+        m.completions_per_s,
+        "-",
+        "-",
+        m.utilization,
+        m.wait_ms(0.5),
+        m.wait_ms(0.99),
+        "-",
+        m.commands_per_completion,
+        m.redis_cpu_ms_per_1k,
+        m.overlaps
+    );
+    let _ = writeln!(
+        out,
+        "  rwlock / mutex completions per round: {}",
+        spread_text(r.ratio_to_mutex)
+    );
+    let _ = writeln!(
+        out,
+        "  Redis round trip (PING p50, one connection) {:.3} ms: round-trip bound {:.0} completions/s ({} workers / (hold {:.3} ms + 2 round trips)); rwlock / bound per round {}, mutex / bound {}",
+        r.round_trip_ms,
+        r.round_trip_bound_per_s,
+        c.workers,
+        c.real_hold_ms,
+        spread_text(r.ratio_to_round_trip_bound),
+        spread_text(r.mutex_ratio_to_round_trip_bound)
+    );
+    let _ = writeln!(
+        out,
+        "  handoff floor (a publishing script after a hold -> another connection receives it) p50 {:.3} ms: the mutex's utilization bound {:.3}, utilization / bound per round {}",
+        m.handoff_floor_ms,
+        m.utilization_bound(),
+        spread_text(m.utilization_to_bound)
+    );
+    let _ = writeln!(
+        out,
+        "  (times in ms; holders = mean holders at once (held time / elapsed); w wait99 = the writers' wait p99; cpu/1k = Redis CPU ms per 1,000 completions; ovl = a writer with another holder, must be 0)"
+    );
+}
+
 fn held_row(out: &mut String, r: &Held) {
     let _ = writeln!(
         out,
@@ -455,6 +544,7 @@ fn json_line(measurement: &Measurement) -> String {
         .chain(spread_json("utilization_to_bound", r.utilization_to_bound))
         .collect(),
         Measurement::Semaphore(r) => semaphore_json(r),
+        Measurement::RwLock(r) => rwlock_json(r),
         Measurement::Held(r) => named(vec![
             ("scenario", "held".into()),
             ("topology", r.topology.name().into()),
@@ -517,6 +607,72 @@ fn semaphore_json(r: &Semaphore) -> Vec<(String, Value)> {
     .chain(spread_json("ratio_to_mutex", r.ratio_to_mutex))
     .chain(spread_json("jain_fairness", r.jain_fairness))
     .chain(spread_json("utilization_to_bound", s.utilization_to_bound))
+    .chain(spread_json(
+        "mutex_utilization_to_bound",
+        m.utilization_to_bound,
+    ))
+    .collect()
+}
+
+/// `rwlock`'s record: the read-write lock's figures (reads and writes
+/// apart), the mutex's as `mutex_…`, their ratio, and both against Redis's
+/// round trip.
+fn rwlock_json(r: &ReadWrite) -> Vec<(String, Value)> {
+    let (c, m) = (&r.rwlock, &r.mutex);
+    named(vec![
+        ("scenario", "rwlock".into()),
+        ("mode", mode_name(c.mode).into()),
+        ("reads_percent", r.reads_percent.into()),
+        ("workers", c.workers.into()),
+        ("rounds", c.rounds.into()),
+        ("hold_ms", c.hold_ms.into()),
+        ("real_hold_ms", round3(c.real_hold_ms).into()),
+        ("completions", c.completions.into()),
+        ("completions_per_s", round(c.completions_per_s).into()),
+        ("reads_per_s", round(r.reads_per_s).into()),
+        ("writes_per_s", round(r.writes_per_s).into()),
+        ("mean_holders", round3(c.utilization).into()),
+        ("wait_p50_ms", round3(c.wait_ms(0.5)).into()),
+        ("wait_p99_ms", round3(c.wait_ms(0.99)).into()),
+        ("read_wait_p50_ms", round3(r.read_wait_ms(0.5)).into()),
+        ("read_wait_p99_ms", round3(r.read_wait_ms(0.99)).into()),
+        ("write_wait_p50_ms", round3(r.write_wait_ms(0.5)).into()),
+        ("write_wait_p99_ms", round3(r.write_wait_ms(0.99)).into()),
+        ("write_wait_max_ms", round3(r.write_wait_ms(1.0)).into()),
+        ("jain_fairness", round3(c.jain_fairness).into()),
+        (
+            "commands_per_completion",
+            round3(c.commands_per_completion).into(),
+        ),
+        ("redis_cpu_ms_per_1k", round3(c.redis_cpu_ms_per_1k).into()),
+        ("overlaps", c.overlaps.into()),
+        ("mutex_completions", m.completions.into()),
+        ("mutex_completions_per_s", round(m.completions_per_s).into()),
+        ("mutex_utilization", round3(m.utilization).into()),
+        ("mutex_wait_p50_ms", round3(m.wait_ms(0.5)).into()),
+        ("mutex_wait_p99_ms", round3(m.wait_ms(0.99)).into()),
+        ("mutex_overlaps", m.overlaps.into()),
+        ("redis_round_trip_ms", round3(r.round_trip_ms).into()),
+        (
+            "round_trip_bound_per_s",
+            round(r.round_trip_bound_per_s).into(),
+        ),
+        ("handoff_floor_ms", round3(m.handoff_floor_ms).into()),
+        (
+            "mutex_utilization_bound",
+            round3(m.utilization_bound()).into(),
+        ),
+    ])
+    .into_iter()
+    .chain(spread_json("ratio_to_mutex", r.ratio_to_mutex))
+    .chain(spread_json(
+        "ratio_to_round_trip_bound",
+        r.ratio_to_round_trip_bound,
+    ))
+    .chain(spread_json(
+        "mutex_ratio_to_round_trip_bound",
+        r.mutex_ratio_to_round_trip_bound,
+    ))
     .chain(spread_json(
         "mutex_utilization_to_bound",
         m.utilization_to_bound,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::scenarios::{Contended, Cycles, Held, Semaphore};
+use crate::scenarios::{Contended, Cycles, Held, ReadWrite, Semaphore};
 
 /// Everything one run measured. It grows record by record while the run
 /// goes on (see [`crate::Observer::updated`]); a [`crate::Renderer`] shows it
@@ -57,6 +57,8 @@ pub enum Measurement {
     Held(Held),
     /// See [`Semaphore`].
     Semaphore(Semaphore),
+    /// `rwlock`: see [`ReadWrite`].
+    RwLock(ReadWrite),
 }
 
 impl Report {
@@ -84,13 +86,26 @@ impl Report {
         })
     }
 
+    /// The `rwlock` records, in the order measured.
+    pub fn rwlocks(&self) -> impl Iterator<Item = &ReadWrite> {
+        self.records.iter().filter_map(|r| match &r.measurement {
+            Measurement::RwLock(r) => Some(r),
+            _ => None,
+        })
+    }
+
     /// Overlapping holders over the whole run (a semaphore's: more holders
-    /// than permits): anything but 0 is a broken lock.
+    /// than permits; a read-write lock's: a writer with anyone else):
+    /// anything but 0 is a broken lock.
     pub fn overlaps(&self) -> u64 {
         self.contended().map(|c| c.overlaps).sum::<u64>()
             + self
                 .semaphores()
                 .map(|s| s.semaphore.overlaps + s.mutex.overlaps)
+                .sum::<u64>()
+            + self
+                .rwlocks()
+                .map(|r| r.rwlock.overlaps + r.mutex.overlaps)
                 .sum::<u64>()
     }
 

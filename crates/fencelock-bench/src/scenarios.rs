@@ -585,6 +585,9 @@ impl Contended {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Section {
     pub(crate) worker: usize,
+    /// A read-write lock's reader (`false`: a writer, a mutex's or a
+    /// permit's holder).
+    pub(crate) read: bool,
     pub(crate) requested: Instant,
     pub(crate) granted: Instant,
     pub(crate) released: Instant,
@@ -594,7 +597,10 @@ pub(crate) struct Section {
 /// critical section, how often two were, and when to stop.
 #[derive(Clone, Copy)]
 pub(crate) struct Counters<'a> {
+    /// Holders inside (a read-write lock's: readers).
     pub(crate) inside: &'a AtomicI64,
+    /// A read-write lock's writers inside (unused otherwise).
+    pub(crate) writers: &'a AtomicI64,
     pub(crate) overlaps: &'a AtomicI64,
     pub(crate) stop: &'a AtomicBool,
     /// How many may be inside at once: 1 for a mutex, the permits of a
@@ -628,6 +634,64 @@ pub(crate) async fn contend(
         lease.release().await?;
         sections.push(Section {
             worker,
+            read: false,
+            requested,
+            granted,
+            released,
+        });
+    }
+    Ok(sections)
+}
+
+/// One read-write lock worker: as [`contend`], each critical section a
+/// read lease with probability `reads` % (drawn from a generator seeded by
+/// the worker), else the write lease. A writer inside while anyone else
+/// is, or a reader inside while a writer is, is an overlap.
+pub(crate) async fn contend_rw(
+    client: &LockClient,
+    name: &str,
+    opts: &LockOptions,
+    hold: Duration,
+    worker: usize,
+    counters: Counters<'_>,
+    reads: u32,
+) -> Result<Vec<Section>> {
+    let lock = client.rwlock(name)?;
+    // xorshift64*, seeded per worker: the same mix of sides every run.
+    let mut state = (worker as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut percent = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) % 100
+    };
+    let (readers, writers) = (counters.inside, counters.writers);
+    let mut sections = Vec::new();
+    while !counters.stop.load(Ordering::Relaxed) {
+        let read = percent() < u64::from(reads);
+        let requested = Instant::now();
+        let lease = if read {
+            lock.read(opts).await?
+        } else {
+            lock.write(opts).await?
+        };
+        let granted = Instant::now();
+        let (mine, other) = if read {
+            (readers, writers)
+        } else {
+            (writers, readers)
+        };
+        let before = mine.fetch_add(1, Ordering::SeqCst);
+        if other.load(Ordering::SeqCst) > 0 || (!read && before > 0) {
+            counters.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        std::thread::sleep(hold);
+        mine.fetch_sub(1, Ordering::SeqCst);
+        let released = Instant::now();
+        lease.release().await?;
+        sections.push(Section {
+            worker,
+            read,
             requested,
             granted,
             released,
@@ -659,13 +723,36 @@ pub(crate) async fn contended(
     handoff_floor_ms: f64,
 ) -> Result<Contended> {
     let name = format!("bench:{}:contended:{}", setup.run_id, mode_name(mode));
-    contended_on(setup, &name, mode, workers, hold, handoff_floor_ms, None).await
+    let on = contended_on(
+        setup,
+        &name,
+        mode,
+        workers,
+        hold,
+        handoff_floor_ms,
+        Holders::Mutex,
+    );
+    Ok(on.await?.0)
 }
 
-/// [`contended`] on lock `name`, a mutex (`permits` `None`) or a semaphore
-/// of `permits` permits: then up to that many workers hold at once, an
-/// overlap is one more, and the utilization is per permit (held time ÷
-/// (elapsed × permits)).
+/// What the workers of [`contended_on`] take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holders {
+    /// A mutex.
+    Mutex,
+    /// One of this many permits of a semaphore.
+    Permits(u32),
+    /// A read lease (with this probability in %) or the write lease of a
+    /// read-write lock.
+    ReadWrite(u32),
+}
+
+/// [`contended`] on lock `name`, a mutex, a semaphore of `permits`
+/// permits (then up to that many workers hold at once, an overlap is one
+/// more, and the utilization is per permit: held time ÷ (elapsed ×
+/// permits)) or a read-write lock (readers share it, a writer holds it
+/// alone; the utilization is then the mean number of holders at once);
+/// with every critical section.
 pub(crate) async fn contended_on(
     setup: &Setup,
     name: &str,
@@ -673,19 +760,23 @@ pub(crate) async fn contended_on(
     workers: usize,
     hold: Duration,
     handoff_floor_ms: f64,
-    permits: Option<u32>,
-) -> Result<Contended> {
+    holders: Holders,
+) -> Result<(Contended, Vec<Section>)> {
     let name = name.to_string();
     let mut opts = setup
         .options
         .clone()
         .wait_mode(mode)
         .wait(Duration::from_secs(60));
-    if let Some(n) = permits {
+    if let Holders::Permits(n) = holders {
         opts = opts.permits(n);
     }
-    let capacity = i64::from(permits.unwrap_or(1));
+    let capacity = match holders {
+        Holders::Permits(n) => i64::from(n),
+        _ => 1,
+    };
     let inside = Arc::new(AtomicI64::new(0));
+    let writers_inside = Arc::new(AtomicI64::new(0));
     let overlaps = Arc::new(AtomicI64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     // Each worker is a thread with its own single-threaded runtime and its
@@ -699,6 +790,7 @@ pub(crate) async fn contended_on(
         .map(|worker| {
             let (setup, name, opts) = (setup.clone(), name.clone(), opts.clone());
             let (inside, overlaps, stop) = (inside.clone(), overlaps.clone(), stop.clone());
+            let writers_inside = writers_inside.clone();
             let (ready_tx, go) = (ready_tx.clone(), go.clone());
             std::thread::spawn(move || -> Result<Vec<Section>> {
                 let runtime = tokio::runtime::Builder::new_current_thread()
@@ -714,11 +806,17 @@ pub(crate) async fn contended_on(
                     started.await;
                     let counters = Counters {
                         inside: &inside,
+                        writers: &writers_inside,
                         overlaps: &overlaps,
                         stop: &stop,
                         capacity,
                     };
-                    contend(&client, &name, &opts, hold, worker, counters).await
+                    match holders {
+                        Holders::ReadWrite(reads) => {
+                            contend_rw(&client, &name, &opts, hold, worker, counters, reads).await
+                        }
+                        _ => contend(&client, &name, &opts, hold, worker, counters).await,
+                    }
                 })
             })
         })
@@ -788,7 +886,7 @@ pub(crate) async fn contended_on(
         held / completions as f64 * 1e3
     };
     let utilization = held / elapsed / capacity as f64;
-    Ok(Contended {
+    let contended = Contended {
         mode,
         workers,
         rounds: 1,
@@ -812,7 +910,8 @@ pub(crate) async fn contended_on(
         utilization_to_bound: Spread::one(
             utilization / (real_hold_ms / (real_hold_ms + handoff_floor_ms)),
         ),
-    })
+    };
+    Ok((contended, sections))
 }
 
 /// `semaphore`: workers contending for the permits of one fenced semaphore
@@ -847,24 +946,24 @@ pub(crate) async fn semaphore_round(
     round: usize,
 ) -> Result<(Contended, Contended)> {
     let base = format!("bench:{}:semaphore:{round}", setup.run_id);
-    let semaphore = contended_on(
+    let (semaphore, _) = contended_on(
         setup,
         &base,
         WaitMode::Fair,
         workers,
         hold,
         handoff_floor_ms,
-        Some(permits),
+        Holders::Permits(permits),
     )
     .await?;
-    let mutex = contended_on(
+    let (mutex, _) = contended_on(
         setup,
         &format!("{base}:mutex"),
         WaitMode::Fair,
         workers,
         hold,
         handoff_floor_ms,
-        None,
+        Holders::Mutex,
     )
     .await?;
     Ok((semaphore, mutex))
@@ -885,6 +984,196 @@ impl Semaphore {
             mutex: Contended::merge(mutexes)?,
             ratio_to_mutex: spread(&ratios),
             jain_fairness: spread(&jains),
+        })
+    }
+}
+
+/// `rwlock`: workers taking one fenced read-write lock
+/// (`LockClient::rwlock`), a read lease with probability `reads_percent`
+/// % each time and the write lease otherwise, next to the same workers on
+/// a mutex, in fair mode (in notify and poll a stream of readers can keep
+/// the writers out), each round measuring both in turn after its handoff
+/// floor and Redis's own round trip.
+#[derive(Debug, Clone)]
+pub struct ReadWrite {
+    /// The share of read leases, in %.
+    pub reads_percent: u32,
+    /// The read-write lock's workers and their figures over every critical
+    /// section, reads and writes (fair mode, merged over the rounds as
+    /// `contended`'s; its utilization is the mean number of holders at
+    /// once).
+    pub rwlock: Contended,
+    /// The same workers and hold on a mutex (fair mode).
+    pub mutex: Contended,
+    /// Read completions per second (median over the rounds).
+    pub reads_per_s: f64,
+    /// Write completions per second (median over the rounds).
+    pub writes_per_s: f64,
+    /// Readers' acquire waits in ms, sorted (every round).
+    pub read_waits_ms: Vec<f64>,
+    /// Writers' acquire waits in ms, sorted (every round).
+    pub write_waits_ms: Vec<f64>,
+    /// Read-write lock completions ÷ mutex completions, per round.
+    pub ratio_to_mutex: Spread,
+    /// Redis's round trip: the median of 200 `PING`s on one connection to
+    /// the lock's node, in ms (median over the rounds).
+    pub round_trip_ms: f64,
+    /// The round-trip bound: completions per second if no worker ever
+    /// waited, each taking the measured hold and two round trips (grant,
+    /// release): workers ÷ (hold + 2 × round trip); median over the rounds.
+    pub round_trip_bound_per_s: f64,
+    /// Read-write lock completions ÷ the round-trip bound, per round.
+    pub ratio_to_round_trip_bound: Spread,
+    /// Mutex completions ÷ the round-trip bound, per round.
+    pub mutex_ratio_to_round_trip_bound: Spread,
+}
+
+impl ReadWrite {
+    /// The `q`-quantile (0..=1) of the readers' waits, in ms.
+    pub fn read_wait_ms(&self, q: f64) -> f64 {
+        quantile(&self.read_waits_ms, q)
+    }
+
+    /// The `q`-quantile (0..=1) of the writers' waits, in ms.
+    pub fn write_wait_ms(&self, q: f64) -> f64 {
+        quantile(&self.write_waits_ms, q)
+    }
+}
+
+/// One round of [`ReadWrite`]: what [`ReadWrite::merge`] takes.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadWriteRound {
+    rwlock: Contended,
+    mutex: Contended,
+    reads_per_s: f64,
+    writes_per_s: f64,
+    read_waits_ms: Vec<f64>,
+    write_waits_ms: Vec<f64>,
+    round_trip_ms: f64,
+    round_trip_bound_per_s: f64,
+}
+
+/// The median of 200 `PING`s (after 20) on one plain connection to the
+/// node of `key`, in ms: Redis's own round trip, as the references
+/// measure it.
+async fn round_trip_ms(setup: &Setup, key: &str) -> Result<f64> {
+    let conn = setup.opener().await?.open().await?;
+    let mut ping = Cycler::Ping {
+        conn,
+        key: key.to_string(),
+    };
+    for _ in 0..20 {
+        ping.cycle().await?;
+    }
+    let mut samples = Vec::with_capacity(200);
+    for _ in 0..200 {
+        samples.push(ping.cycle().await?.0.as_secs_f64() * 1e3);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(quantile(&samples, 0.5))
+}
+
+/// One round of `rwlock`: Redis's round trip, the read-write lock with
+/// `reads` % read leases, then a mutex, fair mode, `workers` workers
+/// holding `hold`.
+pub(crate) async fn rwlock_round(
+    setup: &Setup,
+    reads: u32,
+    workers: usize,
+    hold: Duration,
+    handoff_floor_ms: f64,
+    round: usize,
+) -> Result<ReadWriteRound> {
+    let base = format!("bench:{}:rwlock:{round}", setup.run_id);
+    let round_trip_ms = round_trip_ms(setup, &setup.lock_key(&base)).await?;
+    let (rwlock, sections) = contended_on(
+        setup,
+        &base,
+        WaitMode::Fair,
+        workers,
+        hold,
+        handoff_floor_ms,
+        Holders::ReadWrite(reads),
+    )
+    .await?;
+    let (mutex, _) = contended_on(
+        setup,
+        &format!("{base}:mutex"),
+        WaitMode::Fair,
+        workers,
+        hold,
+        handoff_floor_ms,
+        Holders::Mutex,
+    )
+    .await?;
+    let elapsed = if rwlock.completions_per_s > 0.0 {
+        rwlock.completions as f64 / rwlock.completions_per_s
+    } else {
+        f64::NAN
+    };
+    let waits = |read: bool| {
+        let mut w: Vec<f64> = sections
+            .iter()
+            .filter(|s| s.read == read)
+            .map(|s| (s.granted - s.requested).as_secs_f64() * 1e3)
+            .collect();
+        w.sort_by(f64::total_cmp);
+        w
+    };
+    let (read_waits_ms, write_waits_ms) = (waits(true), waits(false));
+    let round_trip_bound_per_s =
+        workers as f64 / ((rwlock.real_hold_ms + 2.0 * round_trip_ms) / 1e3);
+    Ok(ReadWriteRound {
+        reads_per_s: read_waits_ms.len() as f64 / elapsed,
+        writes_per_s: write_waits_ms.len() as f64 / elapsed,
+        rwlock,
+        mutex,
+        read_waits_ms,
+        write_waits_ms,
+        round_trip_ms,
+        round_trip_bound_per_s,
+    })
+}
+
+impl ReadWrite {
+    /// The record of `rounds` rounds of [`rwlock_round`] (none: `None`).
+    pub(crate) fn merge(reads_percent: u32, rounds: Vec<ReadWriteRound>) -> Option<ReadWrite> {
+        let per_round =
+            |f: &dyn Fn(&ReadWriteRound) -> f64| spread(&rounds.iter().map(f).collect::<Vec<_>>());
+        let ratio_to_mutex = per_round(&|r| r.rwlock.completions_per_s / r.mutex.completions_per_s);
+        let ratio_to_round_trip_bound =
+            per_round(&|r| r.rwlock.completions_per_s / r.round_trip_bound_per_s);
+        let mutex_ratio_to_round_trip_bound =
+            per_round(&|r| r.mutex.completions_per_s / r.round_trip_bound_per_s);
+        let reads_per_s = per_round(&|r| r.reads_per_s).median;
+        let writes_per_s = per_round(&|r| r.writes_per_s).median;
+        let round_trip_ms = per_round(&|r| r.round_trip_ms).median;
+        let round_trip_bound_per_s = per_round(&|r| r.round_trip_bound_per_s).median;
+        let mut read_waits_ms = Vec::new();
+        let mut write_waits_ms = Vec::new();
+        let mut rwlocks = Vec::with_capacity(rounds.len());
+        let mut mutexes = Vec::with_capacity(rounds.len());
+        for r in rounds {
+            read_waits_ms.extend(r.read_waits_ms);
+            write_waits_ms.extend(r.write_waits_ms);
+            rwlocks.push(r.rwlock);
+            mutexes.push(r.mutex);
+        }
+        read_waits_ms.sort_by(f64::total_cmp);
+        write_waits_ms.sort_by(f64::total_cmp);
+        Some(ReadWrite {
+            reads_percent,
+            rwlock: Contended::merge(rwlocks)?,
+            mutex: Contended::merge(mutexes)?,
+            reads_per_s,
+            writes_per_s,
+            read_waits_ms,
+            write_waits_ms,
+            ratio_to_mutex,
+            round_trip_ms,
+            round_trip_bound_per_s,
+            ratio_to_round_trip_bound,
+            mutex_ratio_to_round_trip_bound,
         })
     }
 }

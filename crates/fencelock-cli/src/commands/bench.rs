@@ -39,14 +39,17 @@ pub(crate) struct BenchArgs {
     /// Leases held by the held scenario, comma-separated (one record each).
     #[arg(long, value_delimiter = ',', default_values_t = [1000usize], value_name = "N")]
     pub(crate) leases: Vec<usize>,
-    /// Workers of the contended and semaphore scenarios, each a thread with
-    /// its own runtime and connections [default: 8 for contended, 16 for
-    /// semaphore].
+    /// Workers of the contended, semaphore and rwlock scenarios, each a
+    /// thread with its own runtime and connections [default: 8 for
+    /// contended, 16 for semaphore and rwlock].
     #[arg(long, value_name = "N")]
     pub(crate) workers: Option<usize>,
     /// Permits of the semaphore scenario's semaphore.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub(crate) permits: u32,
+    /// The share of read leases of the rwlock scenario, in percent.
+    #[arg(long, default_value_t = 90, value_name = "PERCENT")]
+    pub(crate) reads: u32,
     /// How long each contended (and semaphore) worker holds the lock.
     #[arg(long, default_value = "1ms", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) hold: Duration,
@@ -100,6 +103,7 @@ Examples:
   fencelock bench --scenario contended --mode notify,fair --workers 32 --json
   fencelock bench --scenario contended --plot waits.svg
   fencelock bench --scenario semaphore --permits 4 --workers 16
+  fencelock bench --scenario rwlock --reads 90 --workers 16
   fencelock --url etcd://127.0.0.1:2379 bench --duration 5s
   fencelock bench --cycles 2000 --path floor
   fencelock bench --scenario uncontended --no-pin
@@ -114,8 +118,18 @@ second of both, their ratio (at most the permit count while the hold
 dominates a cycle), Jain's fairness index across the workers, waits, and
 the utilization per permit next to the handoff floor's bound; Redis only.
 
+The rwlock scenario: --workers workers (16) take one fenced read-write
+lock in fair mode, each time a read lease with probability --reads % (90)
+and the write lease otherwise, each holding --hold, and the same workers
+then a mutex, in turn in every round: completions per second of both
+(reads and writes apart), their ratio, the readers' and writers' waits,
+the mean holders at once, and both rates against the round-trip bound
+from Redis's own PING round trip measured in the same round (workers /
+(hold + 2 round trips): no worker ever waiting); Redis only.
+
 Exit code 1 if two holders ever overlapped (more than the permits of the
-semaphore scenario) or a held lease was lost.";
+semaphore scenario; a writer with another holder in the rwlock scenario)
+or a held lease was lost.";
 
 /// Benchmark scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -131,6 +145,9 @@ pub(crate) enum ScenarioArg {
     /// Workers contending for the permits of one fenced semaphore, beside
     /// the same workers on a mutex.
     Semaphore,
+    /// Workers taking read leases (--reads %) and write leases of one
+    /// fenced read-write lock, beside the same workers on a mutex.
+    Rwlock,
 }
 
 /// `fencelock bench`: exit 1 if two holders overlapped or a held lease was
@@ -195,6 +212,12 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &BenchArgs) -> anyhow::Re
                 "--scenario semaphore is measured on Redis only (its mutex reference and handoff floor are Redis's)",
             ));
         }
+        if args.scenario.contains(&ScenarioArg::Rwlock) {
+            return Err(exit::fail(
+                exit::USAGE,
+                "--scenario rwlock is measured on Redis only (its references are Redis's round trip and handoff floor)",
+            ));
+        }
         return run_etcd(config(global, args, crate::connect::url(global)), args).await;
     }
     let (url, private) =
@@ -233,6 +256,7 @@ fn config(global: &GlobalOptions, args: &BenchArgs, url: String) -> Config {
             ScenarioArg::Many => Scenario::Many,
             ScenarioArg::Held => Scenario::Held,
             ScenarioArg::Semaphore => Scenario::Semaphore,
+            ScenarioArg::Rwlock => Scenario::RwLock,
         })
         .collect();
     config.duration = args.duration;
@@ -249,6 +273,8 @@ fn config(global: &GlobalOptions, args: &BenchArgs, url: String) -> Config {
     config.workers = args.workers.unwrap_or(config.workers);
     config.semaphore_workers = args.workers.unwrap_or(config.semaphore_workers);
     config.permits = args.permits;
+    config.rwlock_workers = args.workers.unwrap_or(config.rwlock_workers);
+    config.rwlock_reads = args.reads;
     config.hold = args.hold;
     config.tasks = args.tasks;
     config
