@@ -23,8 +23,8 @@ use crate::keys::glob_escape;
 use crate::keys::{KeyLayout, LockKeys};
 use crate::options::{LockOptions, WaitMode};
 use crate::store::redis::ops::{
-    Change, Extend, FencedWrite, Grant, GrantReply, Inspect, Leave, Mint, PassOn, PermitField,
-    Publish, Release, SemExtend, SemGrant, SemGrantReply, SemInspect, SemLeaving, SemRelease,
+    Change, Extend, FencedWrite, Grant, GrantReply, Inspect, Leave, Mint, PassOn, PermitGrant,
+    PermitGrantReply, PermitKind, Publish, Release, SemExtend, SemInspect, SemLeaving, SemRelease,
 };
 use crate::store::redis::scripts;
 use crate::store::redis::wire::{QueueMember, lock_value, wake_channel};
@@ -313,13 +313,13 @@ async fn semaphores(
 ) -> Result<()> {
     let holder = new_token();
     let granted = report.note(
-        conn.run(&SemGrant {
+        conn.run(&PermitGrant {
             keys,
             mint: Mint::new(opts),
             token: &holder,
             ttl: opts.ttl,
             wait_mode: WaitMode::Poll,
-            permits: 1,
+            kind: PermitKind::Slots(1),
             member: None,
             waiter_lease: opts.waiter_lease,
             queued: false,
@@ -327,7 +327,7 @@ async fn semaphores(
         .await,
         Need::Feature(SEMAPHORES),
     )?;
-    let Some(SemGrantReply::Granted { fence, slot }) = granted else {
+    let Some(PermitGrantReply::Granted { fence, field }) = granted else {
         if let Some(other) = granted {
             report.failures.push(format!(
                 "the probe semaphore {} was not granted ({other:?})",
@@ -339,7 +339,7 @@ async fn semaphores(
     let ident = lock_value(&holder, fence, KeyLayout::HashTagged);
     report.note(
         conn.run(&SemExtend {
-            permits: &[(keys.lock(), PermitField::Slot(slot), &ident)],
+            permits: &[(keys.lock(), field, &ident)],
             ttl: opts.ttl,
         })
         .await,
@@ -357,7 +357,7 @@ async fn semaphores(
                 publish: conn.publish(),
             },
             what: SemLeaving::Permit {
-                field: PermitField::Slot(slot),
+                field,
                 ident: &ident,
             },
         })

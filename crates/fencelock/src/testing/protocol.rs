@@ -12,8 +12,8 @@ use crate::keys::LockKeys;
 use crate::options::{Access, LockOptions};
 use crate::store::redis::ops::{
     Change, Extend, ExtendMany, FencedWrite, Grant, GrantItem, GrantMany, Leave, Mint, PassOn,
-    PermitField, PermitRef, Publish, Release, ReleaseItem, ReleaseMany, Revoke, RwGrant,
-    ScriptCall, SemExtend, SemGrant, SemLeaving, SemRelease,
+    PermitField, PermitGrant, PermitKind, PermitRef, Publish, Release, ReleaseItem, ReleaseMany,
+    Revoke, ScriptCall, SemExtend, SemLeaving, SemRelease,
 };
 use crate::store::redis::scripts::GRANT_MANY;
 use crate::store::redis::wire::QueueMember;
@@ -220,13 +220,13 @@ impl ProtocolScripts {
     /// One semaphore grant attempt by `token` of one of `permits` slots,
     /// as a poller (`sem_grant.lua`).
     pub fn sem_grant(&self, token: &str, permits: u32) -> redis::ScriptInvocation<'static> {
-        self.invoke(&SemGrant {
+        self.invoke(&PermitGrant {
             keys: &self.keys,
             mint: self.mint(),
             token,
             ttl: self.opts.ttl,
             wait_mode: self.opts.wait_mode,
-            permits,
+            kind: PermitKind::Slots(permits),
             member: None,
             waiter_lease: self.opts.waiter_lease,
             queued: false,
@@ -271,13 +271,13 @@ impl ProtocolScripts {
         member: Option<&QueueMember>,
         queued: bool,
     ) -> redis::ScriptInvocation<'static> {
-        self.invoke(&RwGrant {
+        self.invoke(&PermitGrant {
             keys: &self.keys,
             mint: self.mint(),
             token,
             ttl: self.opts.ttl,
             wait_mode: self.opts.wait_mode,
-            access,
+            kind: PermitKind::Side(access),
             member,
             waiter_lease: self.opts.waiter_lease,
             queued,

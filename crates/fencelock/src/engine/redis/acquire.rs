@@ -32,8 +32,7 @@ use crate::options::{Access, LockOptions, Primitive, WaitMode};
 use crate::store::Checked;
 use crate::store::redis::RedisConn;
 use crate::store::redis::ops::{
-    Grant, GrantReply, Leave, Mint, PassOn, PermitField, SemGrant, SemGrantReply, SemLeaving,
-    SemRelease,
+    Grant, GrantReply, Leave, Mint, PassOn, PermitKind, SemLeaving, SemRelease,
 };
 use crate::store::redis::wire::{QueueMember, wake_channel};
 
@@ -310,30 +309,21 @@ impl RedisEngine {
         standing: Standing<'_>,
         unreleased: &mut Option<Granted>,
     ) -> Result<std::result::Result<Acquired, Refused>> {
-        match opts.primitive() {
-            Primitive::Mutex => {}
-            Primitive::Semaphore(permits) => {
-                return Box::pin(self.attempt_permit(
-                    name,
-                    keys,
-                    token,
-                    opts,
-                    (permits, standing),
-                    unreleased,
-                ))
-                .await;
-            }
-            Primitive::RwLock(access) => {
-                return Box::pin(self.attempt_rw(
-                    name,
-                    keys,
-                    token,
-                    opts,
-                    (access, standing),
-                    unreleased,
-                ))
-                .await;
-            }
+        let kind = match opts.primitive() {
+            Primitive::Mutex => None,
+            Primitive::Semaphore(permits) => Some(PermitKind::Slots(permits)),
+            Primitive::RwLock(access) => Some(PermitKind::Side(access)),
+        };
+        if let Some(kind) = kind {
+            return Box::pin(self.attempt_permit(
+                name,
+                keys,
+                token,
+                opts,
+                (kind, standing),
+                unreleased,
+            ))
+            .await;
         }
         let ttl = opts.ttl;
         let sent = Instant::now();
@@ -401,89 +391,6 @@ impl RedisEngine {
             Ok(_) => *unreleased = None,
             Err(_) => *unreleased = Some(granted),
         }
-    }
-
-    /// One grant attempt of a semaphore slot: the permit, or the refusal.
-    /// A grant it gives back but cannot release goes to `unreleased`, as a
-    /// mutex's does.
-    async fn attempt_permit(
-        &self,
-        name: &str,
-        keys: &LockKeys,
-        token: &str,
-        opts: &LockOptions,
-        (permits, standing): (u32, Standing<'_>),
-        unreleased: &mut Option<Granted>,
-    ) -> Result<std::result::Result<Acquired, Refused>> {
-        let ttl = opts.ttl;
-        let sent = Instant::now();
-        let grant = SemGrant {
-            keys,
-            mint: Mint::new(opts),
-            token,
-            ttl,
-            wait_mode: opts.wait_mode,
-            permits,
-            member: standing.member,
-            waiter_lease: opts.waiter_lease,
-            queued: standing.queued,
-        };
-        let (reply, acked) = match opts.replication {
-            Some(replication) => {
-                let (reply, acked) = self
-                    .conn
-                    .run_replicated(&grant, replication.replicas, replication.timeout)
-                    .await?;
-                (reply, Some(acked))
-            }
-            None => (self.conn.run(&grant).await?, None),
-        };
-        let granted = match reply {
-            SemGrantReply::Granted { fence, slot } => {
-                Granted::on_redis_permit(name, keys, token, (fence, PermitField::Slot(slot)), opts)
-            }
-            SemGrantReply::Held { remaining, seen } => {
-                return Ok(Err(Refused { remaining, seen }));
-            }
-            SemGrantReply::Reserved { seen } => {
-                return Ok(Err(Refused {
-                    remaining: None,
-                    seen,
-                }));
-            }
-            SemGrantReply::HeldAsMutex => {
-                return Err(Error::KindConflict {
-                    name: name.to_owned(),
-                    held: Primitive::Mutex.kind(),
-                    asked: opts.primitive().kind(),
-                });
-            }
-            SemGrantReply::HeldAsRwLock => {
-                return Err(Error::KindConflict {
-                    name: name.to_owned(),
-                    held: Primitive::RwLock(Access::Write).kind(),
-                    asked: opts.primitive().kind(),
-                });
-            }
-            SemGrantReply::OtherPermits(held) => {
-                return Err(Error::PermitsConflict {
-                    name: name.to_owned(),
-                    held,
-                    asked: permits,
-                });
-            }
-        };
-        let deadline = sent + ttl - drift(ttl);
-        if let Some(refusal) = unusable(name, opts, acked, sent, deadline) {
-            Box::pin(self.give_back(granted, unreleased)).await;
-            return Err(refusal);
-        }
-        tracing::debug!(lock = %name, fence = %granted.fence, slot = ?granted.slot(), "acquired");
-        Ok(Ok(Acquired {
-            granted,
-            deadline,
-            renew_now: false,
-        }))
     }
 
     /// A mutex call's error `e` (a grant's, a revoke's), told as

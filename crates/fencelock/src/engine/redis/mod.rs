@@ -5,7 +5,7 @@
 //! what is decided here is which call, and when.
 
 mod acquire;
-mod rwlock;
+mod permit;
 mod server_clock;
 mod wakeups;
 

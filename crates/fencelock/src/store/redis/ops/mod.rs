@@ -17,8 +17,7 @@
 //! | `leave.rs` | [`Leave`]: a waiter gives up its place | `leave.lua` |
 //! | `revoke.rs` | [`Revoke`]: depose the holder, mint the revocation fence | `revoke.lua` |
 //! | `inspect.rs` | [`Inspect`]: a snapshot of a lock | `inspect.lua` |
-//! | `semaphore.rs` | the fenced semaphore: [`SemGrant`], [`SemRelease`] (also a waiter leaving), [`SemExtend`] (one or many permits), [`SemInspect`] | `sem_grant.lua`, `sem_release.lua`, `sem_extend.lua`, `sem_inspect.lua` |
-//! | `rwlock.rs` | the fenced read-write lock's grant: [`RwGrant`] (its release, renewal and snapshot are the semaphore's) | `rw_grant.lua` |
+//! | `semaphore.rs` | permits: a fenced semaphore's slots and a read-write lock's reader and writer: [`PermitGrant`], [`SemRelease`] (also a waiter leaving), [`SemExtend`] (one or many permits), [`SemInspect`] | `sem_grant.lua` and `rw_grant.lua`, `sem_release.lua`, `sem_extend.lua`, `sem_inspect.lua` |
 //! | `fenced_write.rs` | [`FencedWrite`]: a fenced write to a Redis hash | `fenced_write.lua` |
 //!
 //! This file holds what several of them share: the [`ScriptCall`] trait,
@@ -42,7 +41,6 @@ mod inspect;
 mod leave;
 mod release;
 mod revoke;
-mod rwlock;
 mod semaphore;
 
 pub(crate) use extend::{Extend, ExtendMany, NotExtended};
@@ -52,10 +50,9 @@ pub(crate) use inspect::Inspect;
 pub(crate) use leave::Leave;
 pub(crate) use release::{Release, ReleaseItem, ReleaseMany};
 pub(crate) use revoke::Revoke;
-pub(crate) use rwlock::{RwGrant, RwGrantReply};
 pub(crate) use semaphore::{
-    PermitField, PermitRef, SemExtend, SemGrant, SemGrantReply, SemInspect, SemLeaving, SemRelease,
-    SlotEntry,
+    PermitField, PermitGrant, PermitGrantReply, PermitKind, PermitRef, SemExtend, SemInspect,
+    SemLeaving, SemRelease, SlotEntry,
 };
 
 /// A script call: its script, its KEYS, and (through [`ToRedisArgs`]) its

@@ -1,6 +1,8 @@
-//! The fenced semaphore's calls: a grant of one slot (`sem_grant.lua`), a
-//! release or a waiter leaving (`sem_release.lua`), renewals of one or
-//! many permits (`sem_extend.lua`), and a snapshot (`sem_inspect.lua`).
+//! The calls on permits: a fenced semaphore's slots and a fenced
+//! read-write lock's reader and writer, both fields of one hash per name.
+//! A grant (`sem_grant.lua`, `rw_grant.lua`: [`PermitGrant`]), a release
+//! or a waiter leaving (`sem_release.lua`), renewals of one or many
+//! permits (`sem_extend.lua`), and a snapshot (`sem_inspect.lua`).
 //! The semaphore key is a hash (`permits` and one field per held slot,
 //! `TOKEN:FENCE:DEADLINE`); see `sem_grant.lua`.
 
@@ -11,7 +13,7 @@ use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 use super::{Keys, Mint, NotExtended, PassOn, ScriptCall, write_millis};
 use crate::fence::Fence;
 use crate::keys::LockKeys;
-use crate::options::WaitMode;
+use crate::options::{Access, WaitMode};
 use crate::store::redis::scripts::{self, Lua};
 use crate::store::redis::wire::QueueMember;
 
@@ -56,15 +58,27 @@ impl PermitField {
     }
 }
 
-/// One grant attempt of a semaphore slot (`sem_grant.lua`).
+/// What a permit grant asks for: a slot of a semaphore of `N` permits
+/// (`sem_grant.lua`), or a side of a read-write lock (`rw_grant.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PermitKind {
+    /// One of this many slots.
+    Slots(u32),
+    /// A reader or the writer.
+    Side(Access),
+}
+
+/// One grant attempt of a permit: a semaphore's slot or a read-write
+/// lock's side (the two scripts share their arguments but the fifth, and
+/// their replies).
 #[derive(Debug)]
-pub(crate) struct SemGrant<'a> {
+pub(crate) struct PermitGrant<'a> {
     pub(crate) keys: &'a LockKeys,
     pub(crate) mint: Mint,
     pub(crate) token: &'a str,
     pub(crate) ttl: Duration,
     pub(crate) wait_mode: WaitMode,
-    pub(crate) permits: u32,
+    pub(crate) kind: PermitKind,
     /// The caller's place in the wait queue, if it waits there.
     pub(crate) member: Option<&'a QueueMember>,
     pub(crate) waiter_lease: Duration,
@@ -72,13 +86,19 @@ pub(crate) struct SemGrant<'a> {
     pub(crate) queued: bool,
 }
 
-impl ToRedisArgs for SemGrant<'_> {
+impl ToRedisArgs for PermitGrant<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         self.mint.write(out);
         out.write_arg(self.token.as_bytes());
         write_millis(out, self.ttl);
         out.write_arg(self.wait_mode.as_arg().as_bytes());
-        out.write_arg(itoa::Buffer::new().format(self.permits).as_bytes());
+        match self.kind {
+            PermitKind::Slots(permits) => {
+                out.write_arg(itoa::Buffer::new().format(permits).as_bytes());
+            }
+            PermitKind::Side(Access::Read) => out.write_arg(b"r"),
+            PermitKind::Side(Access::Write) => out.write_arg(b"w"),
+        }
         if let Some(member) = self.member {
             out.write_arg_fmt(member);
             write_millis(out, self.waiter_lease);
@@ -87,11 +107,14 @@ impl ToRedisArgs for SemGrant<'_> {
     }
 }
 
-impl ScriptCall for SemGrant<'_> {
-    type Reply = SemGrantReply;
+impl ScriptCall for PermitGrant<'_> {
+    type Reply = PermitGrantReply;
 
     fn script(&self) -> &'static Lua {
-        &scripts::SEM_GRANT
+        match self.kind {
+            PermitKind::Slots(_) => &scripts::SEM_GRANT,
+            PermitKind::Side(_) => &scripts::RW_GRANT,
+        }
     }
 
     fn keys(&self) -> Keys<'_> {
@@ -99,43 +122,46 @@ impl ScriptCall for SemGrant<'_> {
     }
 }
 
-/// What a semaphore grant attempt found.
+/// What a permit grant attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SemGrantReply {
-    /// Granted `slot` with `fence` (a retry with the same token gets the
-    /// same slot and fence back).
+pub(crate) enum PermitGrantReply {
+    /// Granted `field` with `fence` (a retry with the same token gets the
+    /// same field and fence back). A reader's fence is its write epoch.
     Granted {
         /// The fence, before the fence epoch.
         fence: Fence,
-        /// The slot, `0..permits`.
-        slot: u32,
+        /// The slot, or the writer's or a reader's field.
+        field: PermitField,
     },
-    /// Every slot held; the soonest permit lapses in `remaining`.
+    /// Every slot held, or a holder the caller cannot share with; the
+    /// soonest such lapses in `remaining`.
     Held {
-        /// The soonest time a permit lapses, if any.
+        /// The soonest time a holder in the way lapses, if any.
         remaining: Option<Duration>,
         /// The fence stored at the refusal.
         seen: Option<u64>,
     },
-    /// A slot is free, but reserved for the fair queue's first waiters.
+    /// Free, but reserved for (or in the way of) waiters ahead in the fair
+    /// queue.
     Reserved {
         /// The fence stored at the refusal.
         seen: Option<u64>,
     },
     /// The name is held as a mutex.
     HeldAsMutex,
-    /// The name has holders under another permit count.
-    OtherPermits(u32),
+    /// The name has holders as a semaphore of this many permits (for a
+    /// semaphore's grant: another count than asked).
+    HeldAsSemaphore(u32),
     /// The name has holders as a read-write lock.
     HeldAsRwLock,
 }
 
-impl FromRedisValue for SemGrantReply {
+impl FromRedisValue for PermitGrantReply {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
         let mut fields: Vec<Value> = FromRedisValue::from_redis_value(v)?;
         if !(2..=3).contains(&fields.len()) {
             return Err(format!(
-                "a semaphore grant returned {} fields, not 2 or 3",
+                "a permit grant returned {} fields, not 2 or 3",
                 fields.len()
             )
             .into());
@@ -150,32 +176,37 @@ impl FromRedisValue for SemGrantReply {
         };
         let positive = |what: &str, n: i64| {
             u64::try_from(n).map_err(|_| -> ParsingError {
-                format!("a semaphore grant returned the negative {what} {n}").into()
+                format!("a permit grant returned the negative {what} {n}").into()
             })
         };
         Ok(match code {
             1 => {
-                let slot = match third.clone() {
-                    Some(v) => u32::from_redis_value(v)?,
-                    None => return Err("a semaphore grant returned no slot".into()),
+                // A semaphore's slot comes as a number, a read-write lock's
+                // field as text ("w", "rN").
+                let field = match third.clone() {
+                    Some(Value::Int(slot)) => u32::try_from(slot).ok().map(PermitField::Slot),
+                    Some(v) => PermitField::parse(&String::from_redis_value(v)?),
+                    None => return Err("a permit grant returned no field".into()),
                 };
-                SemGrantReply::Granted {
+                PermitGrantReply::Granted {
                     fence: Fence::new(positive("fence", n)?),
-                    slot,
+                    field: field.ok_or("a permit grant returned a field that holds no permit")?,
                 }
             }
-            0 => SemGrantReply::Held {
+            0 => PermitGrantReply::Held {
                 remaining: u64::try_from(n).ok().map(Duration::from_millis),
                 seen: seen()?,
             },
-            2 => SemGrantReply::Reserved { seen: seen()? },
-            3 => SemGrantReply::HeldAsMutex,
-            4 => SemGrantReply::OtherPermits(u32::try_from(positive("permit count", n)?).map_err(
-                |_| -> ParsingError { format!("a semaphore holds {n} permits").into() },
-            )?),
-            5 => SemGrantReply::HeldAsRwLock,
+            2 => PermitGrantReply::Reserved { seen: seen()? },
+            3 => PermitGrantReply::HeldAsMutex,
+            4 => PermitGrantReply::HeldAsSemaphore(
+                u32::try_from(positive("permit count", n)?).map_err(|_| -> ParsingError {
+                    format!("a semaphore holds {n} permits").into()
+                })?,
+            ),
+            5 => PermitGrantReply::HeldAsRwLock,
             other => {
-                return Err(format!("a semaphore grant returned the unknown code {other}").into());
+                return Err(format!("a permit grant returned the unknown code {other}").into());
             }
         })
     }
