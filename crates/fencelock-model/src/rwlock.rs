@@ -94,7 +94,7 @@ pub struct RwBroken {
     pub unvalidated_read: bool,
 }
 
-/// One grant call (`RwGrant`'s arguments).
+/// One grant call (`PermitGrant`'s arguments, `PermitKind::Side`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RwCall {
     /// The caller's token.
