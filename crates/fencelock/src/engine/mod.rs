@@ -22,7 +22,10 @@
 //! layer, the keeper and the client façade do not change. The fenced
 //! semaphore is one: a grant of [`LockOptions::permits`] holds one slot
 //! (`Hold::RedisPermit` on Redis; on etcd the holder's key and its slot),
-//! and the wait loop, the keeper and the lease are the mutex's.
+//! and the wait loop, the keeper and the lease are the mutex's. The fenced
+//! read-write lock ([`LockOptions::access`]) is another: on Redis a reader
+//! or the writer is a permit of the name's hash too (`Hold::RedisPermit`
+//! with the writer's or a reader's field), on etcd its own key.
 //!
 //! | module | concern |
 //! |---|---|
@@ -32,8 +35,8 @@
 //! | `cleanup` | [`Cleanups`](cleanup::Cleanups): the clean-ups of dropped acquisitions and leases, run in the background, and the wait for them |
 //! | `inspect` | [`LockState`], what `inspect` tells |
 //! | `revoke` | [`Revocation`], what a revoke did in the store, and the holder it [`Deposed`] |
-//! | `redis` | the recipe on Redis: `redis/acquire.rs` (attempts, the wait loop, hand-overs), `redis/wakeups.rs` (the waiters' wake-ups), `redis/mod.rs` (renew, release, inspect) |
-//! | `etcd` | the recipe on etcd (feature `etcd`): `etcd/acquire.rs` (the lease, the grant, the wait for the predecessor), `etcd/semaphore.rs` (a permit: its slot, the queue across permits), `etcd/mod.rs` (renew, release, inspect) |
+//! | `redis` | the recipe on Redis: `redis/acquire.rs` (attempts, the wait loop, hand-overs), `redis/permit.rs` (a permit's attempt: a semaphore's slot, a read-write lock's side), `redis/wakeups.rs` (the waiters' wake-ups), `redis/mod.rs` (renew, release, inspect) |
+//! | `etcd` | the recipe on etcd (feature `etcd`): `etcd/acquire.rs` (the lease, the grant, the wait for the predecessor), `etcd/semaphore.rs` (a permit: its slot, the queue across permits), `etcd/rwlock.rs` (a reader or the writer: the keys in its way, the wait for their deletion), `etcd/mod.rs` (renew, release, inspect) |
 
 pub(crate) mod backoff;
 pub(crate) mod cleanup;
@@ -297,7 +300,8 @@ impl Engine {
     }
 
     /// Takes lock `name` away from whoever holds it (no token needed):
-    /// deposes the holder (a read-write lock's writer or all its readers), passes the lock on to the head waiter, and
+    /// deposes the holder (a read-write lock's writer or all its readers),
+    /// passes the lock on to the head waiter, and
     /// returns the revocation fence (see [`Revocation`]). On Redis one
     /// script; on etcd one transaction that deletes the holder's key.
     pub(crate) async fn revoke(
