@@ -4,7 +4,9 @@
 //! member faults, a clean run passes every checker (C1–C7, C10–C12) with
 //! readers sharing the lock, validated reads made and writers' writes
 //! acknowledged; the negative control `unvalidated-read` (readers report
-//! every read clean without validating it) is caught by C11, on both; and
+//! every read clean without validating it) is caught by C11, on both (and
+//! on the Postgres resource, whose readers validate with
+//! `FencedTable::read_validated`); and
 //! a read-write lock run refuses the other primitives' controls and a
 //! share of reads above 100 % before it starts.
 //!
@@ -14,8 +16,11 @@
 use std::time::Duration;
 
 use fencelock::WaitMode;
+use fencelock_testkit::PgServer;
 use fencelock_torture::history::Entry;
-use fencelock_torture::{Config, ErrorKind, History, NemesisKind, Report, Topology, Variant};
+use fencelock_torture::{
+    Config, ErrorKind, History, NemesisKind, Report, ResourceKind, Topology, Variant,
+};
 use tokio_util::sync::CancellationToken;
 
 mod support;
@@ -121,7 +126,9 @@ fn a_clean_rwlock_run_passes_every_checker() {
 
 #[test]
 fn the_unvalidated_read_control_is_caught_by_c11() {
-    let mut config = rwlock(Duration::from_secs(20));
+    // Stops as soon as it is caught (a few seconds); the duration is the
+    // margin of a loaded machine.
+    let mut config = rwlock(Duration::from_secs(40));
     config.variant = Some(Variant::UnvalidatedRead);
     config.stop_on_violation = true;
     let mut single = Single::start();
@@ -160,12 +167,46 @@ fn heavy_rwlock_on_etcd_passes_every_checker() {
 
 #[test]
 fn heavy_rwlock_unvalidated_read_is_caught_on_etcd() {
-    let mut config = rwlock(Duration::from_secs(30));
+    // Stops as soon as it is caught (5 to 20 s here); the duration is the
+    // margin of a loaded machine.
+    let mut config = rwlock(Duration::from_secs(60));
     config.ttl = Duration::from_secs(1);
     config.variant = Some(Variant::UnvalidatedRead);
     config.stop_on_violation = true;
     let mut etcd = Etcd::start();
     let (report, _history) = run_on(&mut config, &mut etcd);
+    let text = report.to_text();
+    assert_eq!(report.caught_by(), vec!["C11"], "{text}");
+}
+
+/// The Postgres resource: readers read the row's value and validate it
+/// with `FencedTable::read_validated` in the same transaction.
+#[test]
+fn heavy_rwlock_on_a_postgres_resource() {
+    let pg = PgServer::start();
+    let url = pg.create_database("torture_rwlock");
+    let mut config = rwlock(Duration::from_secs(8));
+    config.resource = ResourceKind::Postgres { url: url.clone() };
+    config.nemeses = Some(vec![
+        NemesisKind::PauseWorker,
+        NemesisKind::PauseServer,
+        NemesisKind::ProxyDelay,
+        NemesisKind::Revoke,
+    ]);
+    let mut single = Single::start();
+    let (report, history) = run_on(&mut config, &mut single);
+    assert_eq!(
+        history.header().map(|h| h.resource.as_str()),
+        Some("postgres")
+    );
+    assert_clean(&report, &history);
+
+    let mut config = rwlock(Duration::from_secs(40));
+    config.resource = ResourceKind::Postgres { url };
+    config.variant = Some(Variant::UnvalidatedRead);
+    config.stop_on_violation = true;
+    let mut single = Single::start();
+    let (report, _history) = run_on(&mut config, &mut single);
     let text = report.to_text();
     assert_eq!(report.caught_by(), vec!["C11"], "{text}");
 }
