@@ -63,6 +63,31 @@ holder); every other nemesis runs. Its negative control is
 slots, as a mutex's resource would be (caught by C9: a live permit with a
 lower fence than another slot's is refused).
 
+Read-write lock (--primitive rwlock, --reads P): each cycle takes a read
+lease with probability P % (70), else a write lease, of one fenced
+read-write lock per name (LockClient::rwlock); --mode defaults to fair
+(in notify and poll a stream of readers can keep the writers out).
+Writers do the mutex's audited read-modify-write; readers work up to
+--hold, then make one validated read of the resource against their write
+epoch (FencedHash::read_validated, FencedTable::read_validated) and record
+the value, the stored fence and whether it was clean. C1-C3 judge the
+writers' writes, C4 and C6 the writers alone, C5 and C7 every holder, and:
+
+  C10 no writer in its critical section while a reader was in its own,
+      both leases unexpired in the store
+  C11 no torn read reported clean: a clean read saw a stored fence at most
+      its epoch, and no write or seal with a greater fence had been
+      applied (the audit's order) or acknowledged before it; a read made
+      while its lease was unexpired is clean
+  C12 a reader's epoch is at least every earlier writer's fence and below
+      every later writer's
+
+On every topology, with either resource and every nemesis (a revoke
+deposes the writer or every reader). Its negative control is
+--unsafe unvalidated-read: readers read the counter alone and report it
+clean (caught by C11 once a reader paused past its lease reads a later
+writer's write).
+
 Topologies (--topology, started by the tool; not with --redis/--url):
   single    one redis-server for the locks (default)
   sentinel  a primary, 2 replicas and 3 sentinels (redis+sentinel:// URL)
