@@ -146,6 +146,7 @@
 //! | `attempt.rs` | what an attempt of either kind works with: its inputs, the key it leaves to delete, the sessions a waiter keeps alive, the fence of a revision |
 //! | `semaphore.rs` | a semaphore's permit: the slot to take, the queue across permits, the wait for a deletion |
 //! | `rwlock.rs` | a read-write lock's reader or writer: the join, the wait for the keys in its way, the fences |
+//! | `wait.rs` | a mutex's and a read-write lock's waiter: the keys in its way, the watch for their deletion, the move to the holder's session |
 //! | `mod.rs` | a held lease's renewal and release, `inspect`, `top`'s names, the waiters |
 
 mod acquire;
@@ -153,6 +154,7 @@ mod attempt;
 mod rwlock;
 mod semaphore;
 mod session;
+mod wait;
 
 use std::collections::HashMap;
 use std::sync::Arc;

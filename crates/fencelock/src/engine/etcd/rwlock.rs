@@ -65,9 +65,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::acquire::{Ahead, move_to_session, wait_turn};
 use super::attempt::{Attempt, OwnKey, TXN_RETRY, WaitSessions, fence_and_deadline};
 use super::session::{Session, WAITER_LEASE};
+use super::wait::{Ahead, move_to_session, wait_turn};
 use crate::engine::grant::{Acquired, EtcdHold, Granted};
 use crate::error::{Error, Result};
 use crate::holder::{holder_id, new_token};
