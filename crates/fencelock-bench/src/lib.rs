@@ -406,69 +406,40 @@ async fn run_scenarios(config: &Config, observer: &mut impl Observer) -> Result<
                 }
             }
             Scenario::Semaphore => {
-                let mut rounds = Vec::with_capacity(config.rounds);
-                for round in 0..config.rounds {
-                    let handoff_floor = measure(
-                        observer,
-                        &format!("handoff floor, round {}", round + 1),
-                        config.hold * 200,
-                        scenarios::handoff_floor(&setup, config.hold),
-                    )
-                    .await?;
-                    let r = measure(
-                        observer,
-                        &format!(
-                            "semaphore of {} permits and mutex, round {}",
-                            config.permits,
-                            round + 1
-                        ),
-                        config.duration * 2,
+                let what = format!("semaphore of {} permits and mutex", config.permits);
+                let rounds =
+                    rounds_after_floors(&setup, config, observer, &what, |floor, round| {
                         scenarios::semaphore_round(
                             &setup,
                             config.permits,
                             config.semaphore_workers,
                             config.hold,
-                            handoff_floor,
+                            floor,
                             round,
-                        ),
-                    )
+                        )
+                    })
                     .await?;
-                    rounds.push(r);
-                }
                 if let Some(r) = Semaphore::merge(config.permits, rounds) {
                     add(&mut report, observer, step, Measurement::Semaphore(r));
                 }
             }
             Scenario::RwLock => {
-                let mut rounds = Vec::with_capacity(config.rounds);
-                for round in 0..config.rounds {
-                    let handoff_floor = measure(
-                        observer,
-                        &format!("handoff floor, round {}", round + 1),
-                        config.hold * 200,
-                        scenarios::handoff_floor(&setup, config.hold),
-                    )
-                    .await?;
-                    let r = measure(
-                        observer,
-                        &format!(
-                            "read-write lock ({} % reads) and mutex, round {}",
-                            config.rwlock_reads,
-                            round + 1
-                        ),
-                        config.duration * 2,
+                let what = format!(
+                    "read-write lock ({} % reads) and mutex",
+                    config.rwlock_reads
+                );
+                let rounds =
+                    rounds_after_floors(&setup, config, observer, &what, |floor, round| {
                         scenarios::rwlock_round(
                             &setup,
                             config.rwlock_reads,
                             config.rwlock_workers,
                             config.hold,
-                            handoff_floor,
+                            floor,
                             round,
-                        ),
-                    )
+                        )
+                    })
                     .await?;
-                    rounds.push(r);
-                }
                 if let Some(r) = ReadWrite::merge(config.rwlock_reads, rounds) {
                     add(&mut report, observer, step, Measurement::RwLock(r));
                 }
@@ -497,6 +468,34 @@ fn add(report: &mut Report, observer: &mut impl Observer, step: usize, measureme
 }
 
 /// `work`, announced to `observer`.
+/// `config.rounds` rounds of a scenario measured beside the mutex (`what`),
+/// each after its own handoff floor (in ms), which `round` gets with the
+/// round's number.
+async fn rounds_after_floors<T, Fut>(
+    setup: &Setup,
+    config: &Config,
+    observer: &mut impl Observer,
+    what: &str,
+    mut round: impl FnMut(f64, usize) -> Fut,
+) -> Result<Vec<T>>
+where
+    Fut: Future<Output = Result<T>>,
+{
+    let mut rounds = Vec::with_capacity(config.rounds);
+    for r in 0..config.rounds {
+        let floor = measure(
+            observer,
+            &format!("handoff floor, round {}", r + 1),
+            config.hold * 200,
+            scenarios::handoff_floor(setup, config.hold),
+        )
+        .await?;
+        let label = format!("{what}, round {}", r + 1);
+        rounds.push(measure(observer, &label, config.duration * 2, round(floor, r)).await?);
+    }
+    Ok(rounds)
+}
+
 async fn measure<T>(
     observer: &mut impl Observer,
     what: &str,
