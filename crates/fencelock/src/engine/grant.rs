@@ -5,12 +5,14 @@
 //! lease layer turns it into a `Lease` and renews and releases it through
 //! the engine.
 
+use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
+use crate::holder::holder_id;
 use crate::keys::LockKeys;
 use crate::options::{Access, LockOptions, Replication};
 use crate::store::redis::ops::{Mint, PermitField};
@@ -46,7 +48,6 @@ pub(crate) enum Hold {
 
 /// A Redis mutex as held: the lock key alone (the other keys are derived
 /// from it for a release), and the token as the start of the value.
-#[derive(Debug)]
 pub(crate) struct RedisHold {
     /// The lock key (`LockKeys::lock`).
     pub(crate) lock: String,
@@ -69,7 +70,6 @@ pub(crate) struct RedisHold {
 /// hash), the field and its `TOKEN:FENCE`, which its renewals and release
 /// compare (the stored value also carries the permit's deadline, which
 /// renewals move).
-#[derive(Debug)]
 pub(crate) struct PermitHold {
     /// The semaphore's or read-write lock's key (`LockKeys::lock`).
     pub(crate) lock: String,
@@ -89,7 +89,6 @@ pub(crate) struct PermitHold {
 /// (which stores the holder id, not the token), the client's session it
 /// lives on, and its create revision (the fence before its epoch).
 #[cfg(feature = "etcd")]
-#[derive(Debug)]
 pub(crate) struct EtcdHold {
     pub(crate) key: String,
     pub(crate) token: String,
@@ -100,6 +99,52 @@ pub(crate) struct EtcdHold {
     /// The side of a read-write lock it holds, `None` for a mutex or a
     /// semaphore.
     pub(crate) access: Option<Access>,
+}
+
+// The holds keep the holder's secret token (in the stored value, or as
+// is): their `Debug` shows its public id instead, so that a client's, a
+// lease's or a keeper's `Debug` never prints a token.
+
+impl fmt::Debug for RedisHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (token, rest) = self.value.split_at(self.token_len);
+        f.debug_struct("RedisHold")
+            .field("lock", &self.lock)
+            .field("holder", &holder_id(token))
+            .field("value_after_token", &rest)
+            .field("mint", &self.mint)
+            .field("contended", &self.contended)
+            .field("replication", &self.replication)
+            .finish()
+    }
+}
+
+impl fmt::Debug for PermitHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (token, rest) = self.ident.split_at(self.token_len);
+        f.debug_struct("PermitHold")
+            .field("lock", &self.lock)
+            .field("field", &self.field)
+            .field("holder", &holder_id(token))
+            .field("ident_after_token", &rest)
+            .field("mint", &self.mint)
+            .field("replication", &self.replication)
+            .finish()
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl fmt::Debug for EtcdHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdHold")
+            .field("key", &self.key)
+            .field("holder", &holder_id(&self.token))
+            .field("session", &self.session)
+            .field("revision", &self.revision)
+            .field("slot", &self.slot)
+            .field("access", &self.access)
+            .finish()
+    }
 }
 
 impl Granted {

@@ -587,3 +587,32 @@ async fn a_user_with_the_readme_rule_uses_rwlocks() -> Result<()> {
     ensure!(writer.release().await?.is_released());
     Ok(())
 }
+
+/// A client's, a lock's and a lease's `Debug` name holders by their public
+/// id: neither the password nor any held token (a mutex's, a permit's, a
+/// reader's) reaches them.
+#[tokio::test]
+async fn a_client_holding_every_kind_shows_no_secret() -> Result<()> {
+    let secret = "rw-s3cret-pw";
+    let server =
+        RedisServer::start_with(fencelock_testkit::RedisConfig::default().with_password(secret));
+    let url = server.url();
+    ensure!(url.contains(secret), "the URL carries the password: {url}");
+    let client = LockClient::connect(&url).await?;
+    let lock = client.rwlock("secret")?;
+    let reader = lock.try_read(&client.options()).await?;
+    let mutex = client.try_acquire("plain", &client.options()).await?;
+    let permit = client
+        .try_acquire("pool", &client.options().permits(2))
+        .await?;
+    let shown = format!("{lock:?} {client:?} {reader:?} {mutex:?} {permit:?}");
+    ensure!(!shown.contains(secret), "the password: {shown}");
+    for lease in [&reader, &mutex, &permit] {
+        ensure!(!shown.contains(lease.token()), "a token: {shown}");
+        ensure!(shown.contains(&lease.holder_id()), "the holder id: {shown}");
+    }
+    for lease in [reader, mutex, permit] {
+        ensure!(lease.release().await?.is_released());
+    }
+    Ok(())
+}
