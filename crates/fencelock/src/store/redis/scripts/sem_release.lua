@@ -40,13 +40,14 @@ else
   call('ZREM', WAITERS, ident)
 end
 if kind ~= 'hash' then return result end
-local permits = tonumber(call('HGET', LOCK, 'permits')) or 0
-local rw, live, writer = false, 0, false
+local permits, rw, live, writer = 0, false, 0, false
 local fields = call('HGETALL', LOCK)
 for i = 1, #fields, 2 do
-  if fields[i] == 'rw' then
+  if fields[i] == 'permits' then
+    permits = tonumber(fields[i + 1]) or 0
+  elseif fields[i] == 'rw' then
     rw = true
-  elseif fields[i] ~= 'permits' then
+  else
     local deadline = tonumber(string.match(fields[i + 1], ':(%d+)$'))
     if deadline and deadline > now_ms then
       live = live + 1
