@@ -196,8 +196,13 @@ class LockContext:
         return lease
 
     def _on_lost(self, fut: "asyncio.Future[None]") -> None:
-        # Runs on the loop's thread, between steps of the body's task.
-        if fut.cancelled() or fut.exception() is not None or self._exiting:
+        # Runs on the loop's thread, between steps of the body's task. A
+        # callback already scheduled when the exit began (or one from an
+        # earlier entry of this object) is stale: only the current watcher
+        # of a running body may cancel it.
+        if fut is not self._watcher or self._exiting:
+            return
+        if fut.cancelled() or fut.exception() is not None:
             return
         task = self._task
         if task is not None and not task.done():
