@@ -20,6 +20,14 @@ command -v jq             >/dev/null 2>&1 || need_pkgs+=(jq)
 # scripts/client-cost, which the tests run on small counts, counts
 # instructions with valgrind's callgrind.
 command -v valgrind       >/dev/null 2>&1 || need_pkgs+=(valgrind)
+# The Python package (crates/fencelock-py) is built and tested in a
+# virtualenv (below). Debian's python3 has the venv module but creates a
+# virtualenv only with python3-venv installed (it brings ensurepip).
+if ! command -v python3 >/dev/null 2>&1; then
+  need_pkgs+=(python3 python3-venv)
+elif ! { python3 -m venv --help && python3 -c 'import ensurepip'; } >/dev/null 2>&1; then
+  need_pkgs+=(python3-venv)
+fi
 # The Postgres tests (feature `postgres`) run initdb and postgres themselves.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
   || command -v initdb    >/dev/null 2>&1 || need_pkgs+=(postgresql)
@@ -44,4 +52,29 @@ fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest" >&2
   cargo install cargo-nextest --locked
+fi
+
+# The Python package's virtualenv, ${FENCELOCK_VENV:-.venv}: maturin, pytest
+# and the libraries the tests and the bench use, pinned in
+# crates/fencelock-py/requirements-dev.txt. Everything goes into the venv (a
+# system Python may refuse pip installs, PEP 668). The stamp holds the hash of
+# the pins and the venv's Python version: when both are unchanged this is a
+# no-op.
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv=${FENCELOCK_VENV:-$repo/.venv}
+reqs=$repo/crates/fencelock-py/requirements-dev.txt
+stamp=$venv/.fencelock-requirements
+if ! "$venv/bin/python" -c '' >/dev/null 2>&1; then
+  echo "setup: creating the virtualenv $venv" >&2
+  # A broken virtualenv (its Python gone) is made anew; any other directory
+  # is only added to, never cleared.
+  clear=()
+  [ ! -f "$venv/pyvenv.cfg" ] || clear=(--clear)
+  python3 -m venv "${clear[@]}" "$venv"
+fi
+want=$({ cat "$reqs"; "$venv/bin/python" -VV; } | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing crates/fencelock-py/requirements-dev.txt into $venv" >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$reqs"
+  echo "$want" >"$stamp"
 fi
