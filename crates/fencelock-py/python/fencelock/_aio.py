@@ -243,10 +243,10 @@ class LockContext:
         lost = we_cancelled or native.is_lost() or released is False
         if lost:
             if exc is None:
-                raise _lost(native, release_error) from None
+                raise _lost(native, we_cancelled, release_error) from None
             if isinstance(exc, asyncio.CancelledError):
                 if we_cancelled and remaining == 0:
-                    raise _lost(native, release_error) from None
+                    raise _lost(native, True, release_error) from None
                 return None  # also cancelled by someone else: not ours to swallow
             if not isinstance(exc, LockLost):
                 exc.add_note(f"fencelock: {lost_error(native)}")
@@ -262,12 +262,12 @@ class LockContext:
         return f"<fencelock.LockContext name={shown(self._name)} {state}>"
 
 
-def _lost(native: _native.Lease, release_error: Optional[Exception]) -> BaseException:
+def _lost(native: _native.Lease, interrupted: bool, release_error: Optional[Exception]) -> LockLost:
+    note = "the body was cancelled" if interrupted else "noticed when the body ended"
+    err = lost_error(native, note)
     if release_error is not None:
-        err = lost_error(native, "the body was interrupted")
         err.add_note(f"releasing failed too: {release_error}")
-        return err
-    return lost_error(native, "the body was interrupted or had already finished")
+    return err
 
 
 class RwLock:

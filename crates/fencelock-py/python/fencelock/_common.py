@@ -113,10 +113,10 @@ def shown(text: str) -> str:
 
 def lease_state(native: "_native.Lease") -> str:
     """``held``, ``released`` or ``lost (REASON)``, for a ``repr``."""
-    if native.is_released():
-        return "released"
     if native.is_lost():
         return f"lost ({native.loss_reason() or 'unknown'})"
+    if native.is_released():
+        return "released"
     return "held"
 
 
