@@ -82,7 +82,7 @@ async def test_acquire_and_release(client: Any, redis_py: Any, lock_name: str) -
         assert isinstance(lease, fencelock.Lease)
         assert lease.name == lock_name
         assert lease.fence > 0
-        assert len(lease.holder_id) == 40
+        assert len(lease.holder_id) == 16  # the first 16 hex digits of SHA-1(token)
         assert lease.holder_id == fencelock.holder_id(lease.token)
         assert lease.slot is None and lease.access is None
         assert 0 < lease.remaining() <= 5.0

@@ -19,8 +19,8 @@ from fencelock import InvalidInput, fenced_update_sql
 
 pytestmark = pytest.mark.postgres
 
-H1 = "a" * 40  # public holder ids are SHA-1 hex
-H2 = "b" * 40
+H1 = "a" * 16  # public holder ids: 16 hex digits of SHA-1(token)
+H2 = "b" * 16
 
 
 class Db:

@@ -156,7 +156,8 @@ class LeaseBase:
 
     @property
     def holder_id(self) -> str:
-        """The public holder id (SHA-1 of the token), as resources store it."""
+        """The public holder id (the first 16 hex digits of SHA-1 of the
+        token), as resources store it."""
         return self._native.holder_id
 
     @property
