@@ -1,0 +1,75 @@
+//! `fencelock._native`: the Rust extension module behind the `fencelock`
+//! Python package (`pip install ./crates/fencelock-py`, built by maturin).
+//!
+//! Users import `fencelock`, whose Python layer wraps these classes; the
+//! API they implement is `python/fencelock/_native.pyi`, and the
+//! exceptions they raise are `python/fencelock/_errors.py`'s.
+//!
+//! Three rules run through every file:
+//!
+//! - **No Python on the tokio side.** A call checks its arguments
+//!   attached to Python, then runs as a `Send + 'static` future on this
+//!   process's runtime; its result and its error ([`errors::Failure`])
+//!   become Python objects only once back (`errors::Outcome`).
+//! - **One runtime per process.** After `os.fork()` the child never uses
+//!   nor drops what the parent made: it gets a runtime of its own, and
+//!   sees the parent's clients as closed and its leases as lost
+//!   (`"forked"`).
+//! - **Cancelling a wait cancels the call; nothing cancels a release.**
+//!   A cancelled `acquire` (asyncio cancellation, or Ctrl-C in a blocking
+//!   call) drops the library's future, which leaves no queue entry; a
+//!   release runs as a task of its own to its end.
+//!
+//! ## Module map
+//!
+//! | module | concern |
+//! |---|---|
+//! | `client` | `Client`, `connect` / `connect_blocking`: acquisitions, resources, revokes, `close()` |
+//! | `lease` | `Lease` (identity, loss, `extend`, shielded `release`), the client's registry of live leases, `holder_id` |
+//! | `resource` | `FencedHash` and `FencedKey` over one trait, `HashState`, `ValidatedRead`; what a revoke seals |
+//! | `revoke` | the revoke call, `Revoked` and `Sealed` |
+//! | `options` | options dicts to `LockOptions` and the client builder, every refusal naming its key |
+//! | `args` | `str` and integer arguments, refused as `InvalidInput` rather than `TypeError` |
+//! | `process` | what belongs to the process it was made in: `Origin`, `Local<T>` (lent there, leaked elsewhere), a client's `Owner` |
+//! | `blocking` | the `*_blocking` methods' wait: without the GIL, signals checked every 50 ms |
+//! | `runtime` | the per-process tokio runtime and the asyncio bridge (`pyo3_async_runtimes::generic`) |
+//! | `errors` | `Failure` and its mapping onto `fencelock._errors` |
+//!
+//! Dependencies point down the table (`client` uses all below it,
+//! `errors` none), with no import circle between files.
+
+// The library's acquisition futures nest deeply (acquire → grant → a
+// pipelined call → following a Sentinel failover), and the bridge wraps
+// them twice more: their layout needs more than the default query depth,
+// as in the library itself.
+#![recursion_limit = "256"]
+
+use pyo3::prelude::*;
+
+mod args;
+mod blocking;
+mod client;
+mod errors;
+mod lease;
+mod options;
+mod process;
+mod resource;
+mod revoke;
+mod runtime;
+
+/// The module `fencelock._native`.
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(client::connect, module)?)?;
+    module.add_function(wrap_pyfunction!(client::connect_blocking, module)?)?;
+    module.add_function(wrap_pyfunction!(lease::holder_id, module)?)?;
+    module.add_class::<client::Client>()?;
+    module.add_class::<lease::Lease>()?;
+    module.add_class::<resource::HashState>()?;
+    module.add_class::<resource::ValidatedRead>()?;
+    module.add_class::<resource::FencedHash>()?;
+    module.add_class::<resource::FencedKey>()?;
+    module.add_class::<revoke::Sealed>()?;
+    module.add_class::<revoke::Revoked>()?;
+    Ok(())
+}
