@@ -461,8 +461,13 @@ async def test_update_is_a_fenced_read_modify_write(client: Any, client2: Any, l
     await async_wait_until(lambda: stale.lost, 5.0, "the stale lease to run out")
     async with client2.lock(lock_name) as newer:
         assert await h.update(newer, lambda v: str(int(v) + 1)) is True
-    calls = []
-    assert await h.update(stale, lambda v: calls.append(v) or "0") is False
+    calls: list[Any] = []
+
+    def record(v: Any) -> str:
+        calls.append(v)
+        return "0"
+
+    assert await h.update(stale, record) is False
     assert calls == []  # refused at registration: fn never ran
     assert (await h.read()).value == "12"
 
@@ -657,7 +662,7 @@ async def test_bad_options_are_refused_naming_the_key(
 
 async def test_bad_connect_options_are_refused(redis_server: RedisServer) -> None:
     with pytest.raises(fencelock.InvalidInput, match="bogus"):
-        await fencelock.connect(redis_server.url, bogus=1)
+        await fencelock.connect(redis_server.url, bogus=1)  # type: ignore[call-arg]
     with pytest.raises(fencelock.InvalidInput, match="ttl"):
         await fencelock.connect(redis_server.url, ttl=True)
 
@@ -708,3 +713,30 @@ async def test_wrong_resource_kind_is_refused(etcd_url: str, client: Any) -> Non
     async with fencelock.connect(etcd_url) as e:
         with pytest.raises(fencelock.InvalidInput, match="fenced_key"):
             e.fenced_hash("k")
+
+
+@pytest.mark.etcd
+async def test_both_backends_loss_by_revoke_cancels_the_body(backend_url: str, lock_name: str) -> None:
+    """Loss on either backend: another client revokes the name; the holder's
+    body is cancelled and ``LockLost`` carries its fence."""
+    async with fencelock.connect(backend_url) as a, fencelock.connect(backend_url) as b:
+        key = f"res-{lock_name}"
+        held = asyncio.Event()
+        box: dict[str, Any] = {}
+
+        async def holder() -> None:
+            async with a.lock(lock_name, ttl=0.9) as lease:
+                box["lease"] = lease
+                held.set()
+                await asyncio.sleep(30)
+                box["reached_end"] = True
+
+        task = asyncio.create_task(holder())
+        await asyncio.wait_for(held.wait(), 10.0)
+        result = await b.revoke(lock_name, resources=[resource(b, key)])
+        with pytest.raises(fencelock.LockLost) as info:
+            await asyncio.wait_for(task, 10.0)
+        lease = box["lease"]
+        assert "reached_end" not in box
+        assert info.value.fence == lease.fence == result.deposed_fence
+        assert await resource(a, key).write(lease, "late") is False
