@@ -85,6 +85,11 @@ def _consume(fut: "asyncio.Future[Any]") -> None:
         fut.exception()
 
 
+def _retrieve(fut: "asyncio.Future[Any]") -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _in_background(fut: "asyncio.Future[Any]") -> None:
     _background.add(fut)
     fut.add_done_callback(_consume)
@@ -99,6 +104,8 @@ async def _release(native: _native.Lease) -> bool:
     cancellation ends the wait at once (the extension still completes the
     release on its own runtime)."""
     inner: asyncio.Future[bool] = asyncio.ensure_future(native.release())
+    # Whatever path below stops awaiting it, its outcome counts as seen.
+    inner.add_done_callback(_retrieve)
     try:
         return await asyncio.shield(inner)
     except asyncio.CancelledError as cancel:
