@@ -122,6 +122,12 @@ pub struct Header {
     /// name (`observed_holders`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rwlock_reads: Option<u32>,
+    /// What implements each worker, by index (`rust`: this crate's worker;
+    /// `python`: the Python package's, `fencelock torture
+    /// --python-workers`); absent when every worker is this crate's. The
+    /// report then counts the operations per kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_kinds: Option<Vec<String>>,
 }
 
 /// What an event says. Times (`valid_until`, `sent`) are on the run's axis,

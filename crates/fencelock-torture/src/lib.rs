@@ -42,7 +42,7 @@
 //! | `config` | [`Config`], [`Variant`], [`ResourceKind`] |
 //! | `nemesis` | [`NemesisKind`]: the faults a run injects (`revoke` among them: `LockClient::revoke` with the resource's seal) |
 //! | `topology` | [`Topology`], the seam to the servers; [`Shape`], [`refusal`]; [`Remote`] for `--redis URL` and `--url etcd://…` |
-//! | `run` | the coordinator: setup, workers, nemeses (the revoke nemesis's own lock client), shutdown, [`Launcher`], [`Progress`] |
+//! | `run` | the coordinator: setup, workers (any program that speaks the worker protocol, per worker: [`Launcher::worker_at`]), nemeses (the revoke nemesis's own lock client), shutdown, [`Launcher`], [`Progress`] |
 //! | `schedule` | the seeded nemesis plan ([`schedule::plan`]) |
 //! | `worker` | the worker process: lease cycles, history lines on stdout |
 //! | `resource` | the audited resource (Redis hash + list, Postgres row + audit table), its audited seal (`fencelock::Sealable`) |
@@ -87,7 +87,8 @@ pub use history::{Entry, Event, History};
 pub use nemesis::NemesisKind;
 pub use render::Format;
 pub use report::{
-    Figures, MIN_ACKNOWLEDGED_PER_NAME, MIN_GRANTS_PER_NAME, MIN_READS_PER_NAME, Report,
+    Figures, KindFigures, MIN_ACKNOWLEDGED_PER_NAME, MIN_GRANTS_PER_NAME, MIN_READS_PER_NAME,
+    Report,
 };
-pub use run::{Launcher, Progress, Status, run};
+pub use run::{DEFAULT_WORKER_KIND, Launcher, Progress, Status, run};
 pub use topology::{Remote, Shape, Topology, is_etcd_url, refusal};

@@ -108,6 +108,29 @@ impl Report {
                 );
             }
         }
+        // A mixed run's figures per kind of worker.
+        if !f.by_worker_kind.is_empty()
+            && let Some(object) = out.as_object_mut()
+        {
+            let kinds: serde_json::Map<String, Value> = f
+                .by_worker_kind
+                .iter()
+                .map(|(kind, k)| {
+                    (
+                        kind.clone(),
+                        json!({
+                            "workers": k.workers,
+                            "ops_attempted": k.ops_attempted,
+                            "grants": k.grants,
+                            "ops_acknowledged": k.ops_acknowledged,
+                            "ops_rejected_stale": k.ops_rejected_stale,
+                            "ops_failed": k.ops_failed,
+                        }),
+                    )
+                })
+                .collect();
+            object.insert("worker_kinds".to_string(), Value::Object(kinds));
+        }
         out
     }
 
@@ -154,6 +177,17 @@ impl Report {
             "operations: {} attempted, {} acknowledged, {} rejected as stale, {} failed\n",
             f.ops_attempted, f.ops_acknowledged, f.ops_rejected_stale, f.ops_failed
         );
+        for (kind, k) in &f.by_worker_kind {
+            out += &format!(
+                "  {kind} workers ({}): {} attempted, {} granted, {} acknowledged, {} rejected as stale, {} failed\n",
+                k.workers,
+                k.ops_attempted,
+                k.grants,
+                k.ops_acknowledged,
+                k.ops_rejected_stale,
+                k.ops_failed
+            );
+        }
         out += &format!(
             "grants {}, losses {}; loss signal after the loss was observable: p50 {}, p99 {}; longest unavailability {:.0} ms\n",
             f.grants,

@@ -70,6 +70,27 @@ pub struct Figures {
     pub readers_max: u64,
     /// Validated reads, per name (a read-write lock's).
     pub reads_by_name: BTreeMap<String, u64>,
+    /// The figures per kind of worker (`rust`, `python`), when the header
+    /// names the workers' kinds (a mixed run); empty otherwise.
+    pub by_worker_kind: BTreeMap<String, KindFigures>,
+}
+
+/// The figures of one kind of worker in a mixed run (see
+/// [`crate::Launcher::kind`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KindFigures {
+    /// Workers of this kind.
+    pub workers: u64,
+    /// Lease cycles they started.
+    pub ops_attempted: u64,
+    /// Locks granted to them.
+    pub grants: u64,
+    /// Their cycles whose write the resource accepted.
+    pub ops_acknowledged: u64,
+    /// Their cycles whose registration or write was refused as stale.
+    pub ops_rejected_stale: u64,
+    /// Their cycles that failed otherwise.
+    pub ops_failed: u64,
 }
 
 /// The least a run must have seen of every lock name for its checkers to
@@ -114,6 +135,19 @@ impl Report {
                 }
             }
         }
+        // A mixed run's kind of each worker (`w3` → its kind).
+        let kinds: Vec<String> = history
+            .header()
+            .and_then(|h| h.worker_kinds.clone())
+            .unwrap_or_default();
+        let kind_of = |p: &str| -> Option<String> {
+            let index: usize = p.strip_prefix('w')?.parse().ok()?;
+            kinds.get(index).cloned()
+        };
+        for kind in &kinds {
+            f.by_worker_kind.entry(kind.clone()).or_default().workers += 1;
+        }
+        let mut cycle_kind: BTreeMap<&str, String> = BTreeMap::new();
         // Per name: (grant time, when that holder stopped being usable).
         let mut held: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
         let mut lease_end: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
@@ -124,9 +158,19 @@ impl Report {
                     f.ops_attempted += 1;
                     cycles.insert(op, (false, false, false));
                     cycle_name.insert(op, name);
+                    if let Some(kind) = kind_of(&e.p) {
+                        f.by_worker_kind
+                            .entry(kind.clone())
+                            .or_default()
+                            .ops_attempted += 1;
+                        cycle_kind.insert(op, kind);
+                    }
                 }
                 Entry::Granted { op, name, .. } => {
                     f.grants += 1;
+                    if let Some(kind) = cycle_kind.get(op.as_str()) {
+                        f.by_worker_kind.entry(kind.clone()).or_default().grants += 1;
+                    }
                     *f.grants_by_name.entry(name.clone()).or_default() += 1;
                     lease_end.insert(op, (e.t, name));
                     held.entry(name).or_default().push((e.t, i64::MAX));
@@ -216,6 +260,16 @@ impl Report {
             }
         }
         for (op, (acked, stale, read)) in &cycles {
+            if let Some(kind) = cycle_kind.get(op) {
+                let k = f.by_worker_kind.entry(kind.clone()).or_default();
+                if *acked {
+                    k.ops_acknowledged += 1;
+                } else if *stale {
+                    k.ops_rejected_stale += 1;
+                } else if !*read {
+                    k.ops_failed += 1;
+                }
+            }
             if *acked {
                 f.ops_acknowledged += 1;
                 if let Some(name) = cycle_name.get(op) {
@@ -353,5 +407,137 @@ impl Report {
             .filter_map(|c| c.first.as_ref().map(|v| v.at))
             .min()
             .map(|at| at as f64 / 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Event, Released};
+
+    fn ev(t: i64, p: &str, e: Entry) -> Event {
+        Event { t, p: p.into(), e }
+    }
+
+    /// A cycle of worker `p`: acquire, grant, write with `outcome`, release.
+    fn cycle(t: i64, p: &str, fence: u64, outcome: Outcome) -> Vec<Event> {
+        let op = format!("{p}.{t}");
+        vec![
+            ev(
+                t,
+                p,
+                Entry::Acquire {
+                    op: op.clone(),
+                    name: "t0".into(),
+                },
+            ),
+            ev(
+                t + 1,
+                p,
+                Entry::Granted {
+                    op: op.clone(),
+                    name: "t0".into(),
+                    fence,
+                    holder: p.into(),
+                    valid_until: t + 300,
+                    slot: None,
+                    access: None,
+                },
+            ),
+            ev(
+                t + 2,
+                p,
+                Entry::Written {
+                    op: op.clone(),
+                    outcome,
+                },
+            ),
+            ev(
+                t + 3,
+                p,
+                Entry::ReleaseDone {
+                    op,
+                    outcome: Released::Released,
+                },
+            ),
+        ]
+    }
+
+    fn header(worker_kinds: Option<Vec<String>>) -> Event {
+        ev(
+            0,
+            "run",
+            Entry::Header(Header {
+                version: "0".into(),
+                seed: 1,
+                topology: "single".into(),
+                workers: 3,
+                names: vec!["t0".into()],
+                ttl_ms: 300,
+                renewal_ms: 100,
+                mode: "notify".into(),
+                fence_mode: "clock".into(),
+                layout: "default".into(),
+                resource: "redis".into(),
+                unsafe_variant: None,
+                nemeses: vec![],
+                duration_ms: 1000,
+                replicas: 0,
+                wait_replicas: 0,
+                permits: None,
+                rwlock_reads: None,
+                worker_kinds,
+            }),
+        )
+    }
+
+    /// A mixed run's figures are counted per kind of worker, from the
+    /// header's kinds by worker index; a run without kinds has none.
+    #[test]
+    fn a_mixed_run_counts_operations_per_kind_of_worker() {
+        let kinds = vec!["rust".to_string(), "python".into(), "python".into()];
+        let mut events = vec![header(Some(kinds))];
+        events.extend(cycle(10, "w0", 1, Outcome::Accepted));
+        events.extend(cycle(20, "w1", 2, Outcome::Accepted));
+        events.extend(cycle(30, "w2", 3, Outcome::Stale));
+        events.push(ev(
+            40,
+            "w1",
+            Entry::Acquire {
+                op: "w1.40".into(),
+                name: "t0".into(),
+            },
+        ));
+        let report = Report::from_history(&History::new(events.clone()));
+        let by = &report.figures.by_worker_kind;
+        assert_eq!(
+            by.get("rust"),
+            Some(&KindFigures {
+                workers: 1,
+                ops_attempted: 1,
+                grants: 1,
+                ops_acknowledged: 1,
+                ops_rejected_stale: 0,
+                ops_failed: 0,
+            })
+        );
+        assert_eq!(
+            by.get("python"),
+            Some(&KindFigures {
+                workers: 2,
+                ops_attempted: 3,
+                grants: 2,
+                ops_acknowledged: 1,
+                ops_rejected_stale: 1,
+                ops_failed: 1,
+            })
+        );
+        let json = report.to_json();
+        assert_eq!(json["worker_kinds"]["python"]["ops_acknowledged"], 1);
+        assert!(report.to_text().contains("python workers (2): 3 attempted"));
+        events[0] = header(None);
+        let plain = Report::from_history(&History::new(events));
+        assert!(plain.figures.by_worker_kind.is_empty());
+        assert!(plain.to_json().get("worker_kinds").is_none());
     }
 }

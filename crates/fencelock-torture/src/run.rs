@@ -30,10 +30,37 @@ use crate::worker::WorkerSpec;
 
 /// Starts worker processes: the `fencelock` binary with its hidden
 /// `torture-worker` command, set up so that it dies with the coordinator.
+///
+/// A worker is any program that speaks the worker protocol
+/// ([`crate::worker`]): its spec as the first line of stdin, history lines
+/// on stdout, `stop` (or the end of stdin) to stop. A launcher may run
+/// some workers with another implementation of it (the CLI's
+/// `--python-workers`: the Python package's worker), which
+/// [`Launcher::worker_at`] and [`Launcher::kind`] say per worker.
 pub trait Launcher {
-    /// A command that runs one worker (stdin, stdout are set by the engine).
+    /// A command that runs one worker (stdin, stdout and stderr are set by
+    /// the engine).
     fn worker(&self) -> tokio::process::Command;
+
+    /// The command that runs worker `index` (`w{index}`); by default
+    /// [`Launcher::worker`] for every worker.
+    fn worker_at(&self, index: usize) -> tokio::process::Command {
+        let _ = index;
+        self.worker()
+    }
+
+    /// What implements worker `index`, in a word ([`DEFAULT_WORKER_KIND`]
+    /// by default: this crate's worker). A run whose workers are not all of
+    /// the default kind records each worker's kind in the history's header,
+    /// and its report counts the operations per kind.
+    fn kind(&self, index: usize) -> &str {
+        let _ = index;
+        DEFAULT_WORKER_KIND
+    }
 }
+
+/// The kind of this crate's own worker ([`crate::worker::main`]).
+pub const DEFAULT_WORKER_KIND: &str = "rust";
 
 /// Follows a run while it goes.
 pub trait Progress {
@@ -124,6 +151,31 @@ struct WorkerProc {
     child: Child,
     stdin: Option<ChildStdin>,
     pid: Pid,
+    /// The end of what it wrote on stderr.
+    stderr: StderrTail,
+}
+
+/// The last lines a worker wrote on stderr (at most [`StderrTail::MAX`]
+/// bytes), for the error that names a worker that exited early.
+#[derive(Debug, Clone, Default)]
+struct StderrTail(std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+
+impl StderrTail {
+    /// The most kept, in bytes.
+    const MAX: usize = 4096;
+
+    fn push(&self, line: String) {
+        let mut lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        lines.push_back(line);
+        while lines.len() > 1 && lines.iter().map(|l| l.len() + 1).sum::<usize>() > Self::MAX {
+            lines.pop_front();
+        }
+    }
+
+    fn text(&self) -> String {
+        let lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        lines.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
 }
 
 /// The nemeses a run injects: as configured, else the control's own, else
@@ -309,6 +361,7 @@ pub async fn run<T: Topology>(
         wait_replicas,
         permits: config.permits,
         rwlock_reads: config.rwlock_reads,
+        worker_kinds: worker_kinds(launcher, config.workers),
     };
     // A resource on the lock deployment itself (a given Redis) waits for
     // the replicas a grant waits for: C3 then judges the lock, not a write
@@ -381,6 +434,8 @@ pub async fn run<T: Topology>(
         e: Entry::Header(header),
     });
     let (tx, mut rx) = unbounded_channel::<Event>();
+    // The index of a worker whose stdout closed: it exited.
+    let (exit_tx, mut exit_rx) = unbounded_channel::<usize>();
     let proxy = match (&proxy_url, needs_proxy) {
         (Some((_, upstream)), true) => Some(Proxy::start(*upstream, config.workers)?),
         _ => None,
@@ -430,7 +485,7 @@ pub async fn run<T: Topology>(
             permits: config.permits,
             rwlock_reads: config.rwlock_reads,
         };
-        workers.push(spawn_worker(launcher, &spec, tx.clone()).await?);
+        workers.push(spawn_worker(launcher, &spec, tx.clone(), exit_tx.clone()).await?);
     }
     let mut plan = schedule::plan(
         config.seed,
@@ -446,10 +501,21 @@ pub async fn run<T: Topology>(
     }
     let pids: Vec<Pid> = workers.iter().map(|w| w.pid).collect();
     let mut admin = Admin::new(topology.admin_url());
+    drop(exit_tx);
+    // A worker that exits before it is asked to stop could not start (a
+    // server unreachable, a spec it cannot run) or crashed: the run ends
+    // and fails, naming it, instead of going on with fewer workers.
+    let mut exited_early = None;
     let ended = {
         let collect = async {
             while let Some(ev) = rx.recv().await {
                 live.borrow_mut().push(ev);
+            }
+        };
+        let exited = async {
+            match exit_rx.recv().await {
+                Some(index) => index,
+                None => std::future::pending().await,
             }
         };
         let drive = drive(DriveCtx {
@@ -471,11 +537,16 @@ pub async fn run<T: Topology>(
         tokio::select! {
             reason = drive => reason,
             () = collect => "the event channel closed".to_string(),
+            index = exited => {
+                exited_early = Some(index);
+                format!("worker w{index} exited")
+            }
         }
     };
     // Heal every fault, then stop the workers (bounded), then the observer.
     heal(&mut *topology, proxy.as_ref(), &pids).await;
-    stop_workers(workers, config).await;
+    let early = exited_early.and_then(|i| workers.get(i).map(|w| (i, w.stderr.clone())));
+    let statuses = stop_workers(workers, config).await;
     observer.stop();
     drop(proxy);
     drop(tx);
@@ -501,27 +572,87 @@ pub async fn run<T: Topology>(
     }
     store.remove().await;
     remove_lock_keys(topology.lock_url(), &config.tls, &prefix).await;
+    if let Some((index, stderr)) = early {
+        let status = statuses.get(index).copied().flatten();
+        return Err(exited_error(
+            index,
+            launcher.kind(index),
+            status,
+            &stderr.text(),
+        ));
+    }
     Ok(Report::from_history(&History::new(live.events)))
 }
 
+/// Every worker's kind ([`Launcher::kind`]), or `None` when all are the
+/// default.
+fn worker_kinds(launcher: &dyn Launcher, workers: usize) -> Option<Vec<String>> {
+    let kinds: Vec<String> = (0..workers).map(|i| launcher.kind(i).to_string()).collect();
+    kinds
+        .iter()
+        .any(|k| k != DEFAULT_WORKER_KIND)
+        .then_some(kinds)
+}
+
+/// Why a run failed when worker `index` exited before the end: its exit
+/// status and the end of what it wrote on stderr.
+fn exited_error(
+    index: usize,
+    kind: &str,
+    status: Option<std::process::ExitStatus>,
+    stderr: &str,
+) -> Error {
+    let status = status.map_or("its exit status is unknown".to_string(), |s| s.to_string());
+    let said = stderr.trim();
+    let said = if said.is_empty() {
+        "it wrote nothing on stderr".to_string()
+    } else {
+        format!("its stderr:\n{said}")
+    };
+    Error::failed(format!(
+        "torture worker w{index} ({kind}) exited before the run ended ({status}); the run is void: {said}"
+    ))
+}
+
+/// Starts worker `spec.index` and sends its spec; its history lines go to
+/// `tx`, its index to `exited` when its stdout closes (it exited), and its
+/// stderr lines to the log and to its [`StderrTail`].
 async fn spawn_worker(
     launcher: &dyn Launcher,
     spec: &WorkerSpec,
     tx: UnboundedSender<Event>,
+    exited: UnboundedSender<usize>,
 ) -> Result<WorkerProc> {
-    let mut cmd = launcher.worker();
+    let index = spec.index;
+    let kind = launcher.kind(index).to_string();
+    let mut cmd = launcher.worker_at(index);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::failed(format!("cannot start a torture worker: {e}")))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        let program = cmd.as_std().get_program().to_string_lossy().into_owned();
+        Error::failed(format!(
+            "cannot start torture worker w{index} ({kind}, {program}): {e}"
+        ))
+    })?;
     let pid = Pid::from_raw(child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0));
     let mut stdin = child.stdin.take();
     if let Some(s) = &mut stdin {
         let line = serde_json::to_string(spec).map_err(|e| Error::failed(e.to_string()))?;
         s.write_all(format!("{line}\n").as_bytes()).await?;
         s.flush().await?;
+    }
+    let tail = StderrTail::default();
+    if let Some(stderr) = child.stderr.take() {
+        let tail = tail.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::warn!("torture worker w{index} ({kind}): {line}");
+                tail.push(line);
+            }
+        });
     }
     if let Some(stdout) = child.stdout.take() {
         tokio::spawn(async move {
@@ -533,14 +664,24 @@ async fn spawn_worker(
                     return;
                 }
             }
+            let _ = exited.send(index);
         });
     }
-    Ok(WorkerProc { child, stdin, pid })
+    Ok(WorkerProc {
+        child,
+        stdin,
+        pid,
+        stderr: tail,
+    })
 }
 
 /// Asks every worker to stop after its cycle; kills those that do not
-/// within the longest cycle (its wait plus two seconds).
-async fn stop_workers(workers: Vec<WorkerProc>, config: &Config) {
+/// within the longest cycle (its wait plus two seconds). Returns each
+/// worker's exit status (`None`: killed, or not known).
+async fn stop_workers(
+    workers: Vec<WorkerProc>,
+    config: &Config,
+) -> Vec<Option<std::process::ExitStatus>> {
     let bound = config.ttl * 10 + config.effective_hold() + Duration::from_secs(2);
     let mut all = Vec::new();
     for mut w in workers {
@@ -552,14 +693,17 @@ async fn stop_workers(workers: Vec<WorkerProc>, config: &Config) {
         all.push(w);
     }
     let give_up = tokio::time::Instant::now() + bound;
+    let mut statuses = Vec::with_capacity(all.len());
     for w in &mut all {
-        if tokio::time::timeout_at(give_up, w.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = w.child.kill().await;
+        match tokio::time::timeout_at(give_up, w.child.wait()).await {
+            Ok(status) => statuses.push(status.ok()),
+            Err(_) => {
+                let _ = w.child.kill().await;
+                statuses.push(None);
+            }
         }
     }
+    statuses
 }
 
 /// Resumes the server and every worker, clears the proxy's faults.

@@ -33,6 +33,7 @@ fn replicated_header(fence_mode: &str, replicas: u32, wait: u32) -> Event {
             wait_replicas: wait,
             permits: None,
             rwlock_reads: None,
+            worker_kinds: None,
         }),
     )
 }
