@@ -174,6 +174,19 @@ the counter, which a replica prevents). On etcd, `all` runs
 write-only-check and revoke-without-seal: the broken locks are Redis
 scripts, and etcd fences never repeat.
 
+Mixed runs (--python-workers N): N of the workers are the Python
+package's worker (PYTHON -m fencelock.torture_worker, PYTHON from --python
+or FENCELOCK_PYTHON, default python3; the package must be installed for
+it), the others this binary's; w1, w3, ... first, then w0, w2, ... Both
+speak one protocol and do the same cycles on the same names, so the
+checkers judge Rust and Python holders together. The Python worker runs
+a mutex or a semaphore on Redis (any topology but etcd) with the Redis
+resource; it refuses the rest (etcd, --resource postgres, --primitive
+rwlock, --unsafe controls, waiting for replicas of the resource) and
+exits, and a worker that exits before the end of a run voids it: the
+run stops and fails (exit 70), naming the worker and quoting its stderr.
+The report counts the operations per kind of worker (JSON: worker_kinds).
+
 Examples:
   fencelock torture
   fencelock torture --duration 30m --seed 42 --history torture.jsonl
@@ -182,6 +195,7 @@ Examples:
   fencelock torture --unsafe all
   fencelock torture --primitive semaphore --permits 3 --duration 60s
   fencelock torture --primitive semaphore --permits 3 --unsafe one-fence
+  fencelock torture --workers 4 --python-workers 2 --python .venv/bin/python
   fencelock torture --primitive rwlock --duration 60s
   fencelock torture --primitive rwlock --topology etcd --unsafe unvalidated-read
   fencelock torture --topology sentinel --duration 5m
@@ -195,7 +209,8 @@ Exit codes: 0 no violation (with --model: and every operation explained),
 operation the model cannot explain), 2 inconclusive (no violation, but
 fewer than 1 grant or 1 acknowledged write for a lock name; with --model:
 or the model's verdict unknown), 64 usage, 65 a history that cannot be
-read, 69 Redis or etcd unreachable, 78 bad configuration (refused
+read, 69 Redis or etcd unreachable, 70 a worker exited before the run
+ended (or another internal failure), 78 bad configuration (refused
 credentials or TLS).";
 
 /// Safety harness on Redis or etcd: worker processes, faults (pauses,
@@ -309,6 +324,21 @@ pub(crate) struct TortureArgs {
     /// [default: 70].
     #[arg(long, value_name = "PERCENT")]
     pub(crate) reads: Option<u32>,
+    /// Run N of the workers with the Python package's worker (`PYTHON -m
+    /// fencelock.torture_worker`) instead of this binary's: odd-numbered
+    /// workers first (w1, w3, ...), then even ones. A mutex or a semaphore
+    /// on Redis with the Redis resource; see "Mixed runs" below.
+    #[arg(long, default_value_t = 0, value_name = "N", conflicts_with = "check")]
+    pub(crate) python_workers: usize,
+    /// The Python interpreter of --python-workers, one in whose environment
+    /// the `fencelock` package is installed.
+    #[arg(
+        long,
+        env = "FENCELOCK_PYTHON",
+        default_value = "python3",
+        value_name = "PATH"
+    )]
+    pub(crate) python: PathBuf,
 }
 
 /// What the workers take.
@@ -390,8 +420,44 @@ pub(crate) async fn worker() -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-/// This binary again, as a worker that dies with this process.
-struct SelfLauncher;
+/// This binary again, as a worker that dies with this process; with
+/// `--python-workers`, some workers are the Python package's instead.
+struct SelfLauncher {
+    /// The Python workers, if any.
+    python: Option<PythonWorkers>,
+}
+
+/// Which workers run `PYTHON -m fencelock.torture_worker`.
+struct PythonWorkers {
+    /// The interpreter.
+    interpreter: PathBuf,
+    /// How many of the workers.
+    count: usize,
+    /// Of how many.
+    workers: usize,
+}
+
+impl PythonWorkers {
+    /// The Python workers are the odd-numbered ones first (w1, w3, ...),
+    /// then the even ones (w0, w2, ...): with half of them Python, the
+    /// two kinds alternate.
+    fn runs(&self, index: usize) -> bool {
+        let odd = self.workers / 2;
+        let rank = if index % 2 == 1 {
+            index / 2
+        } else {
+            odd + index / 2
+        };
+        rank < self.count
+    }
+}
+
+impl SelfLauncher {
+    /// The Python workers' settings, if worker `index` is one of them.
+    fn python_at(&self, index: usize) -> Option<&PythonWorkers> {
+        self.python.as_ref().filter(|p| p.runs(index))
+    }
+}
 
 impl Launcher for SelfLauncher {
     fn worker(&self) -> tokio::process::Command {
@@ -402,6 +468,26 @@ impl Launcher for SelfLauncher {
             .env_remove("FENCELOCK_LOG");
         crate::child::die_with_parent(&mut cmd);
         cmd
+    }
+
+    fn worker_at(&self, index: usize) -> tokio::process::Command {
+        let Some(python) = self.python_at(index) else {
+            return self.worker();
+        };
+        let mut cmd = tokio::process::Command::new(&python.interpreter);
+        cmd.args(["-m", "fencelock.torture_worker"])
+            .process_group(0)
+            .env_remove("FENCELOCK_LOG");
+        crate::child::die_with_parent(&mut cmd);
+        cmd
+    }
+
+    fn kind(&self, index: usize) -> &str {
+        if self.python_at(index).is_some() {
+            "python"
+        } else {
+            fencelock_torture::DEFAULT_WORKER_KIND
+        }
     }
 }
 
@@ -557,6 +643,19 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
     if args.workers == 0 || args.names == 0 {
         return Err(usage("--workers and --names must be at least 1"));
     }
+    if args.python_workers > args.workers {
+        return Err(usage(format!(
+            "--python-workers {}: more than the {} worker(s) of the run (--workers)",
+            args.python_workers, args.workers
+        )));
+    }
+    let launcher = SelfLauncher {
+        python: (args.python_workers > 0).then(|| PythonWorkers {
+            interpreter: args.python.clone(),
+            count: args.python_workers,
+            workers: args.workers,
+        }),
+    };
     let given = crate::connect::given_url(global);
     let remote_etcd = given.is_some() && crate::connect::is_etcd(global);
     if let (Some(t), Some(_)) = (args.topology, &given) {
@@ -746,14 +845,9 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
                 if let Some(r) = &resource {
                     remote = remote.with_resource(r.url());
                 }
-                let report = fencelock_torture::run(
-                    &config,
-                    &mut remote,
-                    &SelfLauncher,
-                    progress,
-                    interrupt,
-                )
-                .await;
+                let report =
+                    fencelock_torture::run(&config, &mut remote, &launcher, progress, interrupt)
+                        .await;
                 if let Some(r) = resource {
                     r.stop().await;
                 }
@@ -770,14 +864,8 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
                 };
                 match remote {
                     Ok(mut remote) => {
-                        fencelock_torture::run(
-                            &config,
-                            &mut remote,
-                            &SelfLauncher,
-                            progress,
-                            interrupt,
-                        )
-                        .await
+                        fencelock_torture::run(&config, &mut remote, &launcher, progress, interrupt)
+                            .await
                     }
                     Err(e) => Err(e),
                 }
@@ -785,47 +873,32 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &TortureArgs) -> anyhow::
             (None, TopologyArg::Etcd) => {
                 let mut etcd = Etcd::start().await?;
                 let report =
-                    fencelock_torture::run(&config, &mut etcd, &SelfLauncher, progress, interrupt)
+                    fencelock_torture::run(&config, &mut etcd, &launcher, progress, interrupt)
                         .await;
                 etcd.stop().await;
                 report
             }
             (None, TopologyArg::Single) => {
                 let mut single = Single::start().await?;
-                let report = fencelock_torture::run(
-                    &config,
-                    &mut single,
-                    &SelfLauncher,
-                    progress,
-                    interrupt,
-                )
-                .await;
+                let report =
+                    fencelock_torture::run(&config, &mut single, &launcher, progress, interrupt)
+                        .await;
                 single.stop().await;
                 report
             }
             (None, TopologyArg::Sentinel) => {
                 let mut sentinel = Sentinel::start(config.ttl).await?;
-                let report = fencelock_torture::run(
-                    &config,
-                    &mut sentinel,
-                    &SelfLauncher,
-                    progress,
-                    interrupt,
-                )
-                .await;
+                let report =
+                    fencelock_torture::run(&config, &mut sentinel, &launcher, progress, interrupt)
+                        .await;
                 sentinel.stop().await;
                 report
             }
             (None, TopologyArg::Cluster) => {
                 let mut cluster = Cluster::start(config.ttl).await?;
-                let report = fencelock_torture::run(
-                    &config,
-                    &mut cluster,
-                    &SelfLauncher,
-                    progress,
-                    interrupt,
-                )
-                .await;
+                let report =
+                    fencelock_torture::run(&config, &mut cluster, &launcher, progress, interrupt)
+                        .await;
                 cluster.stop().await;
                 report
             }

@@ -1202,3 +1202,66 @@ fn torture_semaphore_one_fence_control_is_caught_on_etcd() {
         .collect();
     assert!(caught.contains(&"C9"), "{report:#}");
 }
+
+/// `--python-workers`: more Python workers than workers is refused; a
+/// worker that exits before the end of the run (here an "interpreter" that
+/// is a script failing at once, or none at all) voids the run at once: exit
+/// 70, naming the worker and quoting its stderr. The Python worker itself
+/// is run by the Python package's tests (test_torture_mixed.py).
+#[test]
+fn torture_python_workers_refused_or_voided_when_a_worker_exits() {
+    let out = fencelock(&["torture", "--workers", "2", "--python-workers", "3"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("--python-workers 3"), "{stderr}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let python = dir.path().join("python");
+    std::fs::write(
+        &python,
+        "#!/bin/sh\nread spec\necho \"no fencelock here: $*\" >&2\nexit 3\n",
+    )
+    .expect("writes");
+    std::fs::set_permissions(&python, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let voided = |python: &str, needles: &[&str]| {
+        let started = Instant::now();
+        let out = fencelock(&[
+            "torture",
+            "--workers",
+            "2",
+            "--python-workers",
+            "1",
+            "--duration",
+            "30s",
+            "--python",
+            python,
+        ])
+        .env_remove("FENCELOCK_PYTHON")
+        .output()
+        .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(70), "{stderr}");
+        for needle in needles {
+            assert!(stderr.contains(needle), "{needle:?} in {stderr}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the run went on for {:?} with a worker gone",
+            started.elapsed()
+        );
+    };
+    voided(
+        python.to_str().expect("utf-8 path"),
+        &[
+            "torture worker w1 (python) exited before the run ended (exit status: 3)",
+            "no fencelock here: -m fencelock.torture_worker",
+        ],
+    );
+    voided(
+        "/nonexistent/python3",
+        &["cannot start torture worker w1 (python, /nonexistent/python3)"],
+    );
+}
