@@ -19,7 +19,7 @@ the contestants within a group rotates each round) and the medians of
   ``PING`` of the same kind, so figures from different machines compare.
 - Uncontended, one worker: acquire+release cycles/s of
 
-  - asyncio: fencelock ``async with client.lock(name, ttl=10, wait=5)``
+  - asyncio: fencelock ``async with client.lock(name, ttl=10, wait=30)``
     (fenced) and redis-py ``redis.asyncio`` ``Lock`` (unfenced);
   - blocking: fencelock ``connect_blocking``'s ``with client.lock(...)``,
     redis-py ``redis.Lock`` and python-redis-lock ``redis_lock.Lock``.
@@ -210,7 +210,7 @@ class AsyncContestant:
 
 class FencelockAsync(AsyncContestant):
     key, library, fenced = "fencelock-asyncio", "fencelock", True
-    how = "async with client.lock(name, ttl=10, wait=…)"
+    how = "async with client.lock(name, ttl=10, wait=30)"
 
     async def open(self, s: Setup) -> None:
         import fencelock
@@ -228,7 +228,8 @@ class FencelockAsync(AsyncContestant):
 
 class RedisPyAsync(AsyncContestant):
     key, library, fenced = "redis-py-asyncio", "redis-py", False
-    how = "async with redis.asyncio Lock (one per worker)"
+    how = ("async with r.lock(name, timeout=10, blocking_timeout=30) "
+           "(redis.asyncio; one Lock per worker)")
 
     async def open(self, s: Setup) -> None:
         import redis.asyncio
@@ -261,7 +262,7 @@ class BlockingContestant:
 
 class FencelockBlocking(BlockingContestant):
     key, library, fenced = "fencelock-blocking", "fencelock", True
-    how = "with connect_blocking(...).lock(name, ttl=10, wait=…)"
+    how = "with client.lock(name, ttl=10, wait=30) (connect_blocking)"
 
     def open(self, s: Setup) -> None:
         import fencelock
@@ -279,7 +280,8 @@ class FencelockBlocking(BlockingContestant):
 
 class RedisPyBlocking(BlockingContestant):
     key, library, fenced = "redis-py-blocking", "redis-py", False
-    how = "with redis.Lock (one per worker)"
+    how = ("with r.lock(name, timeout=10, blocking_timeout=30) "
+           "(redis.Redis; one Lock per worker)")
 
     def open(self, s: Setup) -> None:
         import redis
@@ -298,7 +300,7 @@ class RedisPyBlocking(BlockingContestant):
 
 class RedisLockBlocking(BlockingContestant):
     key, library, fenced = "python-redis-lock", "python-redis-lock", False
-    how = "with redis_lock.Lock(conn, name, expire=30)"
+    how = "with redis_lock.Lock(r, name, expire=30) (one per acquisition)"
 
     def open(self, s: Setup) -> None:
         import redis
@@ -766,9 +768,17 @@ def print_table(rows: dict[str, Row], res: dict[str, Any], args: argparse.Namesp
           f"{fmt(e['handover_p50_ms'], '9.3f')} {fmt(e['handover_p99_ms'], '9.3f')}  "
           f"{fmt(e['jain'], '5.3f')}  {e['overlaps']}")
     p("")
-    p("hand-over: from one holder calling release to the next holder's acquire returning; "
-      "utilization: share of wall time some worker held the lock (grant received .. release "
-      "called); Jain: fairness of per-worker acquisition counts (1 = equal)")
+    p("How each is used:")
+    for r in rows.values():
+        if r.group == "uncontended":
+            p(f"  {r.mode:<9} {r.library:<17} {r.how}")
+    p(f"  (contended: redis-py's Lock polls every {args.poll * 1e3:g} ms; fencelock wait_mode "
+      f"{args.wait_mode or 'notify (default)'}; python-redis-lock waits on BLPOP)")
+    p("")
+    p("hand-over: from one holder calling release to the next holder's acquire returning")
+    p("utilization: share of wall time some worker held the lock (grant received .. release "
+      "called)")
+    p("Jain: fairness of the workers' acquisition counts (1 = equal, 1/workers = one took all)")
 
 
 def main() -> int:
