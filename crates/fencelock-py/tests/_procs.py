@@ -157,8 +157,9 @@ class Worker:
         self.popen.stdin.write(line + "\n")
         self.popen.stdin.flush()
 
-    def expect(self, prefix: str, deadline: float = 15.0) -> str:
-        """The next stdout line, which must start with ``prefix``."""
+    def expect(self, prefix: str, deadline: float = 15.0, skip: Sequence[str] = ()) -> str:
+        """The next stdout line, which must start with ``prefix`` (lines
+        starting with one of ``skip`` are passed over)."""
         end = time.monotonic() + deadline
         while True:
             left = end - time.monotonic()
@@ -171,6 +172,8 @@ class Worker:
             if line is None:
                 raise AssertionError(f"worker ended before {prefix!r}\n{self.describe()}")
             self.seen.append(line)
+            if skip and line.startswith(tuple(skip)) and not line.startswith(prefix):
+                continue
             if not line.startswith(prefix):
                 raise AssertionError(f"expected {prefix!r}, got {line!r}\n{self.describe()}")
             return line

@@ -10,7 +10,8 @@ The test stops it, lets another holder take the lock and write, and
 resumes it. Once awake it writes ``stale-A`` once more, to both hashes,
 whatever it knows about its lease, and reports:
 
-- ``async``: the loss cancels the body (``body-cancelled``) and
+- ``async``: the loss cancels the body (``body-cancelled SECONDS``, how
+  long it ran on after seeing the clock jump, ``woke``) and
   ``async with`` raises ``LockLost`` (``lost FENCE REASON``); the stale
   writes are sent after that (``stale-write ACCEPTED``).
 - ``blocking``: the body notices the jump of the clock and writes at once
@@ -48,14 +49,18 @@ async def run_async(url: str, name: str, hkey: str, ukey: str, ttl: float) -> No
             ok = await h.write(lease, "A")
             await r.hset(ukey, "value", "A")
             emit("holding", lease.fence, ok)
+            woke_at = None
             try:
                 while True:
                     t = time.monotonic()
                     await asyncio.sleep(0.01)
                     if time.monotonic() - t > WOKE:
+                        woke_at = time.monotonic()
                         emit("woke")
             except asyncio.CancelledError:
-                emit("body-cancelled")
+                # How long the body ran on after it saw that it had slept.
+                late = 0.0 if woke_at is None else time.monotonic() - woke_at
+                emit("body-cancelled", f"{late:.3f}")
                 raise
         emit("body-ended-without-loss")
     except fencelock.LockLost as e:
