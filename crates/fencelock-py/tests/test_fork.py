@@ -333,3 +333,49 @@ def test_fork_child_can_take_the_lock_once_the_parent_releases(
         assert redis_py.get(key) is None
     finally:
         parent.close()
+
+
+@pytest.mark.etcd
+def test_fork_on_etcd(etcd_url: str, lock_name: str) -> None:
+    """The same rules on etcd: the child's inherited lease is lost
+    (``forked``) and its release deletes nothing; the inherited client is
+    closed; the child's own client sees the parent's lock held. The parent's
+    lease outlives the child (another client is refused) and releases."""
+    parent = fencelock.connect_blocking(etcd_url)
+    other = fencelock.connect_blocking(etcd_url)
+    try:
+        lease = parent.acquire(lock_name, ttl=5.0, wait=0)
+
+        def child() -> dict[str, Any]:
+            out: dict[str, Any] = {"lost": lease.lost, "reason": lease.loss_reason}
+            out["extend"] = _raises(fencelock.LockLost, lease.extend)
+            out["acquire"] = _raises(fencelock.ClientClosed, lambda: parent.acquire(f"{lock_name}-x", wait=0))
+            try:
+                out["release"] = repr(lease.release())
+            except fencelock.LockLost:
+                out["release"] = "LockLost"
+            with fencelock.connect_blocking(etcd_url) as mine:
+                out["contended"] = _raises(fencelock.Contended, lambda: mine.acquire(lock_name, wait=0))
+                with mine.lock(f"{lock_name}-x", ttl=5.0, wait=5.0) as l2:
+                    out["own_fence"] = l2.fence
+            gc.collect()
+            return out
+
+        code, out = fork_and_report(child)
+        assert code == 0
+        assert out["lost"] is True and out["reason"] == "forked", out
+        assert out["extend"].startswith("raised forked"), out
+        assert out["acquire"] == "raised", out
+        assert out["release"] in {"False", "LockLost"}, out
+        assert out["contended"] == "raised", out
+        assert out["own_fence"] > 0, out
+
+        with pytest.raises(fencelock.Contended):
+            other.acquire(lock_name, wait=0)
+        assert not lease.lost
+        lease.extend()
+        assert lease.release() is True
+        assert other.acquire(lock_name, wait=0).release() is True
+    finally:
+        other.close()
+        parent.close()

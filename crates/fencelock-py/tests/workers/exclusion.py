@@ -1,9 +1,10 @@
 """A worker of the mutual-exclusion tests: rounds of acquire, log
 ``enter PID FENCE`` to a Redis list, hold, log ``exit PID FENCE``, release.
 
-    exclusion.py URL NAME LIST ROUNDS HOLD_SECONDS MODE API
+    exclusion.py URL NAME LIST ROUNDS HOLD_SECONDS MODE API [LOG_URL]
 
-MODE ``lock`` takes the fencelock lock around each round; ``none`` takes no
+URL is the lock's server (Redis or etcd); LOG_URL the Redis of the list
+(default URL). MODE ``lock`` takes the fencelock lock around each round; ``none`` takes no
 lock at all (the negative control). API ``async`` or ``blocking``.
 
 Protocol on stdout/stdin: prints ``ready`` once connected, waits for a line
@@ -27,15 +28,18 @@ from _procs import emit, set_pdeathsig
 def main() -> None:
     set_pdeathsig()
     url, name, list_key, rounds, hold, mode, api = sys.argv[1:8]
+    log_url = sys.argv[8] if len(sys.argv) > 8 else url
     if api == "async":
-        asyncio.run(run_async(url, name, list_key, int(rounds), float(hold), mode))
+        asyncio.run(run_async(url, log_url, name, list_key, int(rounds), float(hold), mode))
     else:
-        run_blocking(url, name, list_key, int(rounds), float(hold), mode)
+        run_blocking(url, log_url, name, list_key, int(rounds), float(hold), mode)
 
 
-async def run_async(url: str, name: str, list_key: str, rounds: int, hold: float, mode: str) -> None:
+async def run_async(
+    url: str, log_url: str, name: str, list_key: str, rounds: int, hold: float, mode: str
+) -> None:
     pid = os.getpid()
-    r = redis.asyncio.Redis.from_url(url, decode_responses=True)
+    r = redis.asyncio.Redis.from_url(log_url, decode_responses=True)
     async with await fencelock.connect(url) as client:
         await r.ping()
         emit("ready")
@@ -54,9 +58,11 @@ async def run_async(url: str, name: str, list_key: str, rounds: int, hold: float
     emit("done", rounds)
 
 
-def run_blocking(url: str, name: str, list_key: str, rounds: int, hold: float, mode: str) -> None:
+def run_blocking(
+    url: str, log_url: str, name: str, list_key: str, rounds: int, hold: float, mode: str
+) -> None:
     pid = os.getpid()
-    r = redis.Redis.from_url(url, decode_responses=True)
+    r = redis.Redis.from_url(log_url, decode_responses=True)
     with fencelock.connect_blocking(url) as client:
         r.ping()
         emit("ready")

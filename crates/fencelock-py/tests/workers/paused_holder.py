@@ -1,8 +1,9 @@
 """A holder that the test freezes with SIGSTOP past its lease.
 
-    paused_holder.py URL NAME HASH_KEY UNFENCED_KEY TTL API
+    paused_holder.py URL NAME HASH_KEY UNFENCED_KEY TTL API [DATA_URL]
 
-Takes NAME with a TTL-second lease, writes ``A`` to the fenced hash
+URL is the lock's server (Redis or etcd), DATA_URL the Redis of both hashes
+(default URL; a fenced hash takes a lease of either backend). Takes NAME with a TTL-second lease, writes ``A`` to the fenced hash
 HASH_KEY with its fence (and, as the control, to the plain hash
 UNFENCED_KEY with HSET: what a worker without fencing would do), prints
 ``holding FENCE ACCEPTED``, then idles in the lock's body in 10 ms steps.
@@ -38,10 +39,11 @@ from _procs import emit, set_pdeathsig
 WOKE = 0.5
 
 
-async def run_async(url: str, name: str, hkey: str, ukey: str, ttl: float) -> None:
-    r = redis.asyncio.Redis.from_url(url, decode_responses=True)
+async def run_async(url: str, data_url: str, name: str, hkey: str, ukey: str, ttl: float) -> None:
+    r = redis.asyncio.Redis.from_url(data_url, decode_responses=True)
     client = await fencelock.connect(url)
-    h = client.fenced_hash(hkey)
+    data = client if data_url == url else await fencelock.connect(data_url)
+    h = data.fenced_hash(hkey)
     held = None
     try:
         async with client.lock(name, ttl=ttl, wait=10.0) as lease:
@@ -72,14 +74,16 @@ async def run_async(url: str, name: str, hkey: str, ukey: str, ttl: float) -> No
     emit("lease-lost", held.lost, held.loss_reason)
     emit("release", await held.release())
     await client.close()
+    await data.close()
     await r.aclose()
     emit("end")
 
 
-def run_blocking(url: str, name: str, hkey: str, ukey: str, ttl: float) -> None:
-    r = redis.Redis.from_url(url, decode_responses=True)
+def run_blocking(url: str, data_url: str, name: str, hkey: str, ukey: str, ttl: float) -> None:
+    r = redis.Redis.from_url(data_url, decode_responses=True)
     client = fencelock.connect_blocking(url)
-    h = client.fenced_hash(hkey)
+    data = client if data_url == url else fencelock.connect_blocking(data_url)
+    h = data.fenced_hash(hkey)
     held = None
     try:
         with client.lock(name, ttl=ttl, wait=10.0) as lease:
@@ -108,6 +112,7 @@ def run_blocking(url: str, name: str, hkey: str, ukey: str, ttl: float) -> None:
     emit("lease-lost", held.lost, held.loss_reason)
     emit("release", held.release())
     client.close()
+    data.close()
     r.close()
     emit("end")
 
@@ -115,10 +120,11 @@ def run_blocking(url: str, name: str, hkey: str, ukey: str, ttl: float) -> None:
 def main() -> None:
     set_pdeathsig()
     url, name, hkey, ukey, ttl, api = sys.argv[1:7]
+    data_url = sys.argv[7] if len(sys.argv) > 7 else url
     if api == "async":
-        asyncio.run(run_async(url, name, hkey, ukey, float(ttl)))
+        asyncio.run(run_async(url, data_url, name, hkey, ukey, float(ttl)))
     else:
-        run_blocking(url, name, hkey, ukey, float(ttl))
+        run_blocking(url, data_url, name, hkey, ukey, float(ttl))
 
 
 if __name__ == "__main__":
