@@ -134,6 +134,7 @@ def test_paused_holder_loses_and_its_stale_write_is_refused(
                 assert reason in {"expired", "taken_over", "deadline_passed"}, reason
                 assert a.expect("stale-write").split()[1] == "False"
             else:
+                a.send("wake")
                 assert a.expect("stale-write").split()[1] == "False"
                 _, fence, _reason = a.expect("extend-lost").split()
                 assert int(fence) == a_fence

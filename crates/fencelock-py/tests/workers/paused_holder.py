@@ -15,7 +15,8 @@ whatever it knows about its lease, and reports:
   long it ran on after seeing the clock jump, ``woke``) and
   ``async with`` raises ``LockLost`` (``lost FENCE REASON``); the stale
   writes are sent after that (``stale-write ACCEPTED``).
-- ``blocking``: the body notices the jump of the clock and writes at once
+- ``blocking``: the body idles until the test, once it resumed the
+  process, sends the line ``wake``; it writes at once
   (``stale-write ACCEPTED``), then ``lease.extend()`` raises ``LockLost``
   (``extend-lost FENCE REASON``) and the ``with`` exit raises it too
   (``lost FENCE REASON``).
@@ -26,6 +27,7 @@ Last lines: ``release RESULT`` (a release of the lost lease) and ``end``.
 from __future__ import annotations
 
 import asyncio
+import select
 import sys
 import time
 
@@ -91,11 +93,10 @@ def run_blocking(url: str, data_url: str, name: str, hkey: str, ukey: str, ttl: 
             ok = h.write(lease, "A")
             r.hset(ukey, "value", "A")
             emit("holding", lease.fence, ok)
-            while True:
-                t = time.monotonic()
-                time.sleep(0.01)
-                if time.monotonic() - t > WOKE:
-                    break
+            # Idle until the test, having resumed this process, says "wake".
+            while not select.select([sys.stdin], [], [], 0.01)[0]:
+                pass
+            sys.stdin.readline()
             # Awake: write at once, before asking anything about the lease.
             ok = h.write(lease, "stale-A")
             r.hset(ukey, "value", "stale-A")
