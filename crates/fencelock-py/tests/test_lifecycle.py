@@ -14,7 +14,6 @@ import asyncio
 import gc
 import sys
 import textwrap
-import time
 import warnings
 from typing import Any, Iterator
 
@@ -35,6 +34,12 @@ def lock_held(redis_py: Any, name: str) -> bool:
 
 def queue_len(redis_py: Any, name: str) -> int:
     return int(redis_py.zcard(default_keys(name)["queue"]))
+
+
+def script_calls(redis_py: Any) -> int:
+    """Scripts the server has run so far (EVALSHA and EVAL)."""
+    stats = redis_py.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
 
 
 def nothing_left(redis_py: Any, name: str) -> bool:
@@ -177,10 +182,10 @@ def test_wait_cancelled_when_asyncio_run_ends(
         task = asyncio.ensure_future(client.acquire(lock_name, wait=None, wait_mode=wait_mode))
         state["task"] = task
         if wait_mode == "poll":
-            # A polling waiter has no queue entry: let it try a few times.
-            end = time.monotonic() + 0.2
-            while time.monotonic() < end:
-                await asyncio.sleep(0.01)
+            # A polling waiter has no queue entry: wait until it has tried
+            # (script calls on the server) twice more.
+            before = script_calls(redis_py)
+            await async_wait_until(lambda: script_calls(redis_py) >= before + 2, 10, "retried")
         else:
             await async_wait_until(lambda: queue_len(redis_py, lock_name) > 0, 10, "queued")
         assert not task.done()
@@ -465,8 +470,18 @@ async def test_negative_control_an_abandoned_lease_stays_held(client: Any, redis
 _PRELUDE = textwrap.dedent(
     """
     import asyncio, os, sys, threading, time
+    import redis
     import fencelock
     URL, NAME = sys.argv[1], sys.argv[2]
+
+    def wait_queued():
+        # Until a waiter of NAME is in its wait queue (10 s at most).
+        r = redis.Redis.from_url(URL)
+        end = time.monotonic() + 10
+        while not r.zcard("lock:{" + NAME + "}:queue"):
+            assert time.monotonic() < end, "no waiter queued"
+            time.sleep(0.01)
+        r.close()
     """
 )
 
@@ -545,7 +560,7 @@ EXIT_WAITING = {
             global client, fut
             client = await fencelock.connect(URL)
             fut = client._native.acquire(NAME, {"wait": None})
-            await asyncio.sleep(0.3)
+            await asyncio.to_thread(wait_queued)
             print("waiting", flush=True)
         asyncio.run(main())
     """,
@@ -556,7 +571,7 @@ EXIT_WAITING = {
             global client, task
             client = await fencelock.connect(URL)
             task = asyncio.ensure_future(client.acquire(NAME, wait=None))
-            await asyncio.sleep(0.3)
+            await asyncio.to_thread(wait_queued)
             print("waiting", flush=True)
         loop.run_until_complete(main())
     """,
@@ -565,7 +580,7 @@ EXIT_WAITING = {
         client = fencelock.connect_blocking(URL)
         t = threading.Thread(target=lambda: client.acquire(NAME, wait=None), daemon=True)
         t.start()
-        time.sleep(0.3)
+        wait_queued()
         print("waiting", flush=True)
     """,
     # A coroutine created and never awaited.
