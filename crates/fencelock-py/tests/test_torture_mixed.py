@@ -87,9 +87,10 @@ def torture(
 
 def report_of(out: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     try:
-        return json.loads(out.stdout)
+        report: dict[str, Any] = json.loads(out.stdout)
     except ValueError:
         pytest.fail(f"exit {out.returncode}, no JSON report:\n{out.stdout}\nstderr:\n{out.stderr}")
+    return report
 
 
 def events_of(history: Path) -> list[dict[str, Any]]:
