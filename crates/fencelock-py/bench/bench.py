@@ -4,7 +4,7 @@ one redis-server, in one run.
     .venv/bin/python crates/fencelock-py/bench/bench.py [--duration 2] [--rounds 5]
         [--url URL] [--workers 8] [--hold 0.001] [--poll 0.001]
         [--blocking-workers threads|processes] [--loop asyncio|uvloop]
-        [--pin [--client-cpu same|other]] [--json]
+        [--pin [--client-cpu same|other]] [--json] [--save PATH]
 
 Without ``--url`` it starts its own redis-server on a free loopback port
 (killed at exit, and by the kernel if the bench dies: ``PR_SET_PDEATHSIG``).
@@ -626,6 +626,12 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Row]:
                 r.rounds.append(contention_figures(start, end, recs, w))
             except Exception as e:
                 r.error = f"{type(e).__name__}: {e}"
+        # Each uncontended rate per PING of its own kind in the same round:
+        # a load that comes and goes on the machine moves both alike.
+        for r in rows.values():
+            if r.group == "uncontended" and len(r.rounds) == rnd + 1:
+                r.rounds[-1]["per_ping"] = (r.rounds[-1]["per_s"]
+                                            / rows[f"ping/{r.mode}"].rounds[-1]["per_s"])
         for c in rotated(bcs, rnd):
             r = row("contended", "blocking", c)
             name = f"bench:{RUN}:{c.key}:c{rnd}"
@@ -689,7 +695,6 @@ def pin_process(cpu: int) -> None:
 
 
 def report(args: argparse.Namespace, rows: dict[str, Row], meta: dict[str, Any]) -> dict[str, Any]:
-    ping = {m: rows[f"ping/{m}"].median("per_s") for m in ("asyncio", "blocking")}
     out: dict[str, Any] = {**meta, "ping": {}, "uncontended": [], "contended": []}
     for r in rows.values():
         entry: dict[str, Any] = {
@@ -704,8 +709,7 @@ def report(args: argparse.Namespace, rows: dict[str, Row], meta: dict[str, Any])
             out["ping"][r.mode] = entry
         elif r.group == "uncontended":
             entry["cycles_per_s"] = r.median("per_s")
-            p = ping[r.mode]
-            entry["cycles_per_ping"] = entry["cycles_per_s"] / p if p and entry["cycles_per_s"] else None
+            entry["cycles_per_ping"] = r.median("per_ping")
             out["uncontended"].append(entry)
         else:
             for m in ("acquisitions_per_s", "utilization", "handover_p50_ms", "handover_p99_ms",
@@ -742,7 +746,7 @@ def print_table(rows: dict[str, Row], res: dict[str, Any], args: argparse.Namesp
           f"{fmt(lo, ',.0f')}..{fmt(hi, ',.0f')}")
     p("")
     p("Uncontended: 1 worker, acquire+release              fenced  cycles/s  range"
-      "            per PING")
+      "            per PING (same round)")
     for e, r in zip(res["uncontended"], [r for r in rows.values() if r.group == "uncontended"]):
         lo, hi = r.span("per_s")
         fenced = "yes" if r.fenced else "no"
@@ -806,7 +810,8 @@ def main() -> int:
                     help="with --pin: the bench on the same CPU as redis-server or another "
                          "(default other)")
     ap.add_argument("--redis-server", default="redis-server", help="the redis-server binary")
-    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON, not the table")
+    ap.add_argument("--save", metavar="PATH", help="also write the results as JSON to PATH")
     args = ap.parse_args()
     if args.duration < 0 or args.rounds < 1 or args.workers < 1 or args.hold < 0:
         ap.error("--duration, --hold >= 0; --rounds, --workers >= 1")
@@ -876,6 +881,9 @@ def main() -> int:
         if res["extension_build"] == "debug":
             print("bench: fencelock's extension is a debug build (maturin develop without "
                   "--release): its figures are not the package's", file=sys.stderr)
+        if args.save:
+            with open(args.save, "w") as f:
+                json.dump(res, f, indent=2)
         if args.json:
             json.dump(res, sys.stdout, indent=2)
             print()
