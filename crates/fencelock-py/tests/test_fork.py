@@ -379,3 +379,50 @@ def test_fork_on_etcd(etcd_url: str, lock_name: str) -> None:
     finally:
         other.close()
         parent.close()
+
+
+FORK_THEN_EXIT = """
+import asyncio, os, sys
+import fencelock
+URL, NAME = sys.argv[1], sys.argv[2]
+
+async def use(tag):
+    async with await fencelock.connect(URL) as client:
+        async with client.lock(f"{NAME}-{tag}", ttl=5.0, wait=5.0):
+            pass
+
+async def hold():
+    client = await fencelock.connect(URL)
+    return client, await client.acquire(NAME, ttl=5.0, wait=0)
+
+asyncio.run(use("parent"))
+client, lease = asyncio.run(hold())
+for i in range(10):
+    pid = os.fork()
+    if pid == 0:
+        # The child uses the asyncio API, then leaves by the normal exit
+        # path (atexit hooks, finalization), holding the parent's lease.
+        asyncio.run(use(f"child-{i}"))
+        sys.exit(0)
+    _, status = os.waitpid(pid, 0)
+    print("child", i, os.waitstatus_to_exitcode(status), flush=True)
+print("parent-lost", lease.lost, flush=True)
+print("released", asyncio.run(lease.release()), flush=True)
+asyncio.run(client.close())
+"""
+
+
+def test_forked_children_exit_normally(redis_url: str, redis_py: Any, lock_name: str) -> None:
+    """Children forked from a process that used the asyncio API (and holds a
+    lease) use it themselves and exit by the normal path (``sys.exit``: the
+    extension's exit hook and finalization run in the child). Each exits 0,
+    promptly; the parent's lease survives them all and is released by the
+    parent; the parent itself then exits 0."""
+    from _procs import run_python
+
+    ran = run_python(FORK_THEN_EXIT, redis_url, lock_name, deadline=60)
+    assert ran.code == 0, ran
+    lines = ran.lines()
+    assert lines[:10] == [f"child {i} 0" for i in range(10)], ran
+    assert lines[10:] == ["parent-lost False", "released True"], ran
+    assert redis_py.get(default_keys(lock_name)["lock"]) is None

@@ -625,6 +625,16 @@ CLEAN_SCRIPTS = {
                     pass
         asyncio.run(main())
     """,
+    # The same on uvloop (its call_soon_threadsafe is its own).
+    "uvloop": """
+        import uvloop
+        async def main():
+            async with await fencelock.connect(URL) as client:
+                async with client.lock(NAME, ttl=5.0, wait=0):
+                    pass
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main())
+    """,
     # The blocking twin (the control: no foreign thread completes a future).
     "blocking": """
         with fencelock.connect_blocking(URL) as client:
