@@ -16,13 +16,14 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::blocking;
+use crate::bridge::future_into_py;
 use crate::errors::Failure;
 use crate::lease::{Lease, LeaseRegistry, released};
 use crate::options;
 use crate::process::{Local, Owner};
 use crate::resource::{FencedHash, FencedKey, SealTarget};
 use crate::revoke::{self, Revoked};
-use crate::runtime::{self, future_into_py};
+use crate::runtime;
 
 /// How long `close()` waits for the client's background clean-ups (the
 /// releases of leases dropped without `release()`; on etcd, the removal

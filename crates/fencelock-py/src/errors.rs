@@ -1,13 +1,12 @@
 //! Errors on their way to Python: [`Failure`], what went wrong, made
 //! anywhere (a tokio worker holds no GIL), and turned into an instance of
 //! one of `fencelock._errors`' classes only once attached to Python
-//! ([`Failure::into_pyerr`], or [`Outcome`] for an awaited result).
+//! ([`Failure::into_pyerr`]).
 //!
 //! Every instance gets `retryable`, and `name`, `fence` and `reason` where
 //! the error has them. Messages are the Rust errors' texts, which never
 //! carry a password (the library redacts URLs) or a holder token.
 
-use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -264,27 +263,5 @@ fn instance(py: Python<'_>, class: &Py<PyType>, shown: Shown) -> PyResult<PyErr>
 impl From<Failure> for PyErr {
     fn from(failure: Failure) -> Self {
         Python::attach(|py| failure.into_pyerr(py))
-    }
-}
-
-/// An awaited call's result, converted once the result reaches Python:
-/// the value, or the error raised through the awaiting future. This keeps
-/// every Python object out of the tokio side of a call.
-#[derive(Debug)]
-pub(crate) struct Outcome<T>(pub(crate) Result<T, Failure>);
-
-impl<'py, T> IntoPyObject<'py> for Outcome<T>
-where
-    T: IntoPyObject<'py>,
-{
-    type Target = PyAny;
-    type Output = Bound<'py, PyAny>;
-    type Error = PyErr;
-
-    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match self.0 {
-            Ok(value) => value.into_bound_py_any(py),
-            Err(failure) => Err(failure.into_pyerr(py)),
-        }
     }
 }

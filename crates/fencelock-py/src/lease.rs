@@ -23,9 +23,10 @@ use tokio::task::JoinHandle;
 
 use crate::args::shown;
 use crate::blocking;
+use crate::bridge::future_into_py;
 use crate::errors::{Failure, reason_name};
 use crate::process::{Local, Origin};
-use crate::runtime::{self, future_into_py};
+use crate::runtime;
 
 /// A lease's identity, copied at the grant: plain data, readable in any
 /// process.

@@ -9,8 +9,8 @@
 //!
 //! - **No Python on the tokio side.** A call checks its arguments
 //!   attached to Python, then runs as a `Send + 'static` future on this
-//!   process's runtime; its result and its error ([`errors::Failure`])
-//!   become Python objects only once back (`errors::Outcome`).
+//!   process's runtime; its result and its error (`errors::Failure`)
+//!   become Python objects only once back, attached to Python.
 //! - **One runtime per process.** After `os.fork()` the child never uses
 //!   nor drops what the parent made: it gets a runtime of its own, and
 //!   sees the parent's clients as closed and its leases as lost
@@ -32,7 +32,8 @@
 //! | `args` | `str` and integer arguments, refused as `InvalidInput` rather than `TypeError` |
 //! | `process` | what belongs to the process it was made in: `Origin`, `Local<T>` (lent there, leaked elsewhere), a client's `Owner` |
 //! | `blocking` | the `*_blocking` methods' wait: without the GIL, signals checked every 50 ms |
-//! | `runtime` | the per-process tokio runtime and the asyncio bridge (`pyo3_async_runtimes::generic`) |
+//! | `bridge` | Rust futures as asyncio futures: results handed over with `call_soon_threadsafe`, cancellation aborts the task |
+//! | `runtime` | the per-process tokio runtime |
 //! | `errors` | `Failure` and its mapping onto `fencelock._errors` |
 //!
 //! Dependencies point down the table (`client` uses all below it,
@@ -48,6 +49,7 @@ use pyo3::prelude::*;
 
 mod args;
 mod blocking;
+mod bridge;
 mod client;
 mod errors;
 mod lease;
@@ -71,5 +73,12 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<resource::FencedKey>()?;
     module.add_class::<revoke::Sealed>()?;
     module.add_class::<revoke::Revoked>()?;
+    // Before the interpreter finalizes, the runtime's threads stop handing
+    // results to asyncio (see `bridge.rs`).
+    let at_exit = wrap_pyfunction!(bridge::at_exit, module)?;
+    module
+        .py()
+        .import("atexit")?
+        .call_method1("register", (at_exit,))?;
     Ok(())
 }

@@ -14,10 +14,10 @@ use pyo3::prelude::*;
 
 use crate::args::{self, shown};
 use crate::blocking;
+use crate::bridge::future_into_py;
 use crate::errors::Failure;
 use crate::lease::Lease;
 use crate::process::{Local, Owner};
-use crate::runtime::future_into_py;
 
 /// What a fenced resource holds.
 #[pyclass(frozen, module = "fencelock._native", name = "HashState")]

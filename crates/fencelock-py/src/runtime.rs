@@ -1,5 +1,4 @@
-//! The extension's tokio runtime, one per process, and the bridge that
-//! turns a Rust future into an asyncio future ([`future_into_py`]).
+//! The extension's tokio runtime, one per process.
 //!
 //! Why not `pyo3_async_runtimes::tokio`: its runtime is one process-wide
 //! cell. After `os.fork()` a child would inherit it with none of its
@@ -13,25 +12,14 @@
 //! the runtime find their runtime without it (a thread-local flag set as
 //! each starts). `os.fork()` runs attached to Python, so no other thread
 //! can hold the mutex at that moment, and the child finds it free.
-//!
-//! The bridge is `pyo3_async_runtimes::generic`, given this runtime
-//! through [`ExtensionRuntime`]'s `Runtime` and `ContextExt` impls. When
-//! the asyncio future is cancelled, its done-callback signals the bridge's
-//! task, which drops the Rust future at once: the call it made is
-//! cancelled (an acquire leaves no queue entry, for one).
 
-use std::cell::{Cell, OnceCell};
-use std::future::Future;
-use std::pin::Pin;
+use std::cell::Cell;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 
 use pyo3::prelude::*;
-use pyo3_async_runtimes::TaskLocals;
-use pyo3_async_runtimes::generic::{self, ContextExt, JoinError, Runtime};
 use tokio::runtime::Handle;
 
-use crate::errors::{Failure, Outcome};
+use crate::errors::Failure;
 
 /// Worker threads: locks wait on the network, two keep one slow reply
 /// from holding up the rest.
@@ -102,123 +90,4 @@ fn build() -> std::io::Result<tokio::runtime::Runtime> {
         .on_thread_start(|| ON_RUNTIME_THREAD.with(|own| own.set(true)))
         .enable_all()
         .build()
-}
-
-/// Runs `future` on this process's runtime and returns an asyncio future
-/// of the running loop that completes with its result (converted to
-/// Python, or raised as a `fencelock._errors` class). Cancelling the
-/// asyncio future drops `future`.
-///
-/// # Errors
-/// `RuntimeError` without a running event loop; [`Failure::Internal`]
-/// when the runtime cannot start.
-pub(crate) fn future_into_py<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = Result<T, Failure>> + Send + 'static,
-    T: for<'a> IntoPyObject<'a> + Send + 'static,
-{
-    // Made (or found) here, attached to Python, so the bridge's own
-    // spawns below always find it.
-    handle(py)?;
-    generic::future_into_py::<ExtensionRuntime, _, Outcome<T>>(py, async move {
-        Ok(Outcome(future.await))
-    })
-}
-
-/// This process's runtime, as `pyo3_async_runtimes::generic` sees it.
-#[derive(Debug)]
-pub(crate) struct ExtensionRuntime;
-
-tokio::task_local! {
-    /// The event loop and context of the asyncio call a task serves.
-    static TASK_LOCALS: OnceCell<TaskLocals>;
-}
-
-/// A task that ended without finishing (cancelled, or panicked).
-#[derive(Debug)]
-pub(crate) enum TaskFailed {
-    /// Tokio's report.
-    Join(tokio::task::JoinError),
-    /// No runtime to spawn on: cannot happen once [`future_into_py`] made
-    /// it, but a spawn has no way to say so.
-    NoRuntime,
-}
-
-impl JoinError for TaskFailed {
-    fn is_panic(&self) -> bool {
-        matches!(self, TaskFailed::Join(e) if e.is_panic())
-    }
-
-    fn into_panic(self) -> Box<dyn std::any::Any + Send + 'static> {
-        match self {
-            TaskFailed::Join(e) => match e.try_into_panic() {
-                Ok(payload) => payload,
-                Err(e) => Box::new(e.to_string()),
-            },
-            TaskFailed::NoRuntime => Box::new("no runtime"),
-        }
-    }
-}
-
-/// A spawned task's handle, as the bridge awaits it.
-#[derive(Debug)]
-pub(crate) enum Joined {
-    /// The task.
-    Task(tokio::task::JoinHandle<()>),
-    /// Nothing was spawned ([`TaskFailed::NoRuntime`]).
-    NoRuntime,
-}
-
-impl Future for Joined {
-    type Output = Result<(), TaskFailed>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
-            Joined::Task(task) => Pin::new(task).poll(cx).map_err(TaskFailed::Join),
-            Joined::NoRuntime => Poll::Ready(Err(TaskFailed::NoRuntime)),
-        }
-    }
-}
-
-impl Runtime for ExtensionRuntime {
-    type JoinError = TaskFailed;
-    type JoinHandle = Joined;
-
-    fn spawn<F>(fut: F) -> Joined
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        match handle_anywhere() {
-            Some(handle) => Joined::Task(handle.spawn(fut)),
-            None => Joined::NoRuntime,
-        }
-    }
-
-    fn spawn_blocking<F>(f: F) -> Joined
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        match handle_anywhere() {
-            Some(handle) => Joined::Task(handle.spawn_blocking(f)),
-            None => Joined::NoRuntime,
-        }
-    }
-}
-
-impl ContextExt for ExtensionRuntime {
-    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
-    where
-        F: Future<Output = R> + Send + 'static,
-    {
-        let cell = OnceCell::new();
-        // A fresh cell: setting it cannot fail.
-        let _ = cell.set(locals);
-        Box::pin(TASK_LOCALS.scope(cell, fut))
-    }
-
-    fn get_task_locals() -> Option<TaskLocals> {
-        TASK_LOCALS
-            .try_with(|cell| cell.get().cloned())
-            .unwrap_or_default()
-    }
 }
