@@ -37,7 +37,7 @@ return 0
 def held_by(redis_py: Any, lease: Any) -> bool:
     """Whether Redis holds ``lease``'s lock for it (the default layout's
     value is ``TOKEN:FENCE``)."""
-    return redis_py.get(default_keys(lease.name)["lock"]) == f"{lease.token}:{lease.fence}"
+    return bool(redis_py.get(default_keys(lease.name)["lock"]) == f"{lease.token}:{lease.fence}")
 
 
 def _raises(exc: type[BaseException], fn: Callable[[], Any]) -> str:
@@ -166,7 +166,7 @@ def _child_report(w: int, text: str) -> None:
 def _read_all(r: int, deadline: float) -> str:
     import select
 
-    chunks = []
+    chunks: list[bytes] = []
     end = time.monotonic() + deadline
     try:
         while True:
@@ -247,7 +247,7 @@ def test_fork_asyncio_child_sees_lost_lease_and_closed_client(
         async def after() -> bool:
             assert held_by(redis_py, lease) and not lease.lost
             await lease.extend()
-            return await lease.release()
+            return bool(await lease.release())
 
         assert asyncio.run(after()) is True
         assert redis_py.get(default_keys(lock_name)["lock"]) is None

@@ -47,7 +47,7 @@ return 1
 class GuideLock:
     """The guide's lock on ``lock:NAME``, as its Python code writes it."""
 
-    def __init__(self, r: "redis.asyncio.Redis[str]", name: str, ttl_ms: int = 10_000) -> None:
+    def __init__(self, r: "redis.asyncio.Redis", name: str, ttl_ms: int = 10_000) -> None:
         self.r = r
         self.key = f"lock:{name}"
         self.ttl_ms = ttl_ms
@@ -72,17 +72,20 @@ class GuideLock:
         return self.fence
 
     async def release(self) -> bool:
+        assert self.token is not None
         return int(await self.r.eval(RELEASE, 1, self.key, self.token)) == 1
 
     async def extend(self) -> bool:
+        assert self.token is not None
         return int(await self.r.eval(EXTEND, 1, self.key, self.token, self.ttl_ms)) == 1
 
     async def fenced_write(self, hkey: str, value: str) -> bool:
+        assert self.fence is not None
         return int(await self.r.eval(FENCED_WRITE, 1, hkey, self.fence, value)) == 1
 
 
 @pytest.fixture
-async def r(redis_server: Any) -> AsyncIterator["redis.asyncio.Redis[str]"]:
+async def r(redis_server: Any) -> AsyncIterator["redis.asyncio.Redis"]:
     conn = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port, decode_responses=True)
     try:
         yield conn

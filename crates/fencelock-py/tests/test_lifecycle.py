@@ -15,7 +15,7 @@ import gc
 import sys
 import textwrap
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import pytest
 
@@ -29,7 +29,7 @@ LONG_TTL = 60.0
 
 
 def lock_held(redis_py: Any, name: str) -> bool:
-    return redis_py.exists(default_keys(name)["lock"]) == 1
+    return bool(redis_py.exists(default_keys(name)["lock"]) == 1)
 
 
 def queue_len(redis_py: Any, name: str) -> int:
@@ -165,7 +165,12 @@ def _loop_runner(loop: str) -> Any:
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("wait_mode", ["notify", "fair", "poll"])
 def test_wait_cancelled_when_asyncio_run_ends(
-    redis_url: str, redis_py: Any, blocking_client: Any, lock_name: str, loop: str, wait_mode: str
+    redis_url: str,
+    redis_py: Any,
+    blocking_client: Any,
+    lock_name: str,
+    loop: str,
+    wait_mode: Literal["notify", "fair", "poll"],
 ) -> None:
     """``main`` starts an acquire of a held lock (``wait=None``) as a task
     and returns while it waits: ``asyncio.run`` cancels it and closes the
@@ -200,7 +205,7 @@ def test_wait_cancelled_when_asyncio_run_ends(
     async def again() -> int:
         client = state["client"]  # the same client, in a new loop
         async with client.lock(lock_name, wait=0) as lease:
-            fence = lease.fence
+            fence = int(lease.fence)
         await client.close()
         return fence
 
@@ -222,7 +227,7 @@ def test_native_future_outlives_its_loop(
     async def main() -> None:
         client = await fencelock.connect(redis_url)
         state["client"] = client
-        fut = client._native.acquire(lock_name, {"wait": None, "ttl": LONG_TTL})
+        fut: Any = client._native.acquire(lock_name, {"wait": None, "ttl": LONG_TTL})
         await async_wait_until(lambda: queue_len(redis_py, lock_name) > 0, 10, "queued")
         assert not fut.done()
 

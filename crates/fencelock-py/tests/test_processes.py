@@ -27,7 +27,7 @@ HOLD = 0.003
 def lock_url(request: pytest.FixtureRequest) -> str:
     """The lock's server: Redis, then etcd (logs and fenced data stay on
     ``redis_server``)."""
-    return request.getfixturevalue(f"{request.param}_server").url
+    return str(request.getfixturevalue(f"{request.param}_server").url)
 
 
 def _is_redis(url: str) -> bool:
@@ -109,8 +109,8 @@ def test_paused_holder_loses_and_its_stale_write_is_refused(
     data = blocking_client  # the fenced hash's Redis
     try:
         with Worker("paused_holder.py", lock_url, lock_name, hkey, ukey, ttl, api, redis_server.url) as a:
-            _, a_fence, a_ok = a.expect("holding").split()
-            a_fence = int(a_fence)
+            _, fence_text, a_ok = a.expect("holding").split()
+            a_fence = int(fence_text)
             assert a_ok == "True"
             assert redis_py.hget(hkey, "fence") == str(a_fence)
 
@@ -167,7 +167,7 @@ def test_paused_holder_loses_and_its_stale_write_is_refused(
 def _mp_exclusion(method: str, url: str, redis_py: Any, name: str) -> None:
     from workers.mp_exclusion import run
 
-    ctx = multiprocessing.get_context(method)
+    ctx: Any = multiprocessing.get_context(method)
     list_key = f"log:{name}"
     ready, go = ctx.Semaphore(0), ctx.Event()
     procs = [

@@ -59,11 +59,11 @@ class Rec:
 
     @property
     def fence(self) -> int:
-        return self.lease.fence
+        return int(self.lease.fence)
 
     @property
     def holder_id(self) -> str:
-        return self.lease.holder_id
+        return str(self.lease.holder_id)
 
 
 class LockMachine(RuleBasedStateMachine):
@@ -196,7 +196,7 @@ def machine_clients(redis_server: Any, redis_py: Any) -> Any:
 def _run(machine: type[LockMachine], clients: list[Any], redis_py: Any, **overrides: Any) -> None:
     machine.clients = clients
     machine.redis_py = redis_py
-    base = dict(
+    base: dict[str, Any] = dict(
         max_examples=100,
         stateful_step_count=30,
         deadline=None,
