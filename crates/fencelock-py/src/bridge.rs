@@ -122,6 +122,15 @@ where
     F: Future<Output = Result<T, Failure>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
+    let hand_overs = HandOvers::here(py);
+    if hand_overs.closed.load(Ordering::SeqCst) {
+        // Its result could never be handed over: an `atexit` hook that
+        // runs after this module's must use the blocking methods.
+        return Err(Failure::Internal(
+            "the interpreter is shutting down: fencelock's asyncio calls no longer complete; use the blocking methods".into(),
+        )
+        .into_pyerr(py));
+    }
     let runtime = runtime::handle(py)?;
     let event_loop = GET_RUNNING_LOOP
         .get_or_try_init(py, || {
@@ -131,17 +140,18 @@ where
         .call0()?;
     let py_future = event_loop.call_method0("create_future")?;
     let work = runtime.spawn(future);
-    py_future.call_method1(
-        "add_done_callback",
-        (AbortOnCancel {
-            task: work.abort_handle(),
-        },),
-    )?;
+    let on_done = AbortOnCancel {
+        task: work.abort_handle(),
+    };
+    if let Err(e) = py_future.call_method1("add_done_callback", (on_done,)) {
+        // Nobody could cancel the call, nor receive its result.
+        work.abort();
+        return Err(e);
+    }
     let target = Target {
         event_loop: event_loop.unbind(),
         future: py_future.clone().unbind(),
     };
-    let hand_overs = HandOvers::here(py);
     runtime.spawn(async move {
         let joined = work.await;
         if matches!(&joined, Err(e) if e.is_cancelled()) {
