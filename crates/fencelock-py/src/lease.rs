@@ -204,7 +204,7 @@ impl Lease {
     /// or a released one's.
     fn gone(&self) -> Failure {
         let Identity { name, fence, .. } = &self.identity;
-        if self.origin.is_here() {
+        if self.cell.is_released() {
             Failure::Lost {
                 message: format!(
                     "lock {} (fence {fence}) was released: a released lease cannot be extended",
@@ -228,7 +228,8 @@ impl Lease {
         }
     }
 
-    /// What `extend` renews: `None` once released or in another process.
+    /// The handle `extend` renews; the error of [`Lease::gone`] once
+    /// released, or in another process.
     fn extendable(&self) -> Result<LeaseHandle, Failure> {
         match self.live() {
             Some(handle) if !self.cell.is_released() => Ok(handle.clone()),
@@ -289,15 +290,20 @@ impl Lease {
         }
     }
 
-    /// True once the lease is lost (also in a child after `fork()`).
+    /// True once the lease is lost; in a child after `fork()`, true for
+    /// every lease the parent had not released.
     fn is_lost(&self) -> bool {
-        self.live().is_none_or(LeaseHandle::is_lost)
+        match self.live() {
+            Some(handle) => handle.is_lost(),
+            None => !self.cell.is_released(),
+        }
     }
 
     /// Why the lease was lost, or `None`.
     fn loss_reason(&self) -> Option<&'static str> {
         match self.live() {
             Some(handle) => handle.loss_reason().map(reason_name),
+            None if self.cell.is_released() => None,
             None => Some("forked"),
         }
     }
@@ -310,7 +316,14 @@ impl Lease {
     /// Completes when the lease is lost; never after a normal release.
     fn lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let Some(handle) = self.live() else {
-            return future_into_py(py, async { Ok(()) });
+            // A forked child's copy: lost at once, unless released before.
+            let released = self.cell.is_released();
+            return future_into_py(py, async move {
+                if released {
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            });
         };
         // A child token: dropping it (a cancelled wait) leaves the
         // lease's own signal alone.

@@ -7,10 +7,11 @@
 //!
 //! Three rules run through every file:
 //!
-//! - **No Python on the tokio side.** A call checks its arguments
-//!   attached to Python, then runs as a `Send + 'static` future on this
-//!   process's runtime; its result and its error (`errors::Failure`)
-//!   become Python objects only once back, attached to Python.
+//! - **No Python object in a call's future.** A call checks its
+//!   arguments attached to Python, then runs as a `Send + 'static` future
+//!   on this process's runtime; its result and its error
+//!   (`errors::Failure`) become Python objects only when handed back
+//!   (`bridge`, `blocking`).
 //! - **One runtime per process.** After `os.fork()` the child never uses
 //!   nor drops what the parent made: it gets a runtime of its own, and
 //!   sees the parent's clients as closed and its leases as lost
@@ -25,24 +26,23 @@
 //! | module | concern |
 //! |---|---|
 //! | `client` | `Client`, `connect` / `connect_blocking`: acquisitions, resources, revokes, `close()` |
-//! | `lease` | `Lease` (identity, loss, `extend`, shielded `release`), the client's registry of live leases, `holder_id` |
-//! | `resource` | `FencedHash` and `FencedKey` over one trait, `HashState`, `ValidatedRead`; what a revoke seals |
 //! | `revoke` | the revoke call, `Revoked` and `Sealed` |
+//! | `resource` | `FencedHash` and `FencedKey` over one trait, `HashState`, `ValidatedRead`; what a revoke seals |
+//! | `lease` | `Lease` (identity, loss, `extend`, shielded `release`), the client's registry of live leases, `holder_id` |
 //! | `options` | options dicts to `LockOptions` and the client builder, every refusal naming its key |
 //! | `args` | `str` and integer arguments, refused as `InvalidInput` rather than `TypeError` |
-//! | `process` | what belongs to the process it was made in: `Origin`, `Local<T>` (lent there, leaked elsewhere), a client's `Owner` |
 //! | `blocking` | the `*_blocking` methods' wait: without the GIL, signals checked every 50 ms |
-//! | `bridge` | Rust futures as asyncio futures: results handed over with `call_soon_threadsafe`, cancellation aborts the task |
+//! | `bridge` | Rust futures as asyncio futures: results handed over with `call_soon_threadsafe`, cancellation aborts the task, an `atexit` hook ends the hand-overs |
+//! | `process` | what belongs to the process it was made in: `Origin`, `Local<T>` (lent there, leaked elsewhere), a client's `Owner` |
 //! | `runtime` | the per-process tokio runtime |
 //! | `errors` | `Failure` and its mapping onto `fencelock._errors` |
 //!
 //! Dependencies point down the table (`client` uses all below it,
 //! `errors` none), with no import circle between files.
 
-// The library's acquisition futures nest deeply (acquire → grant → a
-// pipelined call → following a Sentinel failover), and the bridge wraps
-// them twice more: their layout needs more than the default query depth,
-// as in the library itself.
+// The library's futures nest deeply (an extend goes through the engine,
+// the store's pipelined call and a Sentinel failover's follow-up): their
+// layout needs more than the default query depth, as in the library.
 #![recursion_limit = "256"]
 
 use pyo3::prelude::*;
