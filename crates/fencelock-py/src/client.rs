@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use fencelock::LockClient;
 use pyo3::prelude::*;
+use tokio_util::sync::CancellationToken;
 
 use crate::args;
 use crate::blocking;
@@ -79,6 +80,8 @@ struct Parts {
     /// `None` once closed.
     lock: Mutex<Option<LockClient>>,
     leases: Arc<LeaseRegistry>,
+    /// Cancelled by `close()`: acquisitions still waiting end then.
+    closing: CancellationToken,
 }
 
 impl Client {
@@ -92,6 +95,7 @@ impl Client {
             parts: Local::new(Parts {
                 lock: Mutex::new(Some(lock)),
                 leases: Arc::default(),
+                closing: CancellationToken::new(),
             }),
         }
     }
@@ -122,15 +126,26 @@ impl Client {
         let (parts, client) = self.live()?;
         let name = args::text(name, "lock name")?;
         let opts = options::lock_options(client.options(), options)?;
-        let leases = parts.leases.clone();
+        let (leases, closing) = (parts.leases.clone(), parts.closing.clone());
         Ok(async move {
-            // Dropped with this future when the caller is cancelled: the
-            // library then leaves no queue entry behind.
-            let lease = if opts.wait_value().is_zero() {
-                client.try_acquire_owned(name, opts).await
-            } else {
-                client.acquire_owned(name, opts).await
-            }?;
+            // Dropped with this future when the caller is cancelled, or
+            // when the client is closed: the library then leaves no queue
+            // entry behind.
+            let acquire = async {
+                if opts.wait_value().is_zero() {
+                    client.try_acquire_owned(name, opts).await
+                } else {
+                    client.acquire_owned(name, opts).await
+                }
+            };
+            let lease = tokio::select! {
+                () = closing.cancelled() => {
+                    return Err(Failure::Closed(
+                        "the client was closed while the lock was being acquired".into(),
+                    ));
+                }
+                lease = acquire => lease?,
+            };
             Lease::adopt(lease, &leases)
         })
     }
@@ -161,8 +176,9 @@ impl Client {
         Ok(revoke::revoke(client, name, opts, targets))
     }
 
-    /// Closes: marks the client closed, takes its library client and its
-    /// live leases, and returns what is left to do: release those leases
+    /// Closes: marks the client closed, ends the acquisitions still
+    /// waiting, takes its library client and its live leases, and returns
+    /// what is left to do: release those leases
     /// (each as a task of its own, so an interrupted close still releases
     /// them), wait for the background clean-ups, let go of the
     /// connection. In a forked child nothing is sent: the parent's
@@ -175,6 +191,7 @@ impl Client {
         let runtime = runtime::handle(py)?;
         let (lock, releases) = match self.parts.get() {
             Some(parts) => {
+                parts.closing.cancel();
                 let lock = parts
                     .lock
                     .lock()
