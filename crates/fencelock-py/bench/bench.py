@@ -813,8 +813,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the results as JSON, not the table")
     ap.add_argument("--save", metavar="PATH", help="also write the results as JSON to PATH")
     args = ap.parse_args()
-    if args.duration < 0 or args.rounds < 1 or args.workers < 1 or args.hold < 0:
-        ap.error("--duration, --hold >= 0; --rounds, --workers >= 1")
+    if args.duration <= 0 or args.rounds < 1 or args.workers < 1 or args.hold < 0 or args.poll < 0:
+        ap.error("--duration > 0; --hold, --poll >= 0; --rounds, --workers >= 1")
 
     # Placement first: before any thread (fencelock's runtime, redis-py's)
     # exists, so every later thread inherits it.
@@ -851,7 +851,9 @@ def main() -> int:
         redis_cpus = (sorted(os.sched_getaffinity(server.process.pid))
                       if server and server.process else None)
         bench_cpus = sorted(os.sched_getaffinity(0))
-        if args.pin:
+        if args.pin and server is None:
+            description = "the bench pinned; redis-server's placement is not known here"
+        elif args.pin:
             where = "same CPU" if args.client_cpu == "same" else "different CPUs"
             description = f"pinned ({where})"
         else:
