@@ -15,7 +15,7 @@ use crate::error::{Error, LossReason, Result};
 use crate::keys::{KeyLayout, LockKeys, key_text_problem};
 use crate::lease::{Lease, LeaseHandle, Leases, ReleaseOutcome};
 use crate::metrics::{Stats, StatsHandle};
-use crate::options::LockOptions;
+use crate::options::{LockOptions, MAX_CONNECTION_TIMEOUT};
 use crate::resource::{FencedHash, Revoked, Sealable, Sealed};
 use crate::store::ConnSettings;
 
@@ -98,14 +98,18 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long to wait for a TCP connection (default 2 s).
+    /// How long to wait for a TCP connection (default 2 s; above zero and
+    /// at most [`MAX_CONNECTION_TIMEOUT`], checked by
+    /// [`connect`](Self::connect)).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.settings.connect_timeout = timeout;
         self
     }
 
-    /// How long to wait for any single reply (default 5 s). Renewals are also
-    /// bounded by the lease deadline.
+    /// How long to wait for any single reply (default 5 s; above zero and at
+    /// most [`MAX_CONNECTION_TIMEOUT`], checked by
+    /// [`connect`](Self::connect)). Renewals are also bounded by the lease
+    /// deadline.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.settings.response_timeout = timeout;
         self
@@ -134,13 +138,28 @@ impl LockClientBuilder {
     /// Connects.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for a malformed URL or invalid defaults,
+    /// [`Error::InvalidOption`] for a malformed URL, invalid defaults or a
+    /// connect or response timeout of zero or above
+    /// [`MAX_CONNECTION_TIMEOUT`],
     /// and on etcd for a namespace (`?prefix=`) without a closing `/` or a
     /// lock prefix with a `/` (the two could join into another pair's
     /// keys), [`Error::Unreachable`] naming the URL, [`Error::Auth`] when
     /// the credentials are refused.
     pub async fn connect(self) -> Result<LockClient> {
         self.defaults.validate()?;
+        // Deadlines are computed as `now + timeout` (and multiples of it for
+        // Sentinel): an unbounded timeout would overflow the clock.
+        for (what, timeout) in [
+            ("connect timeout", self.settings.connect_timeout),
+            ("response timeout", self.settings.response_timeout),
+        ] {
+            if timeout.is_zero() || timeout > MAX_CONNECTION_TIMEOUT {
+                return Err(Error::InvalidOption(format!(
+                    "{what} {timeout:?} is out of range: above zero and at most {} s",
+                    MAX_CONNECTION_TIMEOUT.as_secs()
+                )));
+            }
+        }
         let shown: String = self.prefix.chars().take(64).collect();
         if self.prefix.contains(['{', '}']) {
             return Err(Error::InvalidOption(format!(

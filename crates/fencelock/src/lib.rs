@@ -250,8 +250,8 @@ pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};
 pub use options::{
     Access, DEFAULT_WAITER_LEASE, ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, FENCE_RETENTION,
-    FenceMode, LockOptions, MAX_FENCE_EPOCH, MAX_PERMITS, MAX_TTL, MIN_TTL, NOTIFY_HANDOVER_LEASE,
-    Renewal, Replication, STARVATION_THRESHOLD, WaitMode,
+    FenceMode, LockOptions, MAX_CONNECTION_TIMEOUT, MAX_FENCE_EPOCH, MAX_PERMITS, MAX_TTL, MIN_TTL,
+    NOTIFY_HANDOVER_LEASE, Renewal, Replication, STARVATION_THRESHOLD, WaitMode,
 };
 #[cfg(feature = "postgres")]
 pub use resource::postgres::{

@@ -13,6 +13,11 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// lock for longer than any job should; use renewal instead.
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// The longest connect or response timeout a client takes (one day): its
+/// deadlines are computed from the current instant, and a larger bound
+/// would mean nothing but an overflow risk.
+pub const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// How fences are minted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

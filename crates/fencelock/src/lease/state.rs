@@ -4,6 +4,7 @@
 //! the [`Lease`](crate::Lease) guard, its handles and the client's keeper
 //! (`super::keeper`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::time::Instant;
@@ -29,6 +30,10 @@ pub(crate) struct LeaseState {
     /// cancelled and one that comes later finds it cancelled.
     lost: OnceLock<CancellationToken>,
     pub(crate) loss: OnceLock<LossReason>,
+    /// Set when the holder starts releasing: from then on a renewal that
+    /// finds the lock gone (a manual `extend` racing the release) is not a
+    /// loss, and the loss signal never fires after a normal release.
+    releasing: AtomicBool,
     /// Metrics and stats of this lease (family, hold time, once-only flags).
     pub(crate) metrics: LeaseMetrics,
 }
@@ -46,6 +51,7 @@ impl LeaseState {
             deadline: Mutex::new(deadline),
             lost: OnceLock::new(),
             loss: OnceLock::new(),
+            releasing: AtomicBool::new(false),
             metrics,
         }
     }
@@ -73,6 +79,9 @@ impl LeaseState {
 
     /// Declares the lease lost (once) and fires the loss signal.
     pub(crate) fn mark_lost(&self, reason: LossReason) {
+        if self.releasing.load(Ordering::Acquire) {
+            return;
+        }
         if self.loss.set(reason).is_ok() {
             tracing::warn!(lock = %self.grant.name, fence = %self.grant.fence, %reason, "lease lost");
             self.metrics.lost(reason);
@@ -113,6 +122,7 @@ impl LeaseState {
 
     /// One release (which passes the lock on to a waiter).
     pub(crate) async fn release_once(&self) -> Result<Checked> {
+        self.releasing.store(true, Ordering::Release);
         let reply = self.engine.release(&self.grant).await?;
         if reply != Checked::Done {
             self.metrics.release_not_ours();

@@ -711,3 +711,49 @@ async fn fenced_hash_bad_holder_and_bad_keys_are_rejected_before_anything_is_sen
     ensure!(server.dbsize() == 0);
     Ok(())
 }
+
+/// Connect and response timeouts of zero or beyond a day are refused by
+/// `connect` before anything is sent, for every kind of URL, naming the
+/// timeout: unchecked, `Duration::MAX` overflowed the deadline arithmetic
+/// (a panic on Sentinel and etcd URLs). Control: a day is taken (the URL
+/// then fails as unreachable, not as an option).
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_range_connect_and_response_timeouts_are_refused() -> Result<()> {
+    let urls = [
+        "redis://127.0.0.1:1",
+        "redis+sentinel://127.0.0.1:1/mymaster",
+        "etcd://127.0.0.1:1",
+    ];
+    for url in urls {
+        for (what, bad) in [
+            ("connect timeout", Duration::MAX),
+            ("connect timeout", Duration::ZERO),
+            ("response timeout", Duration::MAX),
+            ("response timeout", Duration::from_secs(24 * 3600 + 1)),
+        ] {
+            let builder = LockClient::builder(url);
+            let builder = if what == "connect timeout" {
+                builder.connect_timeout(bad)
+            } else {
+                builder.response_timeout(bad)
+            };
+            match builder.connect().await {
+                Err(Error::InvalidOption(msg)) => {
+                    ensure!(msg.contains(what), "{url} {what} {bad:?}: {msg}")
+                }
+                other => bail!("{url} {what} {bad:?}: expected InvalidOption, got {other:?}"),
+            }
+        }
+        let day = Duration::from_secs(24 * 3600);
+        let result = LockClient::builder(url)
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(day)
+            .connect()
+            .await;
+        ensure!(
+            !matches!(result, Err(Error::InvalidOption(_))),
+            "control: a one-day response timeout on {url} was refused: {result:?}"
+        );
+    }
+    Ok(())
+}

@@ -860,3 +860,40 @@ async fn lease_validity_counts_from_when_the_grant_was_sent() -> Result<()> {
     ensure!(lease.release().await?.is_released());
     Ok(())
 }
+
+/// An `extend` that reaches Redis after the holder's own release (a handle
+/// renewing while the guard releases) finds the lock gone: it fails as lost,
+/// but the loss signal must not fire after a normal release (`lost()` is a
+/// signal to stop work the holder has not finished). Control: the same
+/// extend on a lease whose key was deleted by someone else does fire it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_extend_after_the_holders_own_release_does_not_fire_the_loss_signal() -> Result<()> {
+    let TestRedis { server, client } = TestRedis::start().await?;
+    let opts = holder_opts(Duration::from_secs(30));
+
+    let lease = client.try_acquire("released", &opts).await?;
+    let handle = lease.handle();
+    ensure!(lease.release().await? == ReleaseOutcome::Released);
+    let err = handle.extend().await.expect_err("extend after release");
+    ensure!(err.is_lost(), "expected LockLost, got {err:?}");
+    ensure!(
+        !handle.loss_token().is_cancelled() && handle.loss_reason().is_none(),
+        "the loss signal fired after the holder's own release"
+    );
+    ensure!(
+        !server.exists("lock:{released}"),
+        "extend re-created the key"
+    );
+
+    // Control: a lock deleted under a holder that did not release is a loss.
+    let lease = client.try_acquire("deleted-under", &opts).await?;
+    let handle = lease.handle();
+    server.cmd(&["DEL", "lock:{deleted-under}"]);
+    ensure!(handle.extend().await.is_err_and(|e| e.is_lost()));
+    ensure!(
+        handle.loss_token().is_cancelled(),
+        "control: a real loss must fire the signal"
+    );
+    drop(lease);
+    Ok(())
+}
