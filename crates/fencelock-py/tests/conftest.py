@@ -8,10 +8,11 @@ ports, killed at teardown and with the test process; see ``servers.py``):
 - ``redis_password_server``: one with ``--requirepass`` :data:`PASSWORD`
   (its ``.url`` holds the password; ``.url_with_password(pw)`` any other).
 - ``etcd_server``: a single-member ``etcd`` (``.url`` is ``etcd://...``);
-  tests using it are skipped when etcd cannot start.
+  tests using it fail when etcd cannot start (``scripts/setup.sh``
+  installs it).
 - ``postgres_server``: a Postgres cluster (``.dsn``), run as the
-  ``postgres`` OS user when the suite runs as root; skipped without
-  Postgres binaries.
+  ``postgres`` OS user when the suite runs as root; tests using it fail
+  without Postgres binaries (``scripts/setup.sh`` installs them).
 
 Per test:
 
@@ -105,7 +106,7 @@ def etcd_server() -> Iterator[EtcdServer]:
     try:
         server = EtcdServer.start()
     except (ServerError, FileNotFoundError) as e:
-        pytest.skip(f"etcd unavailable: {e}")
+        pytest.fail(f"etcd could not start (scripts/setup.sh installs etcd-server): {e}")
     try:
         yield server
     finally:
@@ -115,7 +116,7 @@ def etcd_server() -> Iterator[EtcdServer]:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     if postgres_bin_dir() is None:
-        pytest.skip("no Postgres binaries (initdb) found")
+        pytest.fail("no Postgres binaries (initdb) found: scripts/setup.sh installs postgresql")
     server = PostgresServer.start()
     try:
         yield server
