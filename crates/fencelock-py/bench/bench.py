@@ -17,6 +17,13 @@ the contestants within a group rotates each round) and the medians of
 - Redis's own round trip: redis-py's ``PING`` loop, asyncio and blocking
   (fencelock has no ``PING`` of its own). Lock rates are also given per
   ``PING`` of the same kind, so figures from different machines compare.
+- The bound of fencelock's asyncio bridge: ``await fencelock._native._hop()``
+  (a hidden, bench-only call that does nothing on the extension's runtime
+  but cross there and back: spawned on it, handed back to the loop through
+  ``call_soon_threadsafe``), hops/s and hops per asyncio ``PING``. Every
+  asyncio call makes one such hop; an ``async with client.lock()`` cycle
+  makes one per call it awaits or spawns (acquire, release, and the loss
+  watcher's future).
 - Uncontended, one worker: acquire+release cycles/s of
 
   - asyncio: fencelock ``async with client.lock(name, ttl=10, wait=30)``
@@ -361,6 +368,19 @@ async def async_pings(r: Any, duration: float) -> float:
     return n / (now() - start)
 
 
+async def async_hops(duration: float) -> float:
+    from fencelock import _native
+
+    hop = _native._hop
+    n = 0
+    start = now()
+    end = start + duration
+    while now() < end:
+        await hop()
+        n += 1
+    return n / (now() - start)
+
+
 def blocking_pings(r: Any, duration: float) -> float:
     n = 0
     start = now()
@@ -534,7 +554,7 @@ def percentile(values: list[float], p: float) -> float:
 
 @dataclass
 class Row:
-    group: str  # ping | uncontended | contended
+    group: str  # ping | hop | uncontended | contended
     mode: str  # asyncio | blocking
     key: str
     library: str
@@ -584,6 +604,8 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Row]:
                                "await r.ping() (redis.asyncio)")
     rows["ping/blocking"] = Row("ping", "blocking", "redis-py-blocking-ping", "redis-py", None,
                                 "r.ping() (redis.Redis)")
+    rows["hop/asyncio"] = Row("hop", "asyncio", "fencelock-asyncio-hop", "fencelock", None,
+                              "await _native._hop() (the bridge alone)")
 
     acs = [cls() for cls in ASYNC]
     bcs = [cls() for cls in BLOCKING]
@@ -594,6 +616,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Row]:
 
     # Warm-up: connections opened, scripts loaded, code paths taken once.
     loop.run_until_complete(async_pings(aping, 0.05))
+    loop.run_until_complete(async_hops(0.05))
     blocking_pings(sping, 0.05)
     for c in acs:
         loop.run_until_complete(async_cycles(c.new_worker(f"bench:{RUN}:{c.key}:warm"), 0.05))
@@ -604,6 +627,9 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Row]:
     for rnd in range(args.rounds):
         rows["ping/asyncio"].rounds.append({"per_s": loop.run_until_complete(async_pings(aping, d))})
         rows["ping/blocking"].rounds.append({"per_s": blocking_pings(sping, d)})
+        hops = loop.run_until_complete(async_hops(d))
+        rows["hop/asyncio"].rounds.append(
+            {"per_s": hops, "per_ping": hops / rows["ping/asyncio"].rounds[-1]["per_s"]})
         for c in rotated(acs, rnd):
             r = row("uncontended", "asyncio", c)
             name = f"bench:{RUN}:{c.key}:u{rnd}"
@@ -695,7 +721,7 @@ def pin_process(cpu: int) -> None:
 
 
 def report(args: argparse.Namespace, rows: dict[str, Row], meta: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {**meta, "ping": {}, "uncontended": [], "contended": []}
+    out: dict[str, Any] = {**meta, "ping": {}, "hop": {}, "uncontended": [], "contended": []}
     for r in rows.values():
         entry: dict[str, Any] = {
             "mode": r.mode, "library": r.library, "how": r.how, "rounds": r.rounds,
@@ -707,6 +733,10 @@ def report(args: argparse.Namespace, rows: dict[str, Row], meta: dict[str, Any])
         if r.group == "ping":
             entry["per_s"] = r.median("per_s")
             out["ping"][r.mode] = entry
+        elif r.group == "hop":
+            entry["per_s"] = r.median("per_s")
+            entry["per_ping"] = r.median("per_ping")
+            out["hop"][r.mode] = entry
         elif r.group == "uncontended":
             entry["cycles_per_s"] = r.median("per_s")
             entry["cycles_per_ping"] = r.median("per_ping")
@@ -744,6 +774,13 @@ def print_table(rows: dict[str, Row], res: dict[str, Any], args: argparse.Namesp
         lo, hi = r.span("per_s")
         p(f"  {m:<9} {r.how:<44} {fmt(r.median('per_s'), '7,.0f')}  "
           f"{fmt(lo, ',.0f')}..{fmt(hi, ',.0f')}")
+    p("")
+    p("fencelock's asyncio bridge alone (no Redis)                hops/s  range"
+      "            per PING (same round)")
+    r = rows["hop/asyncio"]
+    lo, hi = r.span("per_s")
+    p(f"  {'asyncio':<9} {r.how:<44} {fmt(r.median('per_s'), '7,.0f')}  "
+      f"{fmt(lo, ',.0f'):>6}..{fmt(hi, ',.0f'):<7}  {fmt(r.median('per_ping'), '.2f')}")
     p("")
     p("Uncontended: 1 worker, acquire+release              fenced  cycles/s  range"
       "            per PING (same round)")

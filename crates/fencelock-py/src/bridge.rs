@@ -109,6 +109,19 @@ pub(crate) fn at_exit(py: Python<'_>) {
     });
 }
 
+/// Bench-only, hidden (`fencelock._native._hop`): an awaitable that
+/// completes with `None` through the same path as every asyncio call
+/// (spawned on the runtime, handed back with `call_soon_threadsafe`) and
+/// does nothing else, so its rate is the bound that crossing from asyncio
+/// to the runtime and back puts on any call. Used by `bench/bench.py`.
+///
+/// # Errors
+/// As [`future_into_py`].
+#[pyfunction(name = "_hop")]
+pub(crate) fn hop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    future_into_py(py, async { Ok(()) })
+}
+
 /// Runs `future` on this process's runtime and returns a future of the
 /// running event loop that completes with its result (converted to
 /// Python, or raised as a `fencelock._errors` class). Cancelling the

@@ -65,6 +65,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(client::connect, module)?)?;
     module.add_function(wrap_pyfunction!(client::connect_blocking, module)?)?;
     module.add_function(wrap_pyfunction!(lease::holder_id, module)?)?;
+    module.add_function(wrap_pyfunction!(bridge::hop, module)?)?;
     module.add_class::<client::Client>()?;
     module.add_class::<lease::Lease>()?;
     module.add_class::<resource::HashState>()?;
