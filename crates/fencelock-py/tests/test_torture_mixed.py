@@ -10,7 +10,7 @@ resource, judged by the same checkers.
   late write is caught (C1), written by a Python worker.
 - What the Python worker cannot run (negative controls, a read-write lock,
   etcd) is refused by it, and the coordinator voids the run, saying why.
-- The worker's copy of the audited write is the Rust resource's script.
+- The worker refuses a spec without the audited write script, and its unsafe variant of that script skips the fence check.
 
 The ``fencelock`` binary is ``$FENCELOCK_BIN``, else the newest of
 ``${CARGO_TARGET_DIR:-target}/{debug,release}/fencelock`` (the Rust suite
@@ -230,6 +230,7 @@ def test_the_python_worker_refuses_an_etcd_spec_itself() -> None:
         "fence_mode": "clock",
         "variant": None,
         "seed": 1,
+        "audited_write": "-- a script",
     }
     out = subprocess.run(
         [sys.executable, "-m", "fencelock.torture_worker"],
@@ -244,9 +245,12 @@ def test_the_python_worker_refuses_an_etcd_spec_itself() -> None:
     assert out.stdout == ""
 
 
-def test_the_workers_audited_write_is_the_rust_resources_script() -> None:
-    script = ROOT / "crates/fencelock-torture/src/scripts/audited_write.lua"
-    assert torture_worker.AUDITED_WRITE == script.read_text(), (
-        f"fencelock/torture_worker.py's AUDITED_WRITE differs from {script}: copy it again"
-    )
-    assert "if false then" in torture_worker.unsafe_script()
+def test_the_unsafe_variant_of_the_rust_resources_script_skips_the_check() -> None:
+    script = (ROOT / "crates/fencelock-torture/src/scripts/audited_write.lua").read_text()
+    unsafe = torture_worker.unsafe_script(script)
+    assert "if false then" in unsafe and "if not ok then" not in unsafe
+
+
+def test_a_spec_without_the_audited_write_is_refused() -> None:
+    why = torture_worker.refusal({"lock_url": "redis://127.0.0.1:1", "resource": {}})
+    assert why is not None and "audited write" in why

@@ -21,7 +21,10 @@ use crate::error::{Error, Result};
 use crate::history::{Entry, Event, Outcome};
 
 static AUDITED_WRITE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/audited_write.lua")));
+    LazyLock::new(|| redis::Script::new(AUDITED_WRITE_SOURCE));
+
+/// The audited write's Lua source, also sent to every worker in its spec.
+pub(crate) const AUDITED_WRITE_SOURCE: &str = include_str!("scripts/audited_write.lua");
 static SNAPSHOT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("scripts/snapshot.lua")));
 
@@ -759,7 +762,7 @@ impl Store {
                 // where a failover explains a failure, and a seal sent
                 // twice seals the same (its audit entry is then doubled,
                 // which no checker minds).
-                eval.arg(include_str!("scripts/audited_write.lua"))
+                eval.arg(AUDITED_WRITE_SOURCE)
                     .arg(2)
                     .arg(&hash)
                     .arg(ResourceSpec::audit_key(prefix, name))

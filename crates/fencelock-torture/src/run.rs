@@ -484,6 +484,7 @@ pub async fn run<T: Topology>(
             tls: config.tls.clone(),
             permits: config.permits,
             rwlock_reads: config.rwlock_reads,
+            audited_write: crate::resource::AUDITED_WRITE_SOURCE.to_string(),
         };
         workers.push(spawn_worker(launcher, &spec, tx.clone(), exit_tx.clone()).await?);
     }

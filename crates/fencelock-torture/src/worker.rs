@@ -80,6 +80,12 @@ pub struct WorkerSpec {
     /// read-write lock).
     #[serde(default)]
     pub(crate) rwlock_reads: Option<u32>,
+    /// The resource's audited write script (`scripts/audited_write.lua`),
+    /// sent so that a worker in another language (the Python package's
+    /// `fencelock.torture_worker`) runs the very script the checkers
+    /// assume rather than a copy; this binary's own worker has it built in.
+    #[serde(default)]
+    pub(crate) audited_write: String,
 }
 
 /// Writes history lines to stdout.
