@@ -251,7 +251,7 @@ class Worker:
         except ImportError as e:
             raise Refused(
                 f"the Python torture worker writes the resource with redis-py, which "
-                f"{sys.executable} cannot import ({e}): pip install redis"
+                f"{sys.executable} cannot import ({e}): pip install redis (or the package with its torture extra: fencelock[torture])"
             ) from e
 
         spec = self.spec
