@@ -25,14 +25,18 @@
 //! alive, and renewed, for as long as the process runs.)
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use pyo3::IntoPyObjectExt;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use tokio::task::{AbortHandle, JoinError};
+use tokio::task::AbortHandle;
 
 use crate::errors::Failure;
 use crate::runtime;
@@ -151,42 +155,73 @@ where
         })?
         .bind(py)
         .call0()?;
-    let py_future = event_loop.call_method0("create_future")?;
-    let work = runtime.spawn(future);
-    let on_done = AbortOnCancel {
-        task: work.abort_handle(),
-    };
-    if let Err(e) = py_future.call_method1("add_done_callback", (on_done,)) {
-        // Nobody could cancel the call, nor receive its result.
-        work.abort();
-        return Err(e);
-    }
+    let py_future = event_loop.call_method0(intern!(py, "create_future"))?;
     let target = Target {
         event_loop: event_loop.unbind(),
         future: py_future.clone().unbind(),
     };
-    runtime.spawn(async move {
-        let joined = work.await;
-        if matches!(&joined, Err(e) if e.is_cancelled()) {
-            // Aborted: the asyncio future was cancelled.
-            return;
+    // One task runs the call and hands its result over: aborting it (the
+    // asyncio future was cancelled) drops the call and sends nothing.
+    let work = runtime.spawn(async move {
+        let result = CatchPanic(Box::pin(future)).await;
+        hand_over(hand_overs, target, result);
+    });
+    let on_done = AbortOnCancel {
+        task: work.abort_handle(),
+    };
+    if let Err(e) = py_future.call_method1(intern!(py, "add_done_callback"), (on_done,)) {
+        // Nobody could cancel the call, nor receive its result.
+        work.abort();
+        return Err(e);
+    }
+    Ok(py_future)
+}
+
+/// A call's future whose panic becomes a [`Failure::Internal`], so its
+/// asyncio future still completes (raising).
+struct CatchPanic<F>(Pin<Box<F>>);
+
+impl<F, T> Future for CatchPanic<F>
+where
+    F: Future<Output = Result<T, Failure>>,
+{
+    type Output = Result<T, Failure>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(polled) => polled,
+            Err(_) => Poll::Ready(Err(Failure::Internal(
+                "fencelock's call failed: it panicked".into(),
+            ))),
         }
-        // Waiting for the GIL on a blocking thread holds up no worker.
+    }
+}
+
+/// Set while a worker of the runtime hands a result over (or waits for the
+/// GIL to): a second worker that finds it set hands its own over from the
+/// blocking pool instead, so a GIL held long by some Python thread stalls
+/// at most one worker and the other goes on renewing leases.
+static WORKER_HANDING_OVER: AtomicBool = AtomicBool::new(false);
+
+/// Hands `result` to its asyncio future: from this worker when no other
+/// worker is doing so (no thread to wake), else from the blocking pool.
+fn hand_over<T>(hand_overs: Arc<HandOvers>, target: Target, result: Result<T, Failure>)
+where
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    if WORKER_HANDING_OVER
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok()
+    {
+        target.send(&hand_overs, result);
+        WORKER_HANDING_OVER.store(false, Ordering::Release);
+    } else {
         // Detached: nothing waits for the hand-over.
         drop(tokio::task::spawn_blocking(move || {
-            if !hand_overs.enter() {
-                // The interpreter is shutting down: the result is dropped.
-                return;
-            }
-            Python::try_attach(|py| {
-                // An error here is the loop's refusal (closed just now):
-                // dropped attached, so the result it holds goes at once.
-                let _ = target.complete(py, joined);
-            });
-            hand_overs.leave();
+            target.send(&hand_overs, result);
         }));
-    });
-    Ok(py_future)
+    }
 }
 
 /// Where a call's result goes.
@@ -196,38 +231,49 @@ struct Target {
 }
 
 impl Target {
-    /// Hands the result to the loop, unless the future is done already
-    /// (cancelled) or the loop closed: then it is dropped.
-    fn complete<T>(
-        self,
-        py: Python<'_>,
-        joined: Result<Result<T, Failure>, JoinError>,
-    ) -> PyResult<()>
+    /// Attaches to Python and hands the result over, unless the
+    /// interpreter is shutting down (then the result is dropped).
+    fn send<T>(self, hand_overs: &HandOvers, result: Result<T, Failure>)
     where
         T: for<'a> IntoPyObject<'a>,
     {
-        let event_loop = self.event_loop.bind(py);
-        let future = self.future.bind(py);
-        if future.call_method0("done")?.is_truthy()?
-            || event_loop.call_method0("is_closed")?.is_truthy()?
-        {
-            return Ok(());
+        if !hand_overs.enter() {
+            return;
         }
-        let result = match joined {
-            Ok(Ok(value)) => value.into_bound_py_any(py),
-            Ok(Err(failure)) => Err(failure.into_pyerr(py)),
-            Err(e) => {
-                Err(Failure::Internal(format!("fencelock's call failed: {e}")).into_pyerr(py))
-            }
-        };
-        let (value, failed) = match result {
-            Ok(value) => (value, false),
+        Python::try_attach(|py| {
+            // An error here is the loop's refusal (closed just now, or
+            // before): dropped attached, so the result it holds goes at
+            // once.
+            let _ = self.complete(py, result);
+        });
+        hand_overs.leave();
+    }
+
+    /// Hands the result to the loop: `call_soon_threadsafe` raises when
+    /// the loop is closed, and the result is dropped. Whether the future
+    /// is still pending is checked on the loop ([`Settle`]).
+    fn complete<T>(self, py: Python<'_>, result: Result<T, Failure>) -> PyResult<()>
+    where
+        T: for<'a> IntoPyObject<'a>,
+    {
+        let (value, failed) = match result.map_err(|failure| failure.into_pyerr(py)) {
+            Ok(value) => match value.into_bound_py_any(py) {
+                Ok(value) => (value, false),
+                Err(err) => (err.into_value(py).into_any().into_bound(py), true),
+            },
             Err(err) => (err.into_value(py).into_any().into_bound(py), true),
         };
-        event_loop.call_method1("call_soon_threadsafe", (Settle, future, value, failed))?;
+        let settle = SETTLE.get_or_try_init(py, || Py::new(py, Settle).map(Py::into_any))?;
+        self.event_loop.bind(py).call_method1(
+            intern!(py, "call_soon_threadsafe"),
+            (settle, self.future, value, failed),
+        )?;
         Ok(())
     }
 }
+
+/// The one [`Settle`] instance.
+static SETTLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// Sets a future's result or exception on its loop, unless it is done by
 /// then (cancelled after the result was sent).
@@ -242,13 +288,14 @@ impl Settle {
         value: &Bound<'_, PyAny>,
         failed: bool,
     ) -> PyResult<()> {
-        if future.call_method0("done")?.is_truthy()? {
+        let py = future.py();
+        if future.call_method0(intern!(py, "done"))?.is_truthy()? {
             return Ok(());
         }
         let method = if failed {
-            "set_exception"
+            intern!(py, "set_exception")
         } else {
-            "set_result"
+            intern!(py, "set_result")
         };
         future.call_method1(method, (value,))?;
         Ok(())
@@ -265,7 +312,10 @@ struct AbortOnCancel {
 #[pymethods]
 impl AbortOnCancel {
     fn __call__(&self, future: &Bound<'_, PyAny>) -> PyResult<()> {
-        if future.call_method0("cancelled")?.is_truthy()? {
+        if future
+            .call_method0(intern!(future.py(), "cancelled"))?
+            .is_truthy()?
+        {
             self.task.abort();
         }
         Ok(())
