@@ -113,6 +113,54 @@ pub(crate) fn at_exit(py: Python<'_>) {
     });
 }
 
+/// A callback to run on the caller's event loop when something happens on
+/// the runtime (a lease's loss): one `call_soon_threadsafe`, counted as a
+/// hand-over, and nothing at all when it never happens.
+pub(crate) struct LoopCall {
+    hand_overs: Arc<HandOvers>,
+    event_loop: Py<PyAny>,
+    callback: Py<PyAny>,
+}
+
+impl LoopCall {
+    /// `callback` on the running event loop.
+    ///
+    /// # Errors
+    /// `RuntimeError` without a running event loop.
+    pub(crate) fn on_running_loop(py: Python<'_>, callback: Py<PyAny>) -> PyResult<Self> {
+        Ok(LoopCall {
+            hand_overs: HandOvers::here(py),
+            event_loop: running_loop(py)?.unbind(),
+            callback,
+        })
+    }
+
+    /// Schedules the callback (from a thread of the runtime); dropped when
+    /// the interpreter is shutting down or the loop is closed.
+    pub(crate) fn schedule(self) {
+        if !self.hand_overs.enter() {
+            return;
+        }
+        Python::try_attach(|py| {
+            let _ = self
+                .event_loop
+                .bind(py)
+                .call_method1(intern!(py, "call_soon_threadsafe"), (self.callback,));
+        });
+        self.hand_overs.leave();
+    }
+}
+
+/// The running event loop.
+fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    GET_RUNNING_LOOP
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("asyncio")?.getattr("get_running_loop")?.unbind())
+        })?
+        .bind(py)
+        .call0()
+}
+
 /// Bench-only, hidden (`fencelock._native._hop`): an awaitable that
 /// completes with `None` through the same path as every asyncio call
 /// (spawned on the runtime, handed back with `call_soon_threadsafe`) and
@@ -149,12 +197,7 @@ where
         .into_pyerr(py));
     }
     let runtime = runtime::handle(py)?;
-    let event_loop = GET_RUNNING_LOOP
-        .get_or_try_init(py, || {
-            Ok::<_, PyErr>(py.import("asyncio")?.getattr("get_running_loop")?.unbind())
-        })?
-        .bind(py)
-        .call0()?;
+    let event_loop = running_loop(py)?;
     let py_future = event_loop.call_method0(intern!(py, "create_future"))?;
     let target = Target {
         event_loop: event_loop.unbind(),

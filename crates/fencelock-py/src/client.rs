@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args;
 use crate::blocking;
-use crate::bridge::future_into_py;
+use crate::bridge::{LoopCall, future_into_py};
 use crate::errors::Failure;
 use crate::lease::{Lease, LeaseRegistry, released};
 use crate::options;
@@ -122,6 +122,7 @@ impl Client {
         &self,
         name: &Bound<'_, PyAny>,
         options: &Bound<'_, PyAny>,
+        on_lost: Option<LoopCall>,
     ) -> Result<impl Future<Output = Result<Lease, Failure>> + Send + 'static, Failure> {
         let (parts, client) = self.live()?;
         let name = args::text(name, "lock name")?;
@@ -146,7 +147,11 @@ impl Client {
                 }
                 lease = acquire => lease?,
             };
-            Lease::adopt(lease, &leases)
+            let lease = Lease::adopt(lease, &leases)?;
+            if let Some(on_lost) = on_lost {
+                lease.watch(on_lost);
+            }
+            Ok(lease)
         })
     }
 
@@ -245,14 +250,22 @@ impl Client {
         self.owner.is_closed() || !self.owner.origin().is_here()
     }
 
-    /// Acquires `name` (an awaitable `Lease`).
+    /// Acquires `name` (an awaitable `Lease`). `on_lost`, a callable,
+    /// is called with no arguments on the running event loop if the lease
+    /// is lost before it is released (as `Lease.lost()` completes, without
+    /// a future).
+    #[pyo3(signature = (name, options, on_lost=None))]
     fn acquire<'py>(
         &self,
         py: Python<'py>,
         name: &Bound<'py, PyAny>,
         options: &Bound<'py, PyAny>,
+        on_lost: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        future_into_py(py, self.acquiring(name, options)?)
+        let on_lost = on_lost
+            .map(|callback| LoopCall::on_running_loop(py, callback))
+            .transpose()?;
+        future_into_py(py, self.acquiring(name, options, on_lost)?)
     }
 
     /// Acquires `name`, blocking.
@@ -262,7 +275,7 @@ impl Client {
         name: &Bound<'_, PyAny>,
         options: &Bound<'_, PyAny>,
     ) -> PyResult<Lease> {
-        blocking::run(py, self.acquiring(name, options)?)
+        blocking::run(py, self.acquiring(name, options, None)?)
     }
 
     /// A fenced Redis hash at `key`.

@@ -20,10 +20,11 @@ use fencelock::{Fence, LeaseHandle, ReleaseOutcome};
 use pyo3::prelude::*;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::args::shown;
 use crate::blocking;
-use crate::bridge::future_into_py;
+use crate::bridge::{LoopCall, future_into_py};
 use crate::errors::{Failure, reason_name};
 use crate::process::{Local, Origin};
 use crate::runtime;
@@ -63,6 +64,15 @@ pub(crate) struct LeaseCell {
     /// Set once the guard was taken out to be released.
     released: AtomicBool,
     guard: Local<Mutex<Option<fencelock::Lease>>>,
+    /// Cancelled when the lease is released (or dropped): ends its loss
+    /// watch ([`Lease::watch`]), which never fires after a release.
+    unwatched: CancellationToken,
+}
+
+impl Drop for LeaseCell {
+    fn drop(&mut self) {
+        self.unwatched.cancel();
+    }
 }
 
 impl LeaseCell {
@@ -70,6 +80,7 @@ impl LeaseCell {
         LeaseCell {
             released: AtomicBool::new(false),
             guard: Local::new(Mutex::new(Some(lease))),
+            unwatched: CancellationToken::new(),
         }
     }
 
@@ -86,7 +97,12 @@ impl LeaseCell {
             .unwrap_or_else(PoisonError::into_inner)
             .take()?;
         self.released.store(true, Ordering::Release);
-        Some(runtime.spawn(lease.release()))
+        let unwatched = self.unwatched.clone();
+        Some(runtime.spawn(async move {
+            // On the runtime: the watch's task wakes on this thread.
+            unwatched.cancel();
+            lease.release().await
+        }))
     }
 
     fn is_released(&self) -> bool {
@@ -188,6 +204,23 @@ impl Lease {
             cell,
             handle: Local::new(handle),
         })
+    }
+
+    /// Runs `on_lost` on its event loop if the lease is lost before it is
+    /// released (or dropped); nothing otherwise. Called on the runtime
+    /// (by the acquisition that made the lease), where the watch's task
+    /// starts without waking another thread.
+    pub(crate) fn watch(&self, on_lost: LoopCall) {
+        let Some(handle) = self.live() else {
+            return;
+        };
+        let (lost, unwatched) = (handle.loss_token(), self.cell.unwatched.clone());
+        drop(tokio::spawn(async move {
+            tokio::select! {
+                () = unwatched.cancelled() => {}
+                () = lost.cancelled() => on_lost.schedule(),
+            }
+        }));
     }
 
     /// The fence and secret token that fenced writes carry.

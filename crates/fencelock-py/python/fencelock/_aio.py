@@ -20,14 +20,17 @@ anyone else (``task.cancel()``, an outer ``asyncio.timeout``) propagates
 unchanged. A loss noticed after the body finished still raises ``LockLost``:
 the work may have overlapped another holder's.
 
-The watcher is one future per lease (``native.lost()``) with a done callback:
-no extra task, nothing scheduled until the loss.
+The watcher is a callback handed to the acquisition (``on_lost``): the
+extension starts the watch on its own runtime with the grant, ends it with the
+release, and calls the callback on the loop only when the loss happens. No
+future, no extra task, nothing scheduled on the loop until the loss.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+from functools import partial
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
@@ -120,12 +123,15 @@ async def _release(native: _native.Lease) -> bool:
         raise cancel
 
 
-async def _acquire(client: _native.Client, name: str, options: dict[str, Any]) -> _native.Lease:
-    """Acquires through the extension. Cancelling the wait leaves nothing
-    behind (the extension's promise); and a grant that completed in the
-    same loop iteration as the cancellation, whose lease the cancelled task
-    will never see, is released here."""
-    fut: asyncio.Future[_native.Lease] = asyncio.ensure_future(client.acquire(name, options))
+async def _acquire(client: _native.Client, name: str, options: dict[str, Any],
+                   on_lost: Optional[Callable[[], None]] = None) -> _native.Lease:
+    """Acquires through the extension (``on_lost``: called on the loop if
+    the lease is lost before its release). Cancelling the wait leaves
+    nothing behind (the extension's promise); and a grant that completed in
+    the same loop iteration as the cancellation, whose lease the cancelled
+    task will never see, is released here."""
+    fut: asyncio.Future[_native.Lease] = asyncio.ensure_future(
+        client.acquire(name, options, on_lost))
     try:
         return await fut
     except asyncio.CancelledError:
@@ -173,7 +179,7 @@ class LockContext:
         "_options",
         "_lease",
         "_task",
-        "_watcher",
+        "_watch",
         "_cancel_sent",
         "_exiting",
     )
@@ -184,32 +190,36 @@ class LockContext:
         self._options = options
         self._lease: Optional[Lease] = None
         self._task: Optional[asyncio.Task[Any]] = None
-        self._watcher: Optional[asyncio.Future[None]] = None
+        # The current entry's watch: the loss callback carries it, and a
+        # callback that carries another (an earlier entry's) is stale.
+        self._watch: Optional[object] = None
         self._cancel_sent = False
         self._exiting = False
 
     async def __aenter__(self) -> Lease:
         if self._lease is not None:
             raise RuntimeError(f"the lock context of {shown(self._name)} is already entered")
-        native = await _acquire(self._client, self._name, self._options)
+        watch = object()
+        native = await _acquire(self._client, self._name, self._options,
+                                partial(self._on_lost, watch))
         lease = Lease(native)
         self._lease = lease
         self._task = asyncio.current_task()
         self._cancel_sent = False
         self._exiting = False
-        watcher: asyncio.Future[None] = asyncio.ensure_future(native.lost())
-        self._watcher = watcher
-        watcher.add_done_callback(self._on_lost)
+        self._watch = watch
+        if native.is_lost():
+            # Lost before this entry was recorded: the callback that said
+            # so was stale when it ran, so it is run again here.
+            asyncio.get_running_loop().call_soon(self._on_lost, watch)
         return lease
 
-    def _on_lost(self, fut: "asyncio.Future[None]") -> None:
+    def _on_lost(self, watch: object) -> None:
         # Runs on the loop's thread, between steps of the body's task. A
         # callback already scheduled when the exit began (or one from an
-        # earlier entry of this object) is stale: only the current watcher
+        # earlier entry of this object) is stale: only the current watch
         # of a running body may cancel it.
-        if fut is not self._watcher or self._exiting:
-            return
-        if fut.cancelled() or fut.exception() is not None:
+        if watch is not self._watch or self._exiting:
             return
         task = self._task
         if task is not None and not task.done():
@@ -222,15 +232,15 @@ class LockContext:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        lease, task, watcher = self._lease, self._task, self._watcher
+        lease, task = self._lease, self._task
         assert lease is not None, "__aexit__ without __aenter__"
         native = lease._native
+        # The extension ends the watch with the release; until then a
+        # loss's callback finds the exit begun, or another watch, and
+        # does nothing.
         self._exiting = True
-        if watcher is not None:
-            watcher.remove_done_callback(self._on_lost)
-            watcher.cancel()
         we_cancelled = self._cancel_sent
-        self._lease, self._task, self._watcher = None, None, None
+        self._lease, self._task, self._watch = None, None, None
         self._cancel_sent = False
 
         released: Optional[bool] = None

@@ -30,7 +30,7 @@ negative, NaN or overflowing durations raise ``InvalidInput`` naming the key:
   options given to ``connect`` become the client's defaults.
 """
 
-from typing import Any, Awaitable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 def connect(url: str, options: dict[str, Any]) -> Awaitable[Client]: ...
 def connect_blocking(url: str, options: dict[str, Any]) -> Client: ...
@@ -50,10 +50,17 @@ class Client:
     @property
     def backend(self) -> str:
         """``"redis"`` or ``"etcd"``."""
-    def acquire(self, name: str, options: dict[str, Any]) -> Awaitable[Lease]:
+    def acquire(
+        self,
+        name: str,
+        options: dict[str, Any],
+        on_lost: Optional[Callable[[], object]] = None,
+    ) -> Awaitable[Lease]:
         """Acquires ``name``, waiting as ``options["wait"]`` says. Cancelling
         the awaiting task cancels the wait and leaves no queue entry and no
-        lock behind."""
+        lock behind. ``on_lost`` is called with no arguments on the running
+        event loop if the lease is lost before it is released (or dropped),
+        and never otherwise: ``lost()`` without a future."""
     def acquire_blocking(self, name: str, options: dict[str, Any]) -> Lease: ...
     def fenced_hash(self, key: str) -> FencedHash:
         """A fenced Redis hash (``InvalidInput`` on etcd, naming
