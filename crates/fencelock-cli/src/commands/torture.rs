@@ -335,6 +335,7 @@ pub(crate) struct TortureArgs {
     #[arg(
         long,
         env = "FENCELOCK_PYTHON",
+        hide_env_values = true,
         default_value = "python3",
         value_name = "PATH"
     )]
