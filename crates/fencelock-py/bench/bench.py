@@ -22,8 +22,8 @@ the contestants within a group rotates each round) and the medians of
   but cross there and back: spawned on it, handed back to the loop through
   ``call_soon_threadsafe``), hops/s and hops per asyncio ``PING``. Every
   asyncio call makes one such hop; an ``async with client.lock()`` cycle
-  makes one per call it awaits or spawns (acquire, release, and the loss
-  watcher's future).
+  makes two (acquire and release; its loss watch is a callback started on
+  the runtime with the grant, which makes none unless the lease is lost).
 - Uncontended, one worker: acquire+release cycles/s of
 
   - asyncio: fencelock ``async with client.lock(name, ttl=10, wait=30)``
