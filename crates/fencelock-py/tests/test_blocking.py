@@ -243,7 +243,18 @@ def test_ctrl_c_interrupts_a_waiting_acquire_promptly(
     ``KeyboardInterrupt`` within a second, and nothing left behind (no
     queue entry — the waiter lease is long, so only cleanup removes it — and
     no lock granted afterwards)."""
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # A shell that starts the suite in the background (nohup, `&`) leaves
+    # SIGINT ignored; Python's own handler is what a user at a terminal has.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_case(blocking_client, blocking_client2, redis_py, lock_name, wait_mode)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_case(
+    blocking_client: Any, blocking_client2: Any, redis_py: Any, lock_name: str, wait_mode: str
+) -> None:
     keys = lock_keys(lock_name)
     holder = blocking_client.acquire(lock_name, wait_mode=wait_mode)
     sent: list[float] = []

@@ -240,13 +240,15 @@ async def test_guide_and_fencelock_workers_exclude_each_other(
     assert run.overlaps == 0, f"guide and fencelock holders overlapped: {run.grants}"
     assert len(run.grants) == 6 * rounds
 
-    # Both sides held the lock while the other contended: the side that
-    # held first held again after the other (two switches at least). Queued
-    # (notify) waiters are not woken by the guide's bare DEL and fencelock
-    # hands the lock over among its own waiters, so runs are long there.
+    # Both sides held the lock. Polling, they take turns: the side that held
+    # first holds again after the other. Queued (notify) waiters are not
+    # woken by the guide's bare DEL (they look again every third of their
+    # waiter lease) and fencelock hands the lock over among its own
+    # waiters, so there one side may run through all its rounds while the
+    # other waits, refused: exclusion is still what is checked.
     sides = [who.split("-")[0] for who, _ in run.grants]
     switches = sum(1 for a, b in zip(sides, sides[1:]) if a != b)
-    assert switches >= (4 if wait_mode == "poll" else 2), f"the sides did not interleave: {sides}"
+    assert switches >= (4 if wait_mode == "poll" else 1), f"the sides did not interleave: {sides}"
 
     # Each worker's fences strictly increase.
     for who in {w for w, _ in run.grants}:
@@ -260,7 +262,8 @@ async def test_guide_and_fencelock_workers_exclude_each_other(
     assert max(fences) <= counter
     fl = sorted(f for w, f in run.grants if w.startswith("fencelock"))
     gd = sorted(f for w, f in run.grants if w.startswith("guide"))
-    assert fl[0] < gd[-1] and gd[0] < fl[-1], (fl, gd)
+    if wait_mode == "poll":
+        assert fl[0] < gd[-1] and gd[0] < fl[-1], (fl, gd)
     # A fencelock grant draws its fence from the counter in the same script
     # that takes the lock, so it is above every fence granted before it,
     # the guide workers' included (a guide grant may not be: its INCR can
