@@ -46,11 +46,6 @@ const CONNECT_KEYS: &[&str] = &[
     "tls_key",
 ];
 
-/// Longest connect or response timeout. The library adds these to the
-/// clock, where a duration near `Duration::MAX` would overflow; nobody
-/// waits a day for a reply.
-const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-
 /// `base` (the client's defaults) with the options of one call applied.
 ///
 /// # Errors
@@ -86,8 +81,8 @@ pub(crate) fn client_builder(
         }
         builder = match key.as_str() {
             "prefix" => builder.prefix(string(&key, &value)?),
-            "connect_timeout" => builder.connect_timeout(connection_timeout(&key, &value)?),
-            "response_timeout" => builder.response_timeout(connection_timeout(&key, &value)?),
+            "connect_timeout" => builder.connect_timeout(seconds(&key, &value)?),
+            "response_timeout" => builder.response_timeout(seconds(&key, &value)?),
             "tls_ca" => builder.tls_ca(string(&key, &value)?),
             "tls_cert" => {
                 tls_cert = Some(string(&key, &value)?);
@@ -254,18 +249,6 @@ fn seconds(key: &str, value: &Bound<'_, PyAny>) -> Result<Duration, Failure> {
             format!("{secs:?} seconds is not a duration (negative, NaN, infinite or too large)"),
         )
     })
-}
-
-/// A connect or response timeout: above zero, at most a day.
-fn connection_timeout(key: &str, value: &Bound<'_, PyAny>) -> Result<Duration, Failure> {
-    let timeout = seconds(key, value)?;
-    if timeout.is_zero() || timeout > MAX_CONNECTION_TIMEOUT {
-        return Err(invalid_option(
-            key,
-            format!("{timeout:?} must be above zero and at most a day"),
-        ));
-    }
-    Ok(timeout)
 }
 
 /// An integer in the range of `T`.

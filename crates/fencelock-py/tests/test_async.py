@@ -740,3 +740,14 @@ async def test_both_backends_loss_by_revoke_cancels_the_body(backend_url: str, l
         assert "reached_end" not in box
         assert info.value.fence == lease.fence == result.deposed_fence
         assert await resource(a, key).write(lease, "late") is False
+
+
+@pytest.mark.parametrize("key", ["connect_timeout", "response_timeout"])
+@pytest.mark.parametrize("value", [0, 0.0, 86_401.0, 1e9, 1e300, -1.0, float("nan")])
+async def test_out_of_range_connection_timeouts_are_refused(
+    redis_url: str, key: str, value: float
+) -> None:
+    """Zero, beyond a day, or not a duration at all: refused before anything
+    is sent, naming the timeout (the library's own range check)."""
+    with pytest.raises(fencelock.InvalidInput, match=key.replace("_", ".")):
+        await fencelock.connect(redis_url, **{key: value})
