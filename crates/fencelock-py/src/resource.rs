@@ -121,83 +121,57 @@ trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = fencelock::Result<ValidatedRead>> + Send + 'static;
 }
 
-impl Store for fencelock::FencedHash {
-    fn key(&self) -> &str {
-        fencelock::FencedHash::key(self)
-    }
+/// `Store` for a library resource: `FencedHash` and `FencedKey` have the
+/// same methods under the same names, but no trait in common.
+macro_rules! store_for {
+    ($resource:ty) => {
+        impl Store for $resource {
+            fn key(&self) -> &str {
+                <$resource>::key(self)
+            }
 
-    fn slot_number(&self) -> Option<u32> {
-        fencelock::FencedHash::slot_number(self)
-    }
+            fn slot_number(&self) -> Option<u32> {
+                <$resource>::slot_number(self)
+            }
 
-    fn slot(&self, slot: u32) -> Self {
-        fencelock::FencedHash::slot(self, slot)
-    }
+            fn slot(&self, slot: u32) -> Self {
+                <$resource>::slot(self, slot)
+            }
 
-    async fn write(
-        self,
-        fence: Fence,
-        token: String,
-        value: String,
-    ) -> fencelock::Result<WriteOutcome> {
-        fencelock::FencedHash::write(&self, fence, &token, &value).await
-    }
+            async fn write(
+                self,
+                fence: Fence,
+                token: String,
+                value: String,
+            ) -> fencelock::Result<WriteOutcome> {
+                <$resource>::write(&self, fence, &token, &value).await
+            }
 
-    async fn register(self, fence: Fence, token: String) -> fencelock::Result<WriteOutcome> {
-        fencelock::FencedHash::register(&self, fence, &token).await
-    }
+            async fn register(
+                self,
+                fence: Fence,
+                token: String,
+            ) -> fencelock::Result<WriteOutcome> {
+                <$resource>::register(&self, fence, &token).await
+            }
 
-    async fn read(self) -> fencelock::Result<HashState> {
-        let read = fencelock::FencedHash::read(&self).await?;
-        Ok(state(read.value, read.fence, read.holder))
-    }
+            async fn read(self) -> fencelock::Result<HashState> {
+                let read = <$resource>::read(&self).await?;
+                Ok(state(read.value, read.fence, read.holder))
+            }
 
-    async fn read_validated(self, epoch: Fence) -> fencelock::Result<ValidatedRead> {
-        let read = fencelock::FencedHash::read_validated(&self, epoch).await?;
-        let clean = read.is_clean();
-        let read = read.into_value();
-        Ok(validated(clean, read.value, read.fence))
-    }
+            async fn read_validated(self, epoch: Fence) -> fencelock::Result<ValidatedRead> {
+                let read = <$resource>::read_validated(&self, epoch).await?;
+                let clean = read.is_clean();
+                let read = read.into_value();
+                Ok(validated(clean, read.value, read.fence))
+            }
+        }
+    };
 }
 
-impl Store for fencelock::FencedKey {
-    fn key(&self) -> &str {
-        fencelock::FencedKey::key(self)
-    }
-
-    fn slot_number(&self) -> Option<u32> {
-        fencelock::FencedKey::slot_number(self)
-    }
-
-    fn slot(&self, slot: u32) -> Self {
-        fencelock::FencedKey::slot(self, slot)
-    }
-
-    async fn write(
-        self,
-        fence: Fence,
-        token: String,
-        value: String,
-    ) -> fencelock::Result<WriteOutcome> {
-        fencelock::FencedKey::write(&self, fence, &token, &value).await
-    }
-
-    async fn register(self, fence: Fence, token: String) -> fencelock::Result<WriteOutcome> {
-        fencelock::FencedKey::register(&self, fence, &token).await
-    }
-
-    async fn read(self) -> fencelock::Result<HashState> {
-        let read = fencelock::FencedKey::read(&self).await?;
-        Ok(state(read.value, read.fence, read.holder))
-    }
-
-    async fn read_validated(self, epoch: Fence) -> fencelock::Result<ValidatedRead> {
-        let read = fencelock::FencedKey::read_validated(&self, epoch).await?;
-        let clean = read.is_clean();
-        let read = read.into_value();
-        Ok(validated(clean, read.value, read.fence))
-    }
-}
+store_for!(fencelock::FencedHash);
+store_for!(fencelock::FencedKey);
 
 /// One resource of a client: its key and slot (plain data, readable in
 /// any process), the library's value (in its process only), and the
