@@ -32,7 +32,8 @@
 //! | `options` | options dicts to `LockOptions` and the client builder, every refusal naming its key |
 //! | `args` | `str` and integer arguments, refused as `InvalidInput` rather than `TypeError` |
 //! | `blocking` | the `*_blocking` methods' wait: without the GIL, signals checked every 50 ms |
-//! | `bridge` | Rust futures as asyncio futures: results handed over with `call_soon_threadsafe`, cancellation aborts the task, an `atexit` hook ends the hand-overs |
+//! | `bridge` | Rust futures as asyncio futures: cancellation aborts the task, the result goes through the loop's inbox |
+//! | `inbox` | what the runtime hands to an event loop (results, loss callbacks): queued without the GIL, settled by the loop's reader callback |
 //! | `process` | what belongs to the process it was made in: `Origin`, `Local<T>` (lent there, leaked elsewhere), a client's `Owner` |
 //! | `runtime` | the per-process tokio runtime |
 //! | `errors` | `Failure` and its mapping onto `fencelock._errors` |
@@ -52,6 +53,7 @@ mod blocking;
 mod bridge;
 mod client;
 mod errors;
+mod inbox;
 mod lease;
 mod options;
 mod process;
@@ -74,12 +76,5 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<resource::FencedKey>()?;
     module.add_class::<revoke::Sealed>()?;
     module.add_class::<revoke::Revoked>()?;
-    // Before the interpreter finalizes, the runtime's threads stop handing
-    // results to asyncio (see `bridge.rs`).
-    let at_exit = wrap_pyfunction!(bridge::at_exit, module)?;
-    module
-        .py()
-        .import("atexit")?
-        .call_method1("register", (at_exit,))?;
     Ok(())
 }
