@@ -19,8 +19,8 @@ the contestants within a group rotates each round) and the medians of
   ``PING`` of the same kind, so figures from different machines compare.
 - The bound of fencelock's asyncio bridge: ``await fencelock._native._hop()``
   (a hidden, bench-only call that does nothing on the extension's runtime
-  but cross there and back: spawned on it, handed back to the loop through
-  ``call_soon_threadsafe``), hops/s and hops per asyncio ``PING``. Every
+  but cross there and back: spawned on it, handed back through the loop's
+  inbox, a queue whose socket the loop watches), hops/s and hops per asyncio ``PING``. Every
   asyncio call makes one such hop; an ``async with client.lock()`` cycle
   makes two (acquire and release; its loss watch is a callback started on
   the runtime with the grant, which makes none unless the lease is lost).

@@ -10,8 +10,9 @@
 //! - **No Python object in a call's future.** A call checks its
 //!   arguments attached to Python, then runs as a `Send + 'static` future
 //!   on this process's runtime; its result and its error
-//!   (`errors::Failure`) become Python objects only when handed back
-//!   (`bridge`, `blocking`).
+//!   (`errors::Failure`) become Python objects only when handed back, on
+//!   the thread that receives them (`inbox`, `blocking`): no thread of the
+//!   runtime attaches to Python.
 //! - **One runtime per process.** After `os.fork()` the child never uses
 //!   nor drops what the parent made: it gets a runtime of its own, and
 //!   sees the parent's clients as closed and its leases as lost

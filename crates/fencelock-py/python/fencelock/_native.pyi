@@ -36,8 +36,8 @@ def connect(url: str, options: dict[str, Any]) -> Awaitable[Client]: ...
 def connect_blocking(url: str, options: dict[str, Any]) -> Client: ...
 def _hop() -> Awaitable[None]:
     """Bench-only: completes with ``None`` through the same asyncio bridge as
-    every call (a task on the extension's runtime, handed back with
-    ``call_soon_threadsafe``), doing nothing else. Not part of the API."""
+    every call (a task on the extension's runtime, handed back through the
+    loop's inbox), doing nothing else. Not part of the API."""
 
 def holder_id(token: str) -> str:
     """The public id of a holder token (the first 16 hex digits of its SHA-1),
