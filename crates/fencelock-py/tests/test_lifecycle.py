@@ -762,3 +762,41 @@ def test_short_lived_loops_leave_no_descriptor_behind(redis_url: str, lock_name:
         assert open_fds() - before < 10, (before, open_fds())
     finally:
         asyncio.run(client.close())
+
+
+# --- an acquisition cancelled with its grant in flight -------------------------------------
+
+
+async def test_an_acquire_cancelled_with_its_grant_in_flight_leaves_no_lock(
+    own_redis: RedisServer, own_redis_py: Any, lock_name: str
+) -> None:
+    """The redis-py #3847 shape, at its narrowest: the grant has reached Redis
+    (held there by ``CLIENT PAUSE WRITE``) when the acquisition is cancelled,
+    so it runs with nobody to take the lease. The cancelled call's release
+    for its token runs after it: the lock is free again at once, not held
+    by nobody for its 60 s ttl, and the fence key shows the grant did run.
+    Both a single try (``wait=0``) and a waiting acquire."""
+    client = await fencelock.connect(own_redis.url)
+    try:
+        async with client.lock(f"{lock_name}-warm-up", wait=0):
+            pass  # loads the scripts: a first EVALSHA would be sent twice
+        names = [f"{lock_name}-try", f"{lock_name}-wait"]
+        own_redis_py.execute_command("CLIENT", "PAUSE", "600", "WRITE")
+        tasks = [
+            asyncio.ensure_future(client.acquire(names[0], ttl=LONG_TTL, wait=0)),
+            asyncio.ensure_future(client.acquire(names[1], ttl=LONG_TTL, wait=30)),
+        ]
+        await asyncio.sleep(0.15)
+        assert not any(t.done() for t in tasks), "a grant was answered during the pause"
+        for t in tasks:
+            t.cancel()
+        for name in names:
+            keys = default_keys(name)
+
+            def released(keys: dict[str, str] = keys) -> bool:
+                return own_redis_py.get(keys["lock"]) is None and own_redis_py.get(keys["fence"]) is not None
+
+            await async_wait_until(released, 5, f"{name}: granted, then released")
+        assert all(t.cancelled() for t in tasks)
+    finally:
+        await client.close()

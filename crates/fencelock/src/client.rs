@@ -336,8 +336,12 @@ impl LockClient {
     /// as described on [`Error`].
     ///
     /// # Cancel safety
-    /// If the future is dropped after the request was sent, the lock may be
-    /// granted with nobody holding the guard; it then expires after its ttl.
+    /// If the future is dropped after the request was sent, the grant may
+    /// still take the lock, with nobody holding the guard. On Redis a
+    /// mutex so taken is released from the background (a release for this
+    /// acquisition's token, sent after the grant on the same connection;
+    /// [`LockClient::flush`] waits for it); a semaphore's or read-write
+    /// lock's permit so taken expires after its ttl.
     pub async fn try_acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;
         let keys = self.lock_keys(name, opts.layout)?;
@@ -355,9 +359,10 @@ impl LockClient {
     /// [`LockClient::try_acquire`].
     ///
     /// # Cancel safety
-    /// As [`LockClient::try_acquire`]. On etcd, a dropped acquisition also
-    /// removes its waiter's key in the background; [`LockClient::flush`]
-    /// waits for that. When the wait runs
+    /// As [`LockClient::try_acquire`]; a queued waiter also leaves the wait
+    /// queue in the background, passing on a lock handed to it meanwhile.
+    /// On etcd, a dropped acquisition removes its key in the background.
+    /// [`LockClient::flush`] waits for these. When the wait runs
     /// out, the key is removed before `Timeout` is returned.
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease> {
         opts.validate()?;

@@ -17,6 +17,7 @@ use crate::{Fence, LockClient, LockKeys, LockOptions};
 mod protocol;
 
 pub use crate::store::redis::BatchFault;
+pub use crate::store::redis::BatchGate;
 pub use crate::store::redis::ScriptMutation;
 pub use crate::store::redis::wire::*;
 pub use protocol::{ProtocolScripts, ResourceChange};
@@ -64,6 +65,15 @@ pub const BATCH_IN_FLIGHT: usize = crate::store::redis::IN_FLIGHT;
 pub fn break_batched_grants(client: &LockClient, fault: Option<BatchFault>) {
     if let Some(redis) = client.engine().redis_engine() {
         redis.batches().break_grants(fault);
+    }
+}
+
+/// Makes `client`'s batches of grants wait at `gate` before they are sent
+/// (`None`: no more): the tests of callers that leave while their batch is
+/// under way. A Redis client only.
+pub fn gate_batched_grants(client: &LockClient, gate: Option<BatchGate>) {
+    if let Some(redis) = client.engine().redis_engine() {
+        redis.batches().gate_grants(gate);
     }
 }
 

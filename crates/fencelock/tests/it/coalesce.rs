@@ -31,7 +31,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use fencelock::testing::{BATCH_IN_FLIGHT, BatchFault, QueueMember, break_batched_grants};
+use fencelock::testing::{
+    BATCH_IN_FLIGHT, BatchFault, BatchGate, QueueMember, break_batched_grants, gate_batched_grants,
+};
 use fencelock::{
     Error, FenceMode, KeyLayout, Lease, LockClient, LockOptions, LossReason, ReleaseOutcome,
     WaitMode,
@@ -586,5 +588,119 @@ async fn cluster_batches_grants_of_one_slot_only() -> Result<()> {
     for lease in leases {
         ensure!(lease.release().await?.is_released());
     }
+    Ok(())
+}
+
+/// Loads the grant and release scripts into Redis: a grant's first
+/// `EVALSHA` on a new server finds its script missing, and the caller's
+/// future sends it again, which a dropped future never does.
+async fn warm_up(client: &LockClient) -> Result<()> {
+    let lease = client
+        .try_acquire("warm-up", &LockOptions::default())
+        .await?;
+    ensure!(lease.release().await? == ReleaseOutcome::Released);
+    Ok(())
+}
+
+/// Whether lock `name` of `client` is gone while its fence key shows that
+/// it was granted: what a grant whose caller was dropped must leave.
+fn granted_then_released(server: &RedisServer, client: &LockClient, name: &str) -> Result<bool> {
+    let keys = client.keys(name, KeyLayout::HashTagged)?;
+    let lock: Option<String> = server.query(&["GET", keys.lock()]);
+    Ok(lock.is_none() && stored_fence(server, keys.lock()).is_some())
+}
+
+/// Acquisitions dropped (their tasks aborted) while their grant is held
+/// inside Redis: a `try_acquire`, and an `acquire` that would wait, both
+/// sent alone. Each grant runs once Redis lets it through, with nobody to
+/// take the lease; the acquisition's drop sent a leave after it on the same
+/// connection, so the lock is released at once, not held by nobody for its
+/// 60 s ttl. The fence key shows that the grant did run. Negative control
+/// (observed): without the leave the lock stays, with its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_an_acquisition_dropped_with_its_grant_in_flight_leaves_no_lock() -> Result<()> {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await?;
+    let ttl = Duration::from_secs(60);
+    warm_up(&client).await?;
+    hold_calls(&server).await?;
+    let tried = {
+        let client = client.clone();
+        let opts = LockOptions::default().ttl(ttl).wait(Duration::ZERO);
+        tokio::spawn(async move { client.try_acquire("tried", &opts).await })
+    };
+    let waited = {
+        let client = client.clone();
+        let opts = LockOptions::default()
+            .ttl(ttl)
+            .wait(Duration::from_secs(30));
+        tokio::spawn(async move { client.acquire("waited", &opts).await })
+    };
+    tokio::time::sleep(PAUSE / 4).await;
+    tried.abort();
+    waited.abort();
+    for name in ["tried", "waited"] {
+        crate::support::poll(
+            &format!("the grant of dropped acquisition {name:?} to run and be released"),
+            PAUSE + Duration::from_secs(5),
+            || {
+                granted_then_released(&server, &client, name)
+                    .ok()?
+                    .then_some(())
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Acquisitions that queued behind [`BATCH_IN_FLIGHT`] plugs and left
+/// (their tasks aborted) once their batch had been taken from the queue but
+/// before it was sent (a gate holds it there): their own leaves run first
+/// and find nothing, then the batch grants them all, finds each caller
+/// gone, and releases each lock, so none is held by nobody for its 60 s
+/// ttl. The fence keys show that the batch did grant them. Negative
+/// control (observed): without that release the locks stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_a_batched_grant_whose_caller_is_gone_is_released() -> Result<()> {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await?;
+    let opts = LockOptions::default()
+        .ttl(Duration::from_secs(60))
+        .wait(Duration::ZERO);
+    warm_up(&client).await?;
+    let gate = BatchGate::default();
+    gate_batched_grants(&client, Some(gate.clone()));
+    let plugs = plug_grants(&server, &client, &opts).await?;
+    let names: Vec<String> = (0..8).map(|i| format!("gone:{i}")).collect();
+    let queued = spawn_plugs(&client, names.clone(), &opts);
+    tokio::time::timeout(PAUSE + Duration::from_secs(5), gate.reached.notified())
+        .await
+        .context("no batch reached the gate")?;
+    for task in &queued {
+        task.abort();
+    }
+    for task in queued {
+        ensure!(
+            task.await.is_err_and(|e| e.is_cancelled()),
+            "a queued acquisition ended before it was aborted"
+        );
+    }
+    gate.open.add_permits(1);
+    let plugged = plugged(plugs).await?;
+    for name in &names {
+        crate::support::poll(
+            &format!("the batched grant of {name:?}, whose caller is gone, to be released"),
+            Duration::from_secs(5),
+            || {
+                granted_then_released(&server, &client, name)
+                    .ok()?
+                    .then_some(())
+            },
+        )
+        .await?;
+    }
+    gate_batched_grants(&client, None);
+    drop(plugged);
     Ok(())
 }

@@ -20,6 +20,7 @@ use super::RedisEngine;
 use super::wakeups::{Waiter, Wakeups};
 use crate::engine::Waiting;
 use crate::engine::backoff::Backoff;
+use crate::engine::cleanup::Cleanups;
 use crate::engine::grant::{Acquired, Granted};
 use crate::engine::timing::{
     arrived_too_late, drift, handover_deadline, handover_is_fresh, retry_delay,
@@ -69,15 +70,19 @@ impl RedisEngine {
     ) -> Result<Acquired> {
         let token = new_token();
         let mut unreleased = None;
-        self.grant(
-            name,
-            keys,
-            &token,
-            opts,
-            Default::default(),
-            &mut unreleased,
-        )
-        .await
+        let mut in_flight = GrantInFlight::new(self, keys, &token, opts);
+        let granted = self
+            .grant(
+                name,
+                keys,
+                &token,
+                opts,
+                Default::default(),
+                &mut unreleased,
+            )
+            .await;
+        in_flight.disarm();
+        granted
     }
 
     /// Attempts until the wait deadline; `waiting` hears why each attempt
@@ -95,9 +100,15 @@ impl RedisEngine {
         waiting: Waiting<'_>,
     ) -> Result<Acquired> {
         let mut unreleased = None;
+        // One token for every attempt of this call: if an attempt was granted
+        // but its reply was lost, the next attempt gets the same grant back
+        // (same fence) instead of leaving an orphaned lock until its ttl.
+        let token = new_token();
+        let mut in_flight = GrantInFlight::new(self, keys, &token, opts);
         let acquired = self
-            .wait_for(name, keys, opts, waiting, &mut unreleased)
+            .wait_for(name, keys, &token, opts, waiting, &mut unreleased)
             .await;
+        in_flight.disarm();
         if acquired.is_err()
             && let Some(granted) = unreleased
             && let Err(e) = Box::pin(self.release(&granted)).await
@@ -115,6 +126,7 @@ impl RedisEngine {
         &self,
         name: &str,
         keys: &LockKeys,
+        token: &str,
         opts: &LockOptions,
         waiting: Waiting<'_>,
         unreleased: &mut Option<Granted>,
@@ -122,10 +134,6 @@ impl RedisEngine {
         let started = Instant::now();
         // None: a wait too long to add to the clock is a wait forever.
         let give_up = started.checked_add(opts.wait);
-        // One token for every attempt of this call: if an attempt was granted
-        // but its reply was lost, the next attempt gets the same grant back
-        // (same fence) instead of leaving an orphaned lock until its ttl.
-        let token = new_token();
         // A queued waiter (notify, fair) registers for wake-ups before the
         // attempt that queues it, so a release right after a refused attempt
         // wakes it. Fair waiters queue from their first attempt; a notify
@@ -136,9 +144,9 @@ impl RedisEngine {
         let mut waiter = None;
         let mut member = None;
         if queues && opts.wait_mode == WaitMode::Fair {
-            (waiter, member) = Box::pin(self.queue_up(name, keys, &token, opts)).await;
+            (waiter, member) = Box::pin(self.queue_up(name, keys, token, opts)).await;
         }
-        let mut queued = QueuedGuard::new(&self.conn, keys, member.as_ref(), opts);
+        let mut queued = QueuedGuard::new(self, keys, member.as_ref(), opts);
         let mut backoff = Backoff::new();
         // When the last refused attempt was sent, and the fence stored then.
         let mut last_refusal: Option<(Instant, Option<u64>)> = None;
@@ -153,7 +161,7 @@ impl RedisEngine {
                 refused: last_refusal.is_some(),
             };
             let error = match self
-                .attempt(name, keys, &token, opts, standing, unreleased)
+                .attempt(name, keys, token, opts, standing, unreleased)
                 .await
             {
                 Ok(Ok(lease)) => {
@@ -181,8 +189,8 @@ impl RedisEngine {
             {
                 // A notify waiter refused once: register, then queue with
                 // the next attempt, at once.
-                (waiter, member) = Box::pin(self.queue_up(name, keys, &token, opts)).await;
-                queued = QueuedGuard::new(&self.conn, keys, member.as_ref(), opts);
+                (waiter, member) = Box::pin(self.queue_up(name, keys, token, opts)).await;
+                queued = QueuedGuard::new(self, keys, member.as_ref(), opts);
                 if member.is_some() {
                     continue;
                 }
@@ -224,7 +232,7 @@ impl RedisEngine {
                     queued: true,
                     refused: true,
                 };
-                match Box::pin(self.grant(name, keys, &token, opts, handed, unreleased)).await {
+                match Box::pin(self.grant(name, keys, token, opts, handed, unreleased)).await {
                     Ok(lease) => {
                         queued.disarm();
                         *unreleased = None;
@@ -236,7 +244,7 @@ impl RedisEngine {
             }
             if let Some(refusal) = last_refusal
                 && let Some(lease) =
-                    Box::pin(self.handed_over(name, keys, &token, fence, opts, refusal)).await
+                    Box::pin(self.handed_over(name, keys, token, fence, opts, refusal)).await
             {
                 queued.disarm();
                 return Ok(lease);
@@ -522,11 +530,12 @@ pub(super) fn unusable(
 /// is passed on. Best effort: the waiter lease removes the entry anyway.
 struct QueuedGuard {
     leave: Option<(RedisConn, LockKeys, QueueMember, Mint, bool)>,
+    cleanups: Cleanups,
 }
 
 impl QueuedGuard {
     fn new(
-        conn: &RedisConn,
+        engine: &RedisEngine,
         keys: &LockKeys,
         member: Option<&QueueMember>,
         opts: &LockOptions,
@@ -534,13 +543,14 @@ impl QueuedGuard {
         QueuedGuard {
             leave: member.map(|m| {
                 (
-                    conn.clone(),
+                    engine.conn.clone(),
                     keys.clone(),
                     m.clone(),
                     Mint::new(opts),
                     opts.primitive() != Primitive::Mutex,
                 )
             }),
+            cleanups: engine.cleanups.clone(),
         }
     }
 
@@ -551,34 +561,116 @@ impl QueuedGuard {
 
 impl Drop for QueuedGuard {
     fn drop(&mut self) {
-        let Some((conn, keys, member, mint, semaphore)) = self.leave.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let pass_on = PassOn {
-                    publish: conn.publish(),
-                };
-                if semaphore {
-                    let leave = SemRelease {
-                        lock: keys.lock(),
-                        mint,
-                        pass_on,
-                        what: SemLeaving::Waiter(&member),
-                    };
-                    let _ = conn.run(&leave).await;
-                    return;
-                }
-                let leave = Leave {
-                    keys: &keys,
-                    mint,
-                    pass_on,
-                    member: &member,
-                };
-                let _ = conn.run(&leave).await;
-            });
+        if let Some((conn, keys, member, mint, semaphore)) = self.leave.take() {
+            spawn_leave(&self.cleanups, conn, keys, member, mint, semaphore);
         }
     }
+}
+
+/// Releases, from the background, a mutex that a grant of this acquisition
+/// may have taken when the acquisition's future is dropped before it
+/// returned (a task aborted, an asyncio call cancelled, a `select!` that
+/// took another branch): a grant whose request was sent but whose reply was
+/// never read holds the lock with nobody to release it, for its whole ttl.
+/// It runs `leave.lua` for the acquisition's token (it deletes the lock
+/// only if that token holds it, and passes a free lock on), sent after the
+/// grant on the same connection, so Redis runs it after the grant. Free
+/// until it fires: it borrows, and clones only when it must send.
+///
+/// A queued waiter's [`QueuedGuard`] also leaves with its real member. A
+/// semaphore's or read-write lock's permit so granted is not released
+/// here: it expires after its ttl.
+struct GrantInFlight<'a> {
+    engine: &'a RedisEngine,
+    keys: &'a LockKeys,
+    token: &'a str,
+    opts: &'a LockOptions,
+    armed: bool,
+}
+
+impl<'a> GrantInFlight<'a> {
+    fn new(
+        engine: &'a RedisEngine,
+        keys: &'a LockKeys,
+        token: &'a str,
+        opts: &'a LockOptions,
+    ) -> Self {
+        GrantInFlight {
+            engine,
+            keys,
+            token,
+            opts,
+            armed: opts.primitive() == Primitive::Mutex,
+        }
+    }
+
+    /// The acquisition returned: what it holds, its caller holds.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for GrantInFlight<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Queued under no waiter (`u64::MAX` is never a waiter's number):
+        // only the token counts, and removing this member removes nothing.
+        let member = QueueMember {
+            client: self.engine.client_id.clone(),
+            waiter: u64::MAX,
+            mode: self.opts.wait_mode,
+            ttl: self.opts.ttl,
+            handover: self.opts.handover_lease(),
+            token: self.token.to_owned(),
+            access: None,
+        };
+        spawn_leave(
+            &self.engine.cleanups,
+            self.engine.conn.clone(),
+            self.keys.clone(),
+            member,
+            Mint::new(self.opts),
+            false,
+        );
+    }
+}
+
+/// Sends, as a clean-up of the client (one that `LockClient::flush` waits
+/// for), the leave of `member`: a mutex's `leave.lua`, or for a semaphore
+/// or read-write lock `sem_release.lua`'s leave. Without a runtime nothing
+/// is sent (what it would remove expires).
+fn spawn_leave(
+    cleanups: &Cleanups,
+    conn: RedisConn,
+    keys: LockKeys,
+    member: QueueMember,
+    mint: Mint,
+    semaphore: bool,
+) {
+    cleanups.spawn(async move {
+        let pass_on = PassOn {
+            publish: conn.publish(),
+        };
+        if semaphore {
+            let leave = SemRelease {
+                lock: keys.lock(),
+                mint,
+                pass_on,
+                what: SemLeaving::Waiter(&member),
+            };
+            let _ = conn.run(&leave).await;
+            return;
+        }
+        let leave = Leave {
+            keys: &keys,
+            mint,
+            pass_on,
+            member: &member,
+        };
+        let _ = conn.run(&leave).await;
+    });
 }
 
 #[cfg(test)]

@@ -43,11 +43,12 @@ use tokio::sync::oneshot;
 
 use super::conn::RedisConn;
 use super::ops::{
-    Batched, Grant, GrantItem, GrantMany, GrantReply, Release, ReleaseItem, ReleaseMany,
+    Batched, Grant, GrantItem, GrantMany, GrantReply, PassOn, Release, ReleaseItem, ReleaseMany,
 };
 #[cfg(feature = "testing")]
 use super::scripts::BatchFault;
 use super::scripts::{self, Lua};
+use super::wire::lock_value;
 use crate::error::{Error, Result};
 use crate::store::Checked;
 
@@ -67,7 +68,7 @@ pub(crate) const MAX_BATCH: usize = 128;
 /// batch of them is sent.
 pub(super) trait Kind: Send + Sync + 'static {
     /// A queued call (owned: the caller's borrow is not `'static`).
-    type Item: Send + 'static;
+    type Item: Send + Sync + 'static;
     /// The reply of one call.
     type Reply: Send + 'static;
 
@@ -78,6 +79,17 @@ pub(super) trait Kind: Send + Sync + 'static {
         conn: &RedisConn,
         items: &[Self::Item],
     ) -> impl Future<Output = Vec<Outcome<Self::Reply>>> + Send;
+
+    /// Undoes what `outcome` left behind for a caller that is gone (its
+    /// future was dropped while its batch was in flight): nothing to undo
+    /// unless the call took something that only its caller would give
+    /// back.
+    fn orphaned(
+        &self,
+        conn: &RedisConn,
+        item: &Self::Item,
+        outcome: Outcome<Self::Reply>,
+    ) -> impl Future<Output = ()> + Send;
 }
 
 /// What a batch did for one caller.
@@ -97,6 +109,34 @@ pub(super) struct Grants {
     /// A deliberately broken batch grant script (feature `testing`).
     #[cfg(feature = "testing")]
     fault: Mutex<Option<&'static Lua>>,
+    /// A gate each batch of grants waits at before it is sent (feature
+    /// `testing`: the tests of callers that leave while their batch is
+    /// under way).
+    #[cfg(feature = "testing")]
+    gate: Mutex<Option<BatchGate>>,
+}
+
+/// Holds batches of grants before they are sent (feature `testing`): a
+/// batch that arrives says so on `reached`, then waits for a permit of
+/// `open`.
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone)]
+pub struct BatchGate {
+    /// Notified as each batch arrives at the gate.
+    pub reached: Arc<tokio::sync::Notify>,
+    /// One permit lets one batch through.
+    pub open: Arc<tokio::sync::Semaphore>,
+}
+
+#[cfg(feature = "testing")]
+impl Default for BatchGate {
+    /// Closed: no permit yet.
+    fn default() -> Self {
+        BatchGate {
+            reached: Arc::default(),
+            open: Arc::new(tokio::sync::Semaphore::new(0)),
+        }
+    }
 }
 
 impl Grants {
@@ -119,12 +159,42 @@ impl Kind for Grants {
     type Reply = GrantReply;
 
     async fn run_batch(&self, conn: &RedisConn, items: &[GrantItem]) -> Vec<Outcome<GrantReply>> {
+        #[cfg(feature = "testing")]
+        {
+            let gate = self.gate.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(gate) = gate {
+                gate.reached.notify_one();
+                if let Ok(permit) = gate.open.acquire().await {
+                    permit.forget();
+                }
+            }
+        }
         let call = GrantMany {
             items,
             script: self.script(),
         };
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         outcomes(conn, &keys, conn.invoke(&call).await.map(|r| r.0))
+    }
+
+    /// A lock granted to a caller that is gone is released at once (sent
+    /// after the batch that granted it, on the same connection), rather
+    /// than held by nobody for its ttl.
+    async fn orphaned(&self, conn: &RedisConn, item: &GrantItem, outcome: Outcome<GrantReply>) {
+        let Outcome::Done(GrantReply::Granted(fence)) = outcome else {
+            return;
+        };
+        let value = lock_value(&item.token, fence, item.mint.layout());
+        let release = Release {
+            lock: &item.lock,
+            mint: item.mint,
+            pass_on: PassOn {
+                publish: conn.publish(),
+            },
+            value: &value,
+            wake_first: false,
+        };
+        let _ = conn.run(&release).await;
     }
 }
 
@@ -136,6 +206,9 @@ impl Kind for Releases {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         outcomes(conn, &keys, conn.invoke(&ReleaseMany { items }).await)
     }
+
+    /// A release whose caller is gone has done its work.
+    async fn orphaned(&self, _: &RedisConn, _: &ReleaseItem, _: Outcome<Checked>) {}
 }
 
 /// The outcome of each item (lock key `keys[i]`) of a batch call that
@@ -394,8 +467,10 @@ async fn send_batches<K: Kind>(
         let (items, replies): (Vec<K::Item>, Vec<_>) =
             batch.into_iter().map(|w| (w.item, w.reply)).unzip();
         let outcomes = lane.kind.run_batch(&conn, &items).await;
-        for (reply, outcome) in replies.into_iter().zip(outcomes) {
-            let _ = reply.send(outcome);
+        for ((reply, outcome), item) in replies.into_iter().zip(outcomes).zip(&items) {
+            if let Err(outcome) = reply.send(outcome) {
+                lane.kind.orphaned(&conn, item, outcome).await;
+            }
         }
         batch = match lane.take(group) {
             Next::Batch(next) => next,
@@ -479,5 +554,17 @@ impl Coalescer {
             .fault
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = fault.map(scripts::broken);
+    }
+
+    /// Makes batches of grants wait at `gate` before they are sent (`None`:
+    /// no more).
+    #[cfg(feature = "testing")]
+    pub(crate) fn gate_grants(&self, gate: Option<BatchGate>) {
+        *self
+            .grants
+            .kind
+            .gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = gate;
     }
 }

@@ -41,6 +41,8 @@ mod sentinel;
 mod target;
 pub(crate) mod wire;
 
+#[cfg(feature = "testing")]
+pub use coalesce::BatchGate;
 pub(crate) use coalesce::Coalescer;
 #[cfg(feature = "testing")]
 pub(crate) use coalesce::IN_FLIGHT;

@@ -135,8 +135,8 @@ impl Grant<'_> {
 pub(crate) struct GrantItem {
     /// The lock key.
     pub(crate) lock: String,
-    mint: Mint,
-    token: String,
+    pub(crate) mint: Mint,
+    pub(crate) token: String,
     ttl: Duration,
 }
 

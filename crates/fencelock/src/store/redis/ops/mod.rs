@@ -108,6 +108,11 @@ pub(crate) struct Mint {
 }
 
 impl Mint {
+    /// The key layout whose lock value format it writes.
+    pub(crate) fn layout(&self) -> KeyLayout {
+        self.layout
+    }
+
     pub(crate) fn new(opts: &LockOptions) -> Self {
         let retention = match (opts.fence_mode, opts.layout) {
             (FenceMode::Clock, KeyLayout::HashTagged) => {
