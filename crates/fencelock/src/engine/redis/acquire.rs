@@ -529,8 +529,7 @@ pub(super) fn unusable(
 /// held up by a waiter that is gone, and a lock handed over to it meanwhile
 /// is passed on. Best effort: the waiter lease removes the entry anyway.
 struct QueuedGuard {
-    leave: Option<(RedisConn, LockKeys, QueueMember, Mint, bool)>,
-    cleanups: Cleanups,
+    leave: Option<(Cleanups, RedisConn, LockKeys, QueueMember, Mint, bool)>,
 }
 
 impl QueuedGuard {
@@ -543,6 +542,7 @@ impl QueuedGuard {
         QueuedGuard {
             leave: member.map(|m| {
                 (
+                    engine.cleanups.clone(),
                     engine.conn.clone(),
                     keys.clone(),
                     m.clone(),
@@ -550,7 +550,6 @@ impl QueuedGuard {
                     opts.primitive() != Primitive::Mutex,
                 )
             }),
-            cleanups: engine.cleanups.clone(),
         }
     }
 
@@ -561,8 +560,8 @@ impl QueuedGuard {
 
 impl Drop for QueuedGuard {
     fn drop(&mut self) {
-        if let Some((conn, keys, member, mint, semaphore)) = self.leave.take() {
-            spawn_leave(&self.cleanups, conn, keys, member, mint, semaphore);
+        if let Some((cleanups, conn, keys, member, mint, semaphore)) = self.leave.take() {
+            spawn_leave(&cleanups, conn, keys, member, mint, semaphore);
         }
     }
 }
