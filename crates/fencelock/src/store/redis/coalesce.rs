@@ -27,7 +27,11 @@
 //!   they go alone through their own script, which decides and names what
 //!   is wrong. An item's error is that item's; a failed batch call fails
 //!   each of its items as their own call would have failed (retryable if
-//!   the connection is the problem).
+//!   the connection is the problem);
+//! - a caller that left before its batch was sent is left out of it; one
+//!   that left while its batch was under way gets nothing, and a lock the
+//!   batch granted it is released right after the batch, on the same
+//!   connection ([`Kind::orphaned`]).
 //!
 //! Calls that wait for replicas (`WAIT`) never come here: the `WAIT` must
 //! follow exactly their own writes. A grant's lease is timed from before
