@@ -1,6 +1,6 @@
 //! The store of one lock name as the scripts see it, and each script as one
-//! atomic transition: [`Store::grant`] (`grant_fast.lua` + `grant.lua`),
-//! [`Store::release`] (`release_fast.lua` + `release.lua`, `pass_on`),
+//! atomic transition: [`Store::grant`] (`grant_free.lua` + `grant_fast.lua` + `grant.lua`),
+//! [`Store::release`] (`release_free.lua` + `release_fast.lua` + `release.lua`, `pass_on`),
 //! [`Store::extend`] (`extend.lua`; `extend_many.lua` is one per lease),
 //! [`Store::leave`] (`leave.lua`), the batches' items
 //! [`Store::grant_batched`] (`grant_many.lua`) and [`Store::release_batched`]
@@ -233,8 +233,8 @@ impl Store {
         None
     }
 
-    /// One grant attempt (`grant.lua`; `grant_fast.lua` is its common case
-    /// and decides the same). `queues`: the caller has a queue member
+    /// One grant attempt (`grant.lua`; `grant_free.lua` and `grant_fast.lua`
+    /// are its common cases and decide the same). `queues`: the caller has a queue member
     /// (notify and fair waiters); `waiter_lease` in ticks.
     pub fn grant(
         &mut self,

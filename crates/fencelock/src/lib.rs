@@ -93,13 +93,13 @@
 //!
 //! Where to find the four things a reader looks for first:
 //!
-//! - **the grant** (lock and fence in one step): `store/redis/scripts/grant_fast.lua`
-//!   runs first (the common cases: a free lock, a refusal) and falls
+//! - **the grant** (lock and fence in one step): `store/redis/scripts/grant_free.lua`
+//!   runs first (a free lock), then `grant_fast.lua` (a refusal); both fall
 //!   through to `grant.lua` for the rest (queueing, fair hand-overs,
 //!   retries, errors), whose fence minting is `next_fence` / `mint` in
 //!   `prelude.lua`; concurrent grants of one client go as one call to
 //!   `grant_many.lua`; the clock-floored fence itself is `clock_fence` in
-//!   `fast_helpers.lua`. Arguments and replies: `store/redis/ops/grant.rs`.
+//!   `fence_clock.lua`. Arguments and replies: `store/redis/ops/grant.rs`.
 //!   The attempt and the wait around it: `engine/redis/acquire.rs`. On
 //!   etcd: the grant transactions in `store/etcd/grant.rs`, the recipe in
 //!   `engine/etcd/acquire.rs`;

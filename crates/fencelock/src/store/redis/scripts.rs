@@ -3,29 +3,32 @@
 //!
 //! | script | runs | made of |
 //! |---|---|---|
-//! | [`GRANT`] | one grant attempt | `fast_helpers.lua`, `grant_fast.lua` (the common cases, first), then `common.lua`, `prelude.lua`, `grant.lua` |
-//! | [`GRANT_MANY`] | many callers' common-case grants in one call (the coalescer's batches) | `fast_helpers.lua`, `grant_many.lua` |
-//! | [`RELEASE`] | compare-and-delete, hand-over or wake-up | `fast_helpers.lua`, `release_fast.lua` (first), then `common.lua`, `prelude.lua`, `release.lua` |
+//! | [`GRANT`] | one grant attempt | `fence_clock.lua`, `grant_free.lua` (a free lock, first), `fast_helpers.lua`, `grant_fast.lua` (a refusal), then `common.lua`, `prelude.lua`, `grant.lua` |
+//! | [`GRANT_MANY`] | many callers' common-case grants in one call (the coalescer's batches) | `fence_clock.lua`, `fast_helpers.lua`, `grant_many.lua` |
+//! | [`RELEASE`] | compare-and-delete, hand-over or wake-up | `release_free.lua` (nobody waits, first), `fence_clock.lua`, `fast_helpers.lua`, `release_fast.lua` (a wake-up or hand-over), then `common.lua`, `prelude.lua`, `release.lua` |
 //! | [`RELEASE_MANY`] | many releases in one call | `release_many.lua` |
-//! | [`REVOKE`] | a revoke: depose the holder, mint and store the revocation fence, pass the lock on | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `revoke.lua` |
-//! | [`LEAVE`] | a waiter gives up its place | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `leave.lua` |
+//! | [`REVOKE`] | a revoke: depose the holder, mint and store the revocation fence, pass the lock on | `fence_clock.lua`, `fast_helpers.lua`, `common.lua`, `prelude.lua`, `revoke.lua` |
+//! | [`LEAVE`] | a waiter gives up its place | `fence_clock.lua`, `fast_helpers.lua`, `common.lua`, `prelude.lua`, `leave.lua` |
 //! | [`EXTEND`], [`EXTEND_MANY`] | compare-and-pexpire, of one lease or a batch | `common.lua`, `extend.lua` / `extend_many.lua` |
 //! | [`FENCED_WRITE`] | a fenced write to a Redis hash | `common.lua`, `fenced_write.lua` |
-//! | [`SEM_GRANT`], [`SEM_RELEASE`] | a semaphore's grant of one slot; its release, or a waiter leaving | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `sem_grant.lua` / `sem_release.lua` |
-//! | [`RW_GRANT`] | a read-write lock's grant of a reader or a writer (released, renewed and inspected as a semaphore's permits) | `fast_helpers.lua`, `common.lua`, `prelude.lua`, `rw_grant.lua` |
+//! | [`SEM_GRANT`], [`SEM_RELEASE`] | a semaphore's grant of one slot; its release, or a waiter leaving | `fence_clock.lua`, `fast_helpers.lua`, `common.lua`, `prelude.lua`, `sem_grant.lua` / `sem_release.lua` |
+//! | [`RW_GRANT`] | a read-write lock's grant of a reader or a writer (released, renewed and inspected as a semaphore's permits) | `fence_clock.lua`, `fast_helpers.lua`, `common.lua`, `prelude.lua`, `rw_grant.lua` |
 //! | [`SEM_EXTEND`], [`SEM_INSPECT`] | renewal of one or many permits; a snapshot of a semaphore | `common.lua`, `sem_extend.lua` / `sem_inspect.lua` |
 //! | [`INSPECT`] | a snapshot of a lock | `common.lua`, `inspect.lua` |
 //!
 //! `common.lua` has the calls whose errors name the one command or key in
 //! the way; `prelude.lua` fence minting and the wait queue, shared by the
-//! three scripts that change who holds a lock. The common cases
-//! (`grant_fast.lua`, `release_fast.lua`, and `grant_many.lua` for each
-//! item) run before those helpers are created (creating them costs more
-//! Redis time than the calls themselves) and fall through to the full
-//! script otherwise. Every script that may mint a fence starts with
-//! `fast_helpers.lua`: its few small helpers, among them `clock_fence`, the
-//! one place the clock-floored fence `max(last + 1, now)` is written, and
-//! the names of the mint argument's bytes.
+//! three scripts that change who holds a lock. Each `local function` is a
+//! closure made on every call, about as much Redis work as a call to Redis
+//! itself, so the common cases run before those helpers exist and fall
+//! through to the full script otherwise: a free lock (`grant_free.lua`)
+//! and a release nobody waits for (`release_free.lua`) before any helper
+//! but `clock_fence`; a refusal (`grant_fast.lua`), a wake-up or hand-over
+//! (`release_fast.lua`) and each item of a batch (`grant_many.lua`) with
+//! the three small helpers of `fast_helpers.lua` only. Every script that
+//! may mint a fence has `fence_clock.lua`: `clock_fence`, the one place the
+//! clock-floored fence `max(last + 1, now)` is written, and the names of
+//! the mint argument's bytes.
 //!
 //! `redis::Script` computes the SHA once; calls use `EVALSHA` and fall back to
 //! `SCRIPT LOAD` on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a failover),
@@ -62,6 +65,8 @@ impl Lua {
 /// Grant: lock + fence in one atomic step.
 pub(crate) static GRANT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/fence_clock.lua"),
+        include_str!("scripts/grant_free.lua"),
         include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/grant_fast.lua"),
         include_str!("scripts/common.lua"),
@@ -73,6 +78,8 @@ pub(crate) static GRANT: LazyLock<Lua> = LazyLock::new(|| {
 /// Release: compare-and-delete, then hand over to or wake the next waiter.
 pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/release_free.lua"),
+        include_str!("scripts/fence_clock.lua"),
         include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/release_fast.lua"),
         include_str!("scripts/common.lua"),
@@ -86,6 +93,7 @@ pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
 /// coalescer's batches, `super::coalesce`).
 pub(crate) static GRANT_MANY: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/fence_clock.lua"),
         include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/grant_many.lua")
     ))
@@ -99,6 +107,7 @@ pub(crate) static RELEASE_MANY: LazyLock<Lua> =
 /// Leave: a waiter gives up its place (and a lock handed to it).
 pub(crate) static LEAVE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/fence_clock.lua"),
         include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
@@ -110,6 +119,7 @@ pub(crate) static LEAVE: LazyLock<Lua> = LazyLock::new(|| {
 /// pass the lock on to the head waiter.
 pub(crate) static REVOKE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/fence_clock.lua"),
         include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
@@ -120,6 +130,7 @@ pub(crate) static REVOKE: LazyLock<Lua> = LazyLock::new(|| {
 /// A semaphore's grant of one slot, with its fence.
 pub(crate) static SEM_GRANT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/fence_clock.lua"),
         include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
@@ -131,6 +142,7 @@ pub(crate) static SEM_GRANT: LazyLock<Lua> = LazyLock::new(|| {
 /// (with its fence).
 pub(crate) static RW_GRANT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/fence_clock.lua"),
         include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),
@@ -142,6 +154,7 @@ pub(crate) static RW_GRANT: LazyLock<Lua> = LazyLock::new(|| {
 /// waiters, one per free slot.
 pub(crate) static SEM_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/fence_clock.lua"),
         include_str!("scripts/fast_helpers.lua"),
         include_str!("scripts/common.lua"),
         include_str!("scripts/prelude.lua"),

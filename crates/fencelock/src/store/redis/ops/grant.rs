@@ -1,4 +1,4 @@
-//! Grant: one attempt (`grant_fast.lua`, then `grant.lua`), and many
+//! Grant: one attempt (`grant_free.lua`, `grant_fast.lua`, then `grant.lua`), and many
 //! callers' common-case attempts in one call (`grant_many.lua`, the
 //! coalescer's batches).
 
@@ -119,7 +119,7 @@ impl GrantReply {
 
 impl Grant<'_> {
     /// Whether `grant_many.lua` may settle this attempt in a batch: the
-    /// common case `grant_fast.lua` handles (clock fences, not fair), for a
+    /// common case `grant_free.lua` handles (clock fences, not fair), for a
     /// caller with no queue member, whose refusal writes nothing (a caller
     /// that queues when refused goes alone, through `grant.lua`).
     pub(crate) fn batchable(&self) -> bool {

@@ -11,8 +11,8 @@
 //!
 //! | file | operation | script |
 //! |---|---|---|
-//! | `grant.rs` | [`Grant`], its reply, and the batch of many ([`GrantMany`]) | `grant_fast.lua` + `grant.lua`; `grant_many.lua` |
-//! | `release.rs` | [`Release`] and [`ReleaseMany`] | `release_fast.lua` + `release.lua`; `release_many.lua` |
+//! | `grant.rs` | [`Grant`], its reply, and the batch of many ([`GrantMany`]) | `grant_free.lua` + `grant_fast.lua` + `grant.lua`; `grant_many.lua` |
+//! | `release.rs` | [`Release`] and [`ReleaseMany`] | `release_free.lua` + `release_fast.lua` + `release.lua`; `release_many.lua` |
 //! | `extend.rs` | [`Extend`] and [`ExtendMany`] (the keeper's batch) | `extend.lua`; `extend_many.lua` |
 //! | `leave.rs` | [`Leave`]: a waiter gives up its place | `leave.lua` |
 //! | `revoke.rs` | [`Revoke`]: depose the holder, mint the revocation fence | `revoke.lua` |

@@ -1,5 +1,5 @@
-//! Release: compare-and-delete, then pass the lock on (`release_fast.lua`,
-//! then `release.lua`), and many releases in one call (`release_many.lua`).
+//! Release: compare-and-delete, then pass the lock on (`release_free.lua`,
+//! `release_fast.lua`, then `release.lua`), and many releases in one call (`release_many.lua`).
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 

@@ -1,25 +1,10 @@
--- Prepended to every script that may mint a fence: the common cases
--- (grant_fast.lua, release_fast.lua) and grant_many.lua, which run before
--- (or without) the shared helpers, and prelude.lua's full scripts. Four
--- functions, so they create four closures per call, not prelude.lua's
--- many.
+-- After fence_clock.lua, in the scripts that settle common cases without
+-- the full helpers of prelude.lua: release_fast.lua (a lock passed on to a
+-- waiter), grant_fast.lua (a refusal) and grant_many.lua (every item of a
+-- batch). Three functions, so three closures per call, not prelude.lua's
+-- many; the most common cases (grant_free.lua, release_free.lua) run
+-- before even these exist.
 
--- ARGV[1] of those scripts, "mint" (see prelude.lua: fence mode, lock
--- value format, fence key retention, e.g. "ct86400000"), is read by its
--- first two bytes:
-local MINT_CLOCK = 99    -- string.byte('c'): clock-floored fences
-local MINT_TAGGED = 116  -- string.byte('t'): the tagged value TOKEN:FENCE
-
--- The clock-floored fence after the last one issued, LAST (0 for none),
--- at server time NOW in µs (docs/design.md §2.3): if the fence key is lost
--- (a restart without persistence, a failover, eviction, expiry), the next
--- fence is still above every fence issued before, as long as the server
--- clock does not step back. Values stay below 2^53, exact in Lua doubles.
--- The one place the formula is written.
-local function clock_fence(last, now)
-  return math.max(last + 1, now)
-end
---
 -- The last fence issued for lock key LOCK, as a number: 0 when none is
 -- stored; nil when the fence key holds anything but a canonical decimal
 -- integer below 2^53 - 1 (another type, '007', '1.5', a value too large),
@@ -28,7 +13,7 @@ end
 local function fast_last_fence(lock)
   local last = redis.pcall('GET', lock .. ':fence')
   if not last then return 0 end
-  if type(last) ~= 'string' or #last > 16 or not string.match(last, '^[1-9]%d*$') then
+  if type(last) ~= 'string' or #last > 16 or not string.find(last, '^[1-9]%d*$') then
     return nil
   end
   local n = tonumber(last)

@@ -1,10 +1,11 @@
 -- Grant, for many callers of one client at once (the coalescer sends the
 -- grants that queued while its grant calls in flight were at their limit
 -- as one call):
--- grant_fast.lua's common case for each item, and nothing else. After
--- fast_helpers.lua alone (no common.lua, no prelude.lua), like grant_fast.lua:
--- what this saves is Redis's fixed cost per script call, so each item must
--- cost no more than grant_fast.lua does.
+-- grant_free.lua's case for each item (and grant_fast.lua's refusal), and
+-- nothing else. After fence_clock.lua and fast_helpers.lua alone (no
+-- common.lua, no prelude.lua): what this saves is Redis's fixed cost per
+-- script call, so each item must cost no more than grant_free.lua does
+-- (the helpers' closures are made once per call, not per item).
 -- KEYS[i]: the lock key of item i (on a Cluster, all of one slot).
 -- ARGV[3i-2], ARGV[3i-1], ARGV[3i]: item i's mint (ARGV[1] of grant.lua,
 -- always clock fences here), its holder token, its ttl in ms. Every item is
@@ -12,7 +13,7 @@
 --
 -- Returns a code and a value per item, in order, all in one flat array
 -- (code 1, value 1, code 2, value 2, …: a table per item would cost more):
---   1, fence    granted (clock_fence, as grant_fast.lua mints it)
+--   1, fence    granted (clock_fence, as grant_free.lua mints it)
 --   0, pttl     held by another holder: grant.lua's reply for a caller
 --               that does not queue (nothing written)
 --   3, 0        not settled here, and nothing written for it: the client

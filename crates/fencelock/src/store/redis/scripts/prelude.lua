@@ -1,5 +1,5 @@
--- Shared by grant.lua, release.lua and leave.lua (after fast_helpers.lua,
--- whose clock_fence and MINT_* it uses, and common.lua): the
+-- Shared by grant.lua, release.lua and leave.lua (after fence_clock.lua,
+-- whose clock_fence and MINT_* it uses, fast_helpers.lua and common.lua): the
 -- three scripts that change who holds a lock share fence minting and the
 -- wait queue.
 --

@@ -1,14 +1,13 @@
--- Release, common cases first (after fast_helpers.lua; prepended to
--- common.lua, prelude.lua and release.lua): the lock is ours, and
---   - nobody waits: compare and delete (GET, ZCARD of the queue, DEL);
---   - with clock fences, the head waiter's lease has not ended: it is woken
---     (a notify head: DEL, PUBLISH) or handed the lock (a fair head, or a
---     notify head that has waited the starvation threshold: the fence
---     minted and stored, the head dequeued, the lock set to it, PUBLISH),
---     as release.lua's pass_on does, in 6 and 10 calls against its 11 and
---     15, and before the shared helpers are created (see grant_fast.lua).
---     The hand-over is what a contended lock waits for: its Redis time
---     is the hand-over's.
+-- Release, when the lock is ours and someone waits (after
+-- release_free.lua, fence_clock.lua and fast_helpers.lua; prepended to
+-- common.lua, prelude.lua and release.lua): with clock fences and a head
+-- waiter whose lease has not ended, the head is woken (a notify head: DEL,
+-- PUBLISH) or handed the lock (a fair head, or a notify head that has
+-- waited the starvation threshold: the fence minted and stored, the head
+-- dequeued, the lock set to it, PUBLISH), as release.lua's pass_on does,
+-- in 6 and 10 calls against its 11 and 15, and before the shared helpers
+-- are created (see fence_clock.lua). The hand-over is what a contended
+-- lock waits for: its Redis time is the hand-over's.
 -- Anything else (not ours, a dead head, a fence key that is not a
 -- canonical integer, counter fences, an error) falls through to the full
 -- script, which reads again and decides, naming what is wrong. A call
@@ -16,21 +15,13 @@
 -- stored a fence (the full script mints a higher one; fences need only
 -- grow) or dropped the head's waiter lease (the full script then finds the
 -- head dead and dequeues it, as it would have, naming what fails).
--- ZCARD first: the release of a lock nobody waits for needs nothing more,
--- and ZRANGE … WITHSCORES costs Redis (measured from Lua on Redis 7.0)
--- several times what ZCARD does, about a third of a lone release. ZCARD and
--- ZRANGE, not TYPE: a queue key of another type, or a user without `+zcard`
--- or `+zrange`, errs and so takes the full script, which names a wrong type.
 do
-  local lock, value = KEYS[1], ARGV[3]
+  local lock = KEYS[1]
   local queue = lock .. ':queue'
-  local waiting = redis.pcall('GET', lock) == value and redis.pcall('ZCARD', queue)
-  local first = type(waiting) == 'number' and waiting > 0
+  local first = type(free_waiting) == 'number' and free_waiting > 0
     and redis.pcall('ZRANGE', queue, 0, 0, 'WITHSCORES')
   local head = type(first) == 'table' and not first.err and first[1]
-  if waiting == 0 then
-    if redis.pcall('DEL', lock) == 1 then return 1 end
-  elseif head and string.byte(ARGV[1], 1) == MINT_CLOCK then
+  if head and string.byte(ARGV[1], 1) == MINT_CLOCK then
     local client, waiter, wmode, ttl, handover, token =
       string.match(head, '^([^:]+):([^:]+):(%a+):(%d+):(%d+):(.+)$')
     local waiters = lock .. ':waiters'

@@ -1,5 +1,5 @@
 -- Revoke: take a lock away from whoever holds it, without its token. After
--- fast_helpers.lua, common.lua and prelude.lua (KEYS and ARGV[1] are
+-- fence_clock.lua, fast_helpers.lua, common.lua and prelude.lua (KEYS and ARGV[1] are
 -- documented there). In one atomic step:
 --   1. mint a fence above every fence issued for the name and store it, so
 --      every later grant's fence is above it (the revocation fence);
