@@ -132,7 +132,12 @@ pub(super) fn never_sent(e: &etcd_client::Error) -> bool {
 }
 
 /// Whether `e` is an outage that may pass: the member is unreachable, the
-/// cluster has no leader, a request timed out, a leader changed.
+/// cluster has no leader, a request timed out, a leader changed, or Raft
+/// dropped the proposal (etcd's "raft proposal dropped", code `Unknown`:
+/// the member had no leader to forward it to, or the leadership was being
+/// handed over; nothing was applied). Taken for a lasting error, a
+/// dropped release was not sent again, and its key stayed first in the
+/// queue on a session that lives on: every waiter waited its whole wait.
 pub(crate) fn is_transient(e: &etcd_client::Error) -> bool {
     use etcd_client::Error as E;
     use tonic::Code;
@@ -148,7 +153,9 @@ pub(crate) fn is_transient(e: &etcd_client::Error) -> bool {
                     | Code::Aborted
                     | Code::ResourceExhausted
             ) || (status.code() == Code::Unknown
-                && (status.message().contains("leader") || broke_the_connection(status)))
+                && (status.message().contains("leader")
+                    || status.message().contains("proposal dropped")
+                    || broke_the_connection(status)))
         }
         _ => false,
     }
@@ -209,5 +216,43 @@ pub(crate) fn is_lease_gone(e: &etcd_client::Error) -> bool {
             status.code() == tonic::Code::NotFound || status.message().contains("lease not found")
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_config, is_transient};
+    use tonic::{Code, Status};
+
+    fn status(code: Code, message: &str) -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(Status::new(code, message))
+    }
+
+    #[test]
+    fn a_dropped_proposal_and_a_missing_leader_may_pass() {
+        for passing in [
+            status(Code::Unknown, "raft proposal dropped"),
+            status(Code::Unknown, "etcdserver: leader changed"),
+            status(Code::Unavailable, "etcdserver: request timed out"),
+            status(Code::Unavailable, "etcdserver: no leader"),
+        ] {
+            assert!(is_transient(&passing), "{passing}");
+            assert!(!is_config(&passing), "{passing}");
+        }
+    }
+
+    #[test]
+    fn refusals_and_unknown_failures_do_not_pass() {
+        for lasting in [
+            status(Code::Unknown, "something else"),
+            status(Code::InvalidArgument, "etcdserver: request is too large"),
+            status(Code::PermissionDenied, "etcdserver: permission denied"),
+        ] {
+            assert!(!is_transient(&lasting), "{lasting}");
+        }
+        assert!(is_config(&status(
+            Code::PermissionDenied,
+            "etcdserver: permission denied"
+        )));
     }
 }

@@ -30,6 +30,9 @@ struct Tally {
     /// The last error an acquisition ended with (the workers try again):
     /// what a failure to make progress reports.
     last_error: std::sync::Mutex<Option<String>>,
+    /// The last error a release ended with (a key left behind keeps
+    /// everyone waiting): reported with it.
+    last_release_error: std::sync::Mutex<Option<String>>,
 }
 
 /// The longest stretch without an accepted increment between `from` and
@@ -115,7 +118,12 @@ async fn etcd_cluster_leader_changes_and_a_member_kill_lose_no_acknowledged_incr
                         tally.unknown.fetch_add(1, Ordering::SeqCst);
                     }
                 }
-                let _ = lease.release().await;
+                if let Err(e) = lease.release().await {
+                    *tally
+                        .last_release_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(format!("{e:?}"));
+                }
             }
             Ok::<_, anyhow::Error>(())
         }));
@@ -147,8 +155,13 @@ async fn etcd_cluster_leader_changes_and_a_member_kill_lose_no_acknowledged_incr
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .clone();
+                    let release = tally
+                        .last_release_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone();
                     anyhow::bail!(
-                        "no increment within 30 s of the fault ({fault}; {t} acknowledged, {u} unknown so far; the last failed acquisition: {last:?})"
+                        "no increment within 30 s of the fault ({fault}; {t} acknowledged, {u} unknown so far; the last failed acquisition: {last:?}; the last failed release: {release:?})"
                     );
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
