@@ -47,6 +47,9 @@ pub(super) struct Refused {
     pub(super) seen: Option<u64>,
 }
 
+/// What one grant attempt found: the lease, a refusal, or an error.
+type Attempted = Result<std::result::Result<Acquired, Refused>>;
+
 /// Where a grant attempt stands with the lock's wait queue.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Standing<'a> {
@@ -105,9 +108,33 @@ impl RedisEngine {
         // (same fence) instead of leaving an orphaned lock until its ttl.
         let token = new_token();
         let mut in_flight = GrantInFlight::new(self, keys, &token, opts);
-        let acquired = self
-            .wait_for(name, keys, &token, opts, waiting, &mut unreleased)
-            .await;
+        // A free lock, the common case, is taken by the first attempt
+        // without the waiting loop's state (deadline, backoff, queue
+        // guard): a caller that is not fair sends its first attempt with no
+        // queue member anyway. A fair one queues before its first attempt.
+        let first = if opts.wait_mode == WaitMode::Fair {
+            None
+        } else {
+            let at = Instant::now();
+            let outcome = self
+                .attempt(
+                    name,
+                    keys,
+                    &token,
+                    opts,
+                    Standing::default(),
+                    &mut unreleased,
+                )
+                .await;
+            Some((at, outcome))
+        };
+        let acquired = match first {
+            Some((_, Ok(Ok(lease)))) => Ok(lease),
+            first => {
+                self.wait_for(name, keys, &token, opts, waiting, &mut unreleased, first)
+                    .await
+            }
+        };
         in_flight.disarm();
         if acquired.is_err()
             && let Some(granted) = unreleased
@@ -121,7 +148,10 @@ impl RedisEngine {
     /// The steps that only a waiting or replicated acquisition takes
     /// (queueing up, hand-overs, `WAIT`) run boxed: inline, their futures
     /// would widen the future of every acquisition, which is moved whole
-    /// when it is created (a free lock needs none of them).
+    /// when it is created (a free lock needs none of them). `first`: when
+    /// the first attempt was sent, and what it found (`acquire` sends it
+    /// for a caller that is not fair); the wait counts from then.
+    #[allow(clippy::too_many_arguments)]
     async fn wait_for(
         &self,
         name: &str,
@@ -130,8 +160,9 @@ impl RedisEngine {
         opts: &LockOptions,
         waiting: Waiting<'_>,
         unreleased: &mut Option<Granted>,
+        mut first: Option<(Instant, Attempted)>,
     ) -> Result<Acquired> {
-        let started = Instant::now();
+        let started = first.as_ref().map_or_else(Instant::now, |(at, _)| *at);
         // None: a wait too long to add to the clock is a wait forever.
         let give_up = started.checked_add(opts.wait);
         // A queued waiter (notify, fair) registers for wake-ups before the
@@ -154,16 +185,22 @@ impl RedisEngine {
         // whose reply was lost), so a successful grant removes the entry.
         let mut tried = false;
         loop {
-            let attempt_at = Instant::now();
-            let standing = Standing {
-                member: member.as_ref(),
-                queued: tried,
-                refused: last_refusal.is_some(),
+            let (attempt_at, attempted) = match first.take() {
+                Some(first) => first,
+                None => {
+                    let attempt_at = Instant::now();
+                    let standing = Standing {
+                        member: member.as_ref(),
+                        queued: tried,
+                        refused: last_refusal.is_some(),
+                    };
+                    let attempted = self
+                        .attempt(name, keys, token, opts, standing, unreleased)
+                        .await;
+                    (attempt_at, attempted)
+                }
             };
-            let error = match self
-                .attempt(name, keys, token, opts, standing, unreleased)
-                .await
-            {
+            let error = match attempted {
                 Ok(Ok(lease)) => {
                     queued.disarm();
                     // Same token: a grant given back unreleased is this one.
@@ -316,7 +353,7 @@ impl RedisEngine {
         opts: &LockOptions,
         standing: Standing<'_>,
         unreleased: &mut Option<Granted>,
-    ) -> Result<std::result::Result<Acquired, Refused>> {
+    ) -> Attempted {
         let kind = match opts.primitive() {
             Primitive::Mutex => None,
             Primitive::Semaphore(permits) => Some(PermitKind::Slots(permits)),
