@@ -19,8 +19,7 @@ pub(crate) struct Leave<'a> {
 
 impl ToRedisArgs for Leave<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        self.mint.write(out);
-        self.pass_on.write(out);
+        self.pass_on.write_with(&self.mint, out);
         out.write_arg_fmt(self.member);
         out.write_arg(self.member.token.as_bytes());
     }

@@ -29,8 +29,7 @@ pub(crate) struct Release<'a> {
 
 impl ToRedisArgs for Release<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        self.mint.write(out);
-        self.pass_on.write(out);
+        self.pass_on.write_with(&self.mint, out);
         out.write_arg(self.value.as_bytes());
     }
 }

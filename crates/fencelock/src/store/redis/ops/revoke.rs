@@ -17,8 +17,7 @@ pub(crate) struct Revoke<'a> {
 
 impl ToRedisArgs for Revoke<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        self.mint.write(out);
-        self.pass_on.write(out);
+        self.pass_on.write_with(&self.mint, out);
     }
 
     fn num_of_args(&self) -> usize {

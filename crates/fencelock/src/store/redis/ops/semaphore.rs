@@ -235,8 +235,7 @@ pub(crate) enum SemLeaving<'a> {
 
 impl ToRedisArgs for SemRelease<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        self.mint.write(out);
-        self.pass_on.write(out);
+        self.pass_on.write_with(&self.mint, out);
         match self.what {
             SemLeaving::Permit { field, ident } => {
                 field.write(out);

@@ -75,7 +75,8 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
         value: "t:7",
         wake_first: false,
     };
-    assert_eq!(args(&release), ["ct86400000", "PUBLISH 10000", "t:7"]);
+    // The pass-on rides in the mint's argument: a release has two.
+    assert_eq!(args(&release), ["ct86400000 PUBLISH 10000", "t:7"]);
     let leave = Leave {
         keys: &keys,
         mint: Mint::new(&opts.clone().fence_mode(FenceMode::Counter)),
@@ -84,7 +85,7 @@ fn calls_write_the_argv_their_scripts_unpack() -> crate::Result<()> {
     };
     assert_eq!(
         args(&leave),
-        ["nt0", "PUBLISH 10000", "c:1:fair:5000:1000:t", "t"]
+        ["nt0 PUBLISH 10000", "c:1:fair:5000:1000:t", "t"]
     );
     assert_eq!(*release.keys(), [keys.lock()]);
     assert_eq!(*leave.keys(), [keys.lock()]);

@@ -39,10 +39,11 @@ local function fast_time_left_of_other(lock, held, token, tagged)
 end
 
 -- Stores fence FS (text) as the last fence issued for lock LOCK, kept for
--- the retention in MINT (ARGV[1] of the scripts, e.g. "ct86400000"; "0":
--- forever); the reply of the SET, an error table if it failed.
+-- the retention in MINT (ARGV[1] of the scripts, e.g. "ct86400000", or
+-- with a pass-on after it, "ct86400000 PUBLISH 10000"; "0": forever); the
+-- reply of the SET, an error table if it failed.
 local function fast_store_fence(lock, fs, mint)
-  local retention = string.sub(mint, 3)
+  local retention = string.match(mint, '^..(%d+)')
   if retention ~= '0' then
     return redis.pcall('SET', lock .. ':fence', fs, 'PX', retention)
   end

@@ -3,11 +3,11 @@
 -- on, so nobody waits for a waiter that is gone. After common.lua and
 -- prelude.lua (KEYS and ARGV[1] are documented there).
 local wake_prefix = LOCK .. ':wake:'  -- wake channel = wake_prefix .. CLIENT
--- ARGV[2]: how to pass the lock on, as in release.lua.
-local publish, starving_us = string.match(ARGV[2], '^(%u+) (%d+)$')
+-- ARGV[1]: the mint and how to pass the lock on, as in release.lua.
+local publish, starving_us = string.match(ARGV[1], ' (%u+) (%d+)$')
 starving_us = tonumber(starving_us)
-local member = ARGV[3]         -- the leaving waiter's queue member
-local token = ARGV[4]          -- its holder token
+local member = ARGV[2]         -- the leaving waiter's queue member
+local token = ARGV[3]          -- its holder token
 --
 -- Returns 2 if a lock handed to this waiter was released, 1 if it was
 -- queued, 0 otherwise.

@@ -20,13 +20,14 @@
 -- name, in one argument (each argument costs Redis time): the fence mode
 -- ("c" clock, "n" counter), the lock value format ("t" tagged TOKEN:FENCE,
 -- "b" bare TOKEN) and the fence key retention in ms ("0" = forever), e.g.
--- "ct86400000".
+-- "ct86400000". A script that passes the lock on reads more after it, from
+-- a space on (release.lua).
 
 local LOCK = KEYS[1]
 local FENCE, QUEUE, WAITERS = LOCK .. ':fence', LOCK .. ':queue', LOCK .. ':waiters'
 local FENCE_MODE = string.byte(ARGV[1], 1) == MINT_CLOCK and 'clock' or 'counter'
 local FORMAT = string.byte(ARGV[1], 2) == MINT_TAGGED and 'tagged' or 'bare'
-local RETENTION = string.sub(ARGV[1], 3)
+local RETENTION = string.match(ARGV[1], '^..(%d+)')
 
 local MEMBER = '^([^:]+):([^:]+):(%a+):(%d+):(%d+):(.+)$'
 

@@ -2,11 +2,13 @@
 -- head waiter. After common.lua and prelude.lua (KEYS and ARGV[1] are
 -- documented there).
 local wake_prefix = LOCK .. ':wake:'  -- wake channel = wake_prefix .. CLIENT
--- ARGV[2]: how to pass the lock on, "PUBLISH" or "SPUBLISH" (Cluster), a
--- space and the µs after which a waiting notify head is handed the lock.
-local publish, starving_us = string.match(ARGV[2], '^(%u+) (%d+)$')
+-- ARGV[1] goes on after the mint (see prelude.lua) with how to pass the
+-- lock on: a space, "PUBLISH" or "SPUBLISH" (Cluster), a space and the µs
+-- after which a waiting notify head is handed the lock
+-- ("ct86400000 PUBLISH 10000").
+local publish, starving_us = string.match(ARGV[1], ' (%u+) (%d+)$')
 starving_us = tonumber(starving_us)
-local value = ARGV[3]          -- the exact lock value granted
+local value = ARGV[2]          -- the exact lock value granted
 --
 -- Returns 1 when released, 0 when absent (expired), -1 when anything else is
 -- there (another holder, or a value of another type). Never touches another

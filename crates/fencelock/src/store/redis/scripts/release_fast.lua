@@ -29,7 +29,7 @@ do
     local t = type(lease_end) == 'string' and redis.pcall('TIME')
     local now = t and not t.err and tonumber(t[1]) * 1000000 + tonumber(t[2])
     if now and tonumber(lease_end) > math.floor(now / 1000) then
-      local publish, starving = string.match(ARGV[2], '^(%u+) (%d+)$')
+      local publish, starving = string.match(ARGV[1], ' (%u+) (%d+)$')
       local channel = lock .. ':wake:' .. client
       if wmode ~= 'fair' and now - tonumber(first[2]) < tonumber(starving) then
         -- Wake the head; it takes the lock with its own grant, unless

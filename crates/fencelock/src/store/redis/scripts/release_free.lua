@@ -11,7 +11,7 @@
 -- ours, false when it is not, an error table when ZCARD failed.
 local free_waiting
 do
-  local lock, value = KEYS[1], ARGV[3]
+  local lock, value = KEYS[1], ARGV[2]
   local queue = lock .. ':queue'
   free_waiting = redis.pcall('GET', lock) == value and redis.pcall('ZCARD', queue)
   if free_waiting == 0 and redis.pcall('DEL', lock) == 1 then return 1 end

@@ -15,12 +15,13 @@
 -- tell one script from another). UNLINK runs even when the lock is free,
 -- so that the rule holds for every revoke.
 --
--- ARGV[2]: how to pass the lock on, as in release.lua ("PUBLISH 500000").
+-- ARGV[1]: the mint and how to pass the lock on, as in release.lua
+-- ("ct86400000 PUBLISH 10000").
 -- Returns {FENCE, HOLDER, HELD_FENCE}: the revocation fence (decimal text),
 -- the public id of the holder deposed (the first 16 hex digits of SHA-1 of
 -- its token, never the token) or false when the lock was free, and the
 -- deposed holder's fence (decimal text) or false when unknown.
-local publish, starving_us = string.match(ARGV[2], '^(%u+) (%d+)$')
+local publish, starving_us = string.match(ARGV[1], ' (%u+) (%d+)$')
 starving_us = tonumber(starving_us)
 
 -- Every key is checked before the first write (see common.lua), and the

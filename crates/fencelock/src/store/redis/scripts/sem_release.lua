@@ -3,12 +3,13 @@
 -- and prelude.lua (KEYS[1] and the permit format are sem_grant.lua's and
 -- rw_grant.lua's).
 local wake_prefix = LOCK .. ':wake:'  -- wake channel = wake_prefix .. CLIENT
--- ARGV[2]: how to wake waiters, "PUBLISH" or "SPUBLISH" (Cluster), a space
--- and a number (release.lua's starvation threshold; a semaphore hands no
--- slot over, so it is not read).
-local publish = string.match(ARGV[2], '^(%u+) ')
-local slot = ARGV[3]     -- the released field (a slot, "w", "rN"), or "" for a waiter that leaves
-local ident = ARGV[4]    -- "TOKEN:FENCE" of the permit, or the leaving member
+-- ARGV[1]: the mint and how to wake waiters, as in release.lua: the
+-- publish command, "PUBLISH" or "SPUBLISH" (Cluster), between two spaces
+-- (the starvation threshold after it is not read: a semaphore hands no
+-- slot over).
+local publish = string.match(ARGV[1], ' (%u+) ')
+local slot = ARGV[2]     -- the released field (a slot, "w", "rN"), or "" for a waiter that leaves
+local ident = ARGV[3]    -- "TOKEN:FENCE" of the permit, or the leaving member
 --
 -- A release returns 1 when released, 0 when the slot's permit had lapsed
 -- (whoever held it) or is gone, -1 when another holder's live permit is
