@@ -326,7 +326,7 @@ impl ScriptMutation {
                     &RW_GRANT,
                 ],
                 &[
-                    ("math.max(last + 1, now)", "math.max(last, now)"),
+                    ("if last + 1 > now then return last + 1 end", "if last >= now then return last end"),
                     (
                         "return (tonumber(last) or 0) + 1",
                         "return (tonumber(last) or 0)",

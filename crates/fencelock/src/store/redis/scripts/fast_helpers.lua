@@ -13,10 +13,11 @@
 local function fast_last_fence(lock)
   local last = redis.pcall('GET', lock .. ':fence')
   if not last then return 0 end
-  if type(last) ~= 'string' or #last > 16 or not string.find(last, '^[1-9]%d*$') then
+  -- (See fence_clock.lua on `err` and `+ 0`.)
+  if last.err or #last > 16 or not string.find(last, '^[1-9]%d*$') then
     return nil
   end
-  local n = tonumber(last)
+  local n = last + 0
   if n >= 9007199254740991 then return nil end
   return n, last
 end

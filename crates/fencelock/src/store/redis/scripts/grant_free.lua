@@ -16,26 +16,29 @@
 local free_held, free_last
 do
   local mint = ARGV[1]
+  local fences, format = string.byte(mint, 1, 2)
   -- Clock fences ("c"), not fair, not queued (ARGV 5-7, see grant.lua).
-  if string.byte(mint, 1) == MINT_CLOCK and ARGV[4] ~= 'fair'
+  if fences == MINT_CLOCK and ARGV[4] ~= 'fair'
     and not ((ARGV[5] or '') ~= '' and ARGV[7] == '1') then
     local lock = KEYS[1]
     local fence_key = lock .. ':fence'
     -- The last fence: 0 when none is stored; false or nil (fall through)
-    -- unless it is a canonical decimal integer below 2^53 - 1.
+    -- unless it is a canonical decimal integer below 2^53 - 1. A string
+    -- has no `err` field (an error reply, a table, has one); `+ 0` is
+    -- tonumber for the digits found.
     local last = redis.pcall('GET', fence_key)
     local n = 0
     if last then
-      n = type(last) == 'string' and #last <= 16
-        and string.find(last, '^[1-9]%d*$') and tonumber(last)
+      n = not last.err and #last <= 16
+        and string.find(last, '^[1-9]%d*$') and last + 0
       if n and n >= 9007199254740991 then n = nil end
     end
     local t = n and redis.pcall('TIME')
     if t and not t.err then
-      local f = clock_fence(n, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+      local f = clock_fence(n, t[1] * 1000000 + t[2])
       local fs = string.format('%d', f)
       local v = ARGV[2]
-      if string.byte(mint, 2) == MINT_TAGGED then v = v .. ':' .. fs end
+      if format == MINT_TAGGED then v = v .. ':' .. fs end
       local held = redis.pcall('SET', lock, v, 'NX', 'PX', ARGV[3], 'GET')
       if held == false then
         -- Taken (SET replied nil: the key was absent). The fence key held
@@ -48,7 +51,7 @@ do
         else
           stored = redis.pcall('SET', fence_key, fs)
         end
-        if not (type(stored) == 'table' and stored.err) then return f end
+        if not stored.err then return f end
         -- The fence could not be stored (an ACL that lets the user write
         -- the lock key only): undo the grant (SET NX found the key absent)
         -- and fall through: grant.lua tries again, undoes again and names

@@ -35,7 +35,7 @@ for i, lock in ipairs(KEYS) do
   local n = fast_last_fence(lock)
   if n and now == nil then
     local t = redis.pcall('TIME')
-    now = type(t) == 'table' and not t.err and tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = not t.err and t[1] * 1000000 + t[2]
   end
   if n and now then
     local f = clock_fence(n, now)
@@ -47,7 +47,7 @@ for i, lock in ipairs(KEYS) do
     if held == false then
       -- Taken. The fence key held a string or nothing: no wrong type here.
       local stored = fast_store_fence(lock, fs, mint)
-      if type(stored) == 'table' and stored.err then
+      if stored.err then
         -- Undo the grant (SET NX found the key absent): a lock must never
         -- stand without its fence stored (see grant.lua).
         redis.pcall('DEL', lock)

@@ -33,7 +33,7 @@ local MEMBER = '^([^:]+):([^:]+):(%a+):(%d+):(%d+):(.+)$'
 
 local function now_us()
   local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return t[1] * 1000000 + t[2]
 end
 
 -- The last fence issued (nil if none). The fence key must hold a canonical

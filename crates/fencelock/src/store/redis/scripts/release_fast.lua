@@ -27,7 +27,7 @@ do
     local waiters = lock .. ':waiters'
     local lease_end = token and redis.pcall('ZSCORE', waiters, head)
     local t = type(lease_end) == 'string' and redis.pcall('TIME')
-    local now = t and not t.err and tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local now = t and not t.err and t[1] * 1000000 + t[2]
     if now and tonumber(lease_end) > math.floor(now / 1000) then
       local publish, starving = string.match(ARGV[1], ' (%u+) (%d+)$')
       local channel = lock .. ':wake:' .. client
@@ -48,7 +48,7 @@ do
           local f = clock_fence(n, now)
           local fs = string.format('%d', f)
           local stored = fast_store_fence(lock, fs, ARGV[1])
-          if not (type(stored) == 'table' and stored.err)
+          if not stored.err
             and redis.pcall('ZREM', waiters, head) == 1
             and redis.pcall('ZREM', queue, head) == 1 then
             local v = token

@@ -32,7 +32,7 @@ if call('TYPE', LOCK)['ok'] == 'hash' and call('HGET', LOCK, 'rw') then
   -- or all readers. The one reported is the writer, or the lowest reader.
   rw = true
   local t = call('TIME')
-  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
   local fields, rank = call('HGETALL', LOCK), nil
   for i = 1, #fields, 2 do
     local who, fence, deadline = string.match(fields[i + 1], '^(.-):(%d+):(%d+)$')

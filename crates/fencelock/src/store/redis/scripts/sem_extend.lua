@@ -10,7 +10,7 @@
 
 local ttl_ms = tonumber(ARGV[1])
 local t = call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local out = {}
 for i, key in ipairs(KEYS) do
   local slot, ident = ARGV[2 * i], ARGV[2 * i + 1]
