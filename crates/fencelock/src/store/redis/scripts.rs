@@ -329,7 +329,10 @@ impl ScriptMutation {
                     &RW_GRANT,
                 ],
                 &[
-                    ("if last + 1 > now then return last + 1 end", "if last >= now then return last end"),
+                    (
+                        "if last + 1 > now then return last + 1 end",
+                        "if last >= now then return last end",
+                    ),
                     (
                         "return (tonumber(last) or 0) + 1",
                         "return (tonumber(last) or 0)",
