@@ -40,6 +40,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::future::Future;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use redis::cluster_routing::Slot;
@@ -272,10 +273,29 @@ type Groups<K> = HashMap<Option<Slot>, Busy<K>, foldhash::fast::RandomState>;
 /// The calls of one kind of one client (see the module docs): per group,
 /// present while calls of the group are in flight, how many and the calls
 /// queued behind them.
+///
+/// A lane with nothing in flight lets one call of the one group off a
+/// Cluster go without the map (`idle_call`): a lone caller, the most common
+/// one, then touches two atomics instead of the mutex and the map twice. It
+/// is still counted: a call that enters the map while it is in flight
+/// counts it in (adopts it), so the group's count is exact, as the limit of
+/// [`IN_FLIGHT`] needs.
 pub(super) struct Lane<K: Kind> {
     kind: K,
     groups: Mutex<Groups<K>>,
+    /// How many groups the map holds (written under its mutex).
+    busy: AtomicUsize,
+    /// The call that went without the map: [`NO_IDLE_CALL`],
+    /// [`IDLE_CALL`] or [`IDLE_CALL_ADOPTED`].
+    idle: AtomicU8,
 }
+
+/// No call is in flight without the map.
+const NO_IDLE_CALL: u8 = 0;
+/// A call of the group `None` is in flight without the map, counted nowhere.
+const IDLE_CALL: u8 = 1;
+/// That call is counted in the map's entry of `None`: it leaves through it.
+const IDLE_CALL_ADOPTED: u8 = 2;
 
 impl<K: Kind> std::fmt::Debug for Lane<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -300,6 +320,8 @@ impl<K: Kind + Default> Lane<K> {
         Arc::new(Lane {
             kind: K::default(),
             groups: Mutex::new(HashMap::default()),
+            busy: AtomicUsize::new(0),
+            idle: AtomicU8::new(NO_IDLE_CALL),
         })
     }
 }
@@ -309,12 +331,53 @@ impl<K: Kind> Lane<K> {
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether a call of `group` may go without the map: the map is empty
+    /// and no other call went without it. Each side writes its own atomic
+    /// before it reads the other's (all `SeqCst`), so a call that enters the
+    /// map meanwhile either sees this one (and adopts it) or is seen (and
+    /// this one withdraws and takes the map too).
+    fn idle_call(&self, group: Option<Slot>) -> bool {
+        if group.is_some() || self.busy.load(SeqCst) != 0 {
+            return false;
+        }
+        if self
+            .idle
+            .compare_exchange(NO_IDLE_CALL, IDLE_CALL, SeqCst, SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        if self.busy.load(SeqCst) == 0 {
+            return true;
+        }
+        // Withdrawn, unless a call in the map already counted it in.
+        self.idle
+            .compare_exchange(IDLE_CALL, NO_IDLE_CALL, SeqCst, SeqCst)
+            .is_err()
+    }
+
+    /// A call that went without the map has ended: counted nowhere, it
+    /// just goes; adopted, it leaves the map's count as any call in flight
+    /// does (sending on what queued behind it).
+    fn idle_call_done(self: &Arc<Self>, conn: &RedisConn) {
+        if self
+            .idle
+            .compare_exchange(IDLE_CALL, NO_IDLE_CALL, SeqCst, SeqCst)
+            .is_err()
+        {
+            self.hand_on(None, conn);
+            self.idle.store(NO_IDLE_CALL, SeqCst);
+        }
+    }
+
     /// One call of `group` is no longer in flight and takes nothing queued
     /// along: with none left in flight, the group is idle, and whatever is
     /// still queued (only when a batch's task or runtime ended early) is
     /// dropped, so those callers go alone.
     fn done(&self, group: Option<Slot>) {
-        leave(&mut self.lock(), group);
+        let mut groups = self.lock();
+        leave(&mut groups, group);
+        self.busy.store(groups.len(), SeqCst);
     }
 
     /// Runs one call of `group`: alone at once (`alone`) if fewer than
@@ -331,12 +394,25 @@ impl<K: Kind> Lane<K> {
     where
         Alone: Future<Output = Result<K::Reply>>,
     {
+        if self.idle_call(group) {
+            let _in_flight = IdleCall { lane: self, conn };
+            return alone().await;
+        }
         let queued = {
             let mut groups = self.lock();
+            let groups_before = groups.len();
             match groups.entry(group) {
                 Entry::Vacant(idle) => {
+                    // Written before the idle call is looked at (see
+                    // `idle_call`).
+                    self.busy.store(groups_before + 1, SeqCst);
+                    let adopted = group.is_none()
+                        && self
+                            .idle
+                            .compare_exchange(IDLE_CALL, IDLE_CALL_ADOPTED, SeqCst, SeqCst)
+                            .is_ok();
                     idle.insert(Busy {
-                        in_flight: 1,
+                        in_flight: 1 + usize::from(adopted),
                         queued: Vec::new(),
                     });
                     None
@@ -396,6 +472,7 @@ impl<K: Kind> Lane<K> {
         let left = busy.get().in_flight.saturating_sub(1);
         if left == 0 {
             busy.remove();
+            self.busy.store(groups.len(), SeqCst);
         } else {
             busy.get_mut().in_flight = left;
         }
@@ -436,6 +513,18 @@ fn leave<K: Kind>(groups: &mut Groups<K>, group: Option<Slot>) {
         } else {
             busy.get_mut().in_flight = left;
         }
+    }
+}
+
+/// A call in flight that went without the map (`Lane::idle_call`).
+struct IdleCall<'a, K: Kind> {
+    lane: &'a Arc<Lane<K>>,
+    conn: &'a RedisConn,
+}
+
+impl<K: Kind> Drop for IdleCall<'_, K> {
+    fn drop(&mut self) {
+        self.lane.idle_call_done(self.conn);
     }
 }
 
