@@ -262,10 +262,15 @@ impl LockClient {
     }
 
     /// A fenced Redis hash resource at `key` on this client's Redis (the key
-    /// is used as given, without the lock prefix).
+    /// is used as given, without the lock prefix). One of the keys this
+    /// client's locks keep (`PREFIX{NAME}`, alone or with `:fence`, `:queue`
+    /// or `:waiters` after it) is refused: a hash there would break that
+    /// lock. In the guide layout any key under the prefix is some name's
+    /// lock key; keep resources outside the prefix there.
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for an empty, oversized or malformed key;
+    /// [`Error::InvalidName`] for an empty, oversized or malformed key, or
+    /// one of a lock's own keys;
     /// [`Error::InvalidOption`] on an etcd client (use
     /// [`LockClient::fenced_key`] there, or a Redis client for the hash:
     /// fences from any backend work with it).
@@ -273,6 +278,7 @@ impl LockClient {
         FencedHash::new(
             self.engine().redis()?.clone(),
             key,
+            &self.inner.prefix,
             Some(self.inner.leases.stats().clone()),
         )
     }

@@ -26,7 +26,7 @@ pub use driver::DriverError;
 #[non_exhaustive]
 pub enum Error {
     /// A lock or resource name was rejected before anything was sent.
-    #[error("invalid lock name {name:?}: {reason}")]
+    #[error("invalid name {name:?}: {reason}")]
     InvalidName {
         /// The rejected name (possibly truncated for display).
         name: String,

@@ -128,6 +128,24 @@ pub(crate) fn lock_name_of<'k>(prefix: &str, layout: KeyLayout, key: &'k str) ->
     validate_name(name, layout).is_ok().then_some(name)
 }
 
+/// Whether `key` is one of the keys a lock under `prefix` keeps in the
+/// hash-tagged layout: `PREFIX{NAME}` (a mutex's lease, a semaphore's or
+/// read-write lock's hash) or that with `:fence`, `:queue` or `:waiters`
+/// after it. A resource written there would break that lock. In the guide
+/// layout any key under the prefix is some name's lock key, so only these
+/// are told apart from resources.
+pub(crate) fn is_lock_key(prefix: &str, key: &str) -> bool {
+    let Some((name, tail)) = key
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('{'))
+        .and_then(|rest| rest.split_once('}'))
+    else {
+        return false;
+    };
+    (tail.is_empty() || LOCK_KEY_SUFFIXES.contains(&tail))
+        && validate_name(name, KeyLayout::HashTagged).is_ok()
+}
+
 /// Characters that change how text is shown without being seen: zero-width
 /// characters and the bidirectional controls (a name with U+202E prints
 /// reversed). Names, resource keys and prefixes refuse them, so what a
@@ -165,10 +183,11 @@ pub(crate) fn key_text_problem(text: &str, max_len: usize) -> Option<&'static st
     None
 }
 
-/// Suffixes of the auxiliary keys of a lock in the guide layout, where a
-/// lock's keys are `PREFIX NAME` plus these: a name ending in one of them
-/// would be another lock's auxiliary key.
-const GUIDE_SUFFIXES: [&str; 3] = [":fence", ":queue", ":waiters"];
+/// Suffixes of the auxiliary keys of a lock, after its lock key in both
+/// layouts: its fence, its wait queue and its waiters' leases. In the
+/// guide layout a name ending in one of them would be another lock's
+/// auxiliary key.
+const LOCK_KEY_SUFFIXES: [&str; 3] = [":fence", ":queue", ":waiters"];
 
 /// Checks a lock name in `layout`.
 pub(crate) fn validate_name(name: &str, layout: KeyLayout) -> Result<()> {
@@ -209,7 +228,7 @@ pub(crate) fn validate_name(name: &str, layout: KeyLayout) -> Result<()> {
         // `lock:NAME:fence`) for interop, so `a:fence` would be the fence key
         // of `a`: such names are refused rather than silently shared.
         KeyLayout::Guide
-            if GUIDE_SUFFIXES.iter().any(|s| name.ends_with(s)) || name.contains(":wake:") =>
+            if LOCK_KEY_SUFFIXES.iter().any(|s| name.ends_with(s)) || name.contains(":wake:") =>
         {
             reject(
                 "in the guide layout a name may not end in :fence, :queue or :waiters, nor contain :wake: (it would share a key with another lock)",
@@ -339,6 +358,31 @@ mod tests {
             assert!(!message.chars().any(is_invisible), "{message:?}");
         }
         assert!(LockKeys::new("lock:", KeyLayout::HashTagged, "rechnung:ä:日本").is_ok());
+    }
+
+    #[test]
+    fn a_locks_own_keys_are_told_from_resource_keys() {
+        for key in [
+            "lock:{job}",
+            "lock:{job}:fence",
+            "lock:{job}:queue",
+            "lock:{job}:waiters",
+            "lock:{日本:1}",
+        ] {
+            assert!(is_lock_key("lock:", key), "{key}");
+        }
+        assert!(is_lock_key("", "{job}:fence"));
+        for key in [
+            "lock:{job}:data",
+            "lock:{job",
+            "lock:{}",
+            "lock:{a{b}",
+            "lock:job",
+            "jobs:{job}",
+            "{job}:balance",
+        ] {
+            assert!(!is_lock_key("lock:", key), "{key}");
+        }
     }
 
     #[test]

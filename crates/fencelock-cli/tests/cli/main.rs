@@ -18,6 +18,7 @@ mod etcd_key_space;
 mod etcd_paused;
 mod etcd_waiters;
 mod readme;
+mod resource_keys;
 mod revoke;
 mod run;
 mod rwlock;

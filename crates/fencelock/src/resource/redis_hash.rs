@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
-use crate::keys::validate_resource_key;
+use crate::keys::{is_lock_key, validate_resource_key};
 use crate::metrics::StatsHandle;
 use crate::options::Replication;
 use crate::resource::{Fenced, ValidatedRead, WriteOutcome, check_holder};
@@ -102,8 +102,22 @@ pub struct HashState {
 }
 
 impl FencedHash {
-    pub(crate) fn new(conn: RedisConn, key: &str, stats: Option<StatsHandle>) -> Result<Self> {
+    pub(crate) fn new(
+        conn: RedisConn,
+        key: &str,
+        lock_prefix: &str,
+        stats: Option<StatsHandle>,
+    ) -> Result<Self> {
         validate_resource_key(key)?;
+        if is_lock_key(lock_prefix, key) {
+            // A hash there would make that lock's next grant fail on a key
+            // of the wrong type (or its fence unreadable): refused before
+            // anything is sent.
+            return Err(Error::InvalidName {
+                name: key.chars().take(64).collect(),
+                reason: "the resource key is one of a lock's own keys (the lock prefix, then {NAME}, alone or with :fence, :queue or :waiters after it): a fenced hash there would break that lock; choose a key outside the lock keys",
+            });
+        }
         Ok(FencedHash {
             conn,
             key: key.to_string(),

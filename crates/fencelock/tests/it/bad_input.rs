@@ -60,7 +60,7 @@ async fn invalid_names_are_rejected_before_anything_is_sent() -> Result<()> {
             );
             ensure!(err.is_invalid_input() && !err.is_retryable());
             ensure!(
-                err.to_string().starts_with("invalid lock name"),
+                err.to_string().starts_with("invalid name"),
                 "{what}: unclear message {err}"
             );
         }

@@ -13,7 +13,9 @@
 //!   permissions are reported as what they are;
 //! - `inspect` and rejected writes show holder ids, never tokens;
 //! - an evicting memory policy is warned about and counted at connect;
-//! - invisible characters in names and bad prefixes are refused.
+//! - invisible characters in names and bad prefixes are refused;
+//! - a fenced hash at one of a lock's own keys is refused (it would break
+//!   that lock's next grant).
 
 use std::time::Duration;
 
@@ -444,5 +446,44 @@ async fn invisible_characters_and_bad_prefixes_are_refused() -> Result<()> {
         ensure!(e.to_string().len() < 400, "the message repeats the prefix");
     }
     ensure!(server.dbsize() == 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fenced_hash_at_a_locks_own_key_is_refused_and_nothing_is_written() -> Result<()> {
+    let TestRedis { server, client } = TestRedis::start().await?;
+    let opts = client.options().renewal(Renewal::Off);
+    let lease = client.try_acquire("job", &opts).await?;
+    for key in [
+        "lock:{job}",
+        "lock:{job}:fence",
+        "lock:{job}:queue",
+        "lock:{job}:waiters",
+        "lock:{free}",
+    ] {
+        match client.fenced_hash(key) {
+            Err(Error::InvalidName { reason, .. }) => {
+                ensure!(reason.contains("a lock's own keys"), "{key}: {reason}")
+            }
+            other => bail!("{key}: expected InvalidName, got {other:?}"),
+        }
+    }
+    // Nothing was sent: the held lock's two keys are all there is.
+    ensure!(server.dbsize() == 2, "keys were written");
+    // Why: a hash where a free lock's key goes makes its next grant fail.
+    server.cmd(&["HSET", "lock:{free}", "value", "x"]);
+    ensure!(
+        client.try_acquire("free", &opts).await.is_err(),
+        "a grant over a hash succeeded"
+    );
+    // A key beside a lock's keys is a resource like any other.
+    let beside = client.fenced_hash("lock:{job}:data")?;
+    ensure!(
+        beside
+            .write(lease.fence(), lease.token(), "v")
+            .await?
+            .is_accepted()
+    );
+    lease.release().await?;
     Ok(())
 }

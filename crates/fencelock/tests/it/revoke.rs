@@ -464,11 +464,22 @@ async fn revoke_refuses_bad_names_and_options() -> Result<()> {
             other => bail!("{name:.20?}: expected invalid input, got {other:?}"),
         }
     }
-    // A lock's own key is no resource: sealing it would break the lock.
-    let lease = client.acquire(NAME, &client.options()).await?;
+    // A lock's own key is no resource: sealing it would break the lock. In
+    // the hash-tagged layout no fenced hash is made there at all; in the
+    // guide layout, where any key under the prefix may be some lock's, the
+    // revoke refuses the lock's own keys.
     for key in ["lock:{job:revoke}", "lock:{job:revoke}:fence"] {
+        let made = client.fenced_hash(key);
+        ensure!(
+            matches!(made, Err(Error::InvalidName { .. })),
+            "{key}: {made:?}"
+        );
+    }
+    let guide = client.options().layout(KeyLayout::Guide);
+    let lease = client.acquire(NAME, &guide).await?;
+    for key in ["lock:job:revoke", "lock:job:revoke:fence"] {
         let own = client.fenced_hash(key)?;
-        match client.revoke(NAME, &client.options(), &[&own]).await {
+        match client.revoke(NAME, &guide, &[&own]).await {
             Err(e) if e.is_invalid_input() => {
                 ensure!(e.to_string().contains("nothing was changed"), "{e}");
             }
