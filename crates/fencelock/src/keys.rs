@@ -203,21 +203,13 @@ pub(crate) fn validate_name(name: &str, layout: KeyLayout) -> Result<()> {
     {
         return Ok(());
     }
+    check_name(name)?;
     let reject = |reason| {
         Err(Error::InvalidName {
             name: name.chars().take(64).collect(),
             reason,
         })
     };
-    if name.is_empty() {
-        return reject("the name is empty");
-    }
-    if name.len() > MAX_NAME_LEN {
-        return reject("the name is longer than 512 bytes");
-    }
-    if let Some(problem) = key_text_problem(name, MAX_NAME_LEN) {
-        return reject(problem);
-    }
     match layout {
         KeyLayout::HashTagged if name.bytes().any(|b| b == b'{' || b == b'}') => {
             // A brace inside the hash tag would move the two keys of one lock
@@ -238,8 +230,38 @@ pub(crate) fn validate_name(name: &str, layout: KeyLayout) -> Result<()> {
     }
 }
 
-/// Checks the key of a fenced resource (used as given, without a prefix).
-pub(crate) fn validate_resource_key(key: &str) -> Result<()> {
+/// Checks what every store requires of a lock name, without connecting:
+/// not empty, at most [`MAX_NAME_LEN`] bytes, no control characters and no
+/// invisible or direction-changing ones. etcd requires no more; Redis also
+/// refuses braces in the default layout, and in the guide layout names that
+/// would share a key with another lock (see [`LockKeys::new`]). So a tool
+/// can refuse a bad name before it reaches for the network.
+///
+/// ```
+/// assert!(fencelock::check_name("invoice:42").is_ok());
+/// assert!(fencelock::check_name("").is_err());
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidName`] naming what is wrong.
+pub fn check_name(name: &str) -> Result<()> {
+    validate_text(
+        name,
+        "the name is empty",
+        "the name is longer than 512 bytes",
+    )
+}
+
+/// Checks the key of a fenced resource (a Redis hash or an etcd key, used
+/// as given, without the lock prefix), without connecting: not empty, at
+/// most [`MAX_NAME_LEN`] bytes, no control, invisible or
+/// direction-changing characters. A client also refuses keys that are its
+/// locks' own ([`LockClient::fenced_hash`](crate::LockClient::fenced_hash),
+/// [`LockClient::fenced_key`](crate::LockClient::fenced_key)).
+///
+/// # Errors
+/// [`Error::InvalidName`] naming what is wrong.
+pub fn check_resource_key(key: &str) -> Result<()> {
     validate_text(
         key,
         "the resource key is empty",

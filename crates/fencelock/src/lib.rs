@@ -245,7 +245,7 @@ pub use engine::{Deposed, LockState, PermitHolder, RwHolder};
 pub use error::{DriverError, Error, LossReason, Result, Retry};
 pub use fence::Fence;
 pub use holder::{REVOKED_HOLDER, holder_id};
-pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN};
+pub use keys::{KeyLayout, LockKeys, MAX_NAME_LEN, check_name, check_resource_key};
 pub use lease::{Lease, LeaseHandle, ReleaseOutcome};
 pub use metrics::{LockStats, ResourceStats, Stats, StatsHandle};
 pub use options::{

@@ -128,6 +128,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &ReadArgs) -> anyhow::Res
     {
         refuse_reader_epoch("read --register", fence)?;
     }
+    fencelock::check_resource_key(&args.resource)?;
     let client = connect::client(global).await?;
     let hash = Resource::of(&client, &args.resource)?
         .in_slot(&args.slot)

@@ -74,6 +74,11 @@ missing +unlink permission: nothing was changed).";
 /// `fencelock revoke`: exit 0 if a holder was deposed, 75 if the lock was
 /// free.
 pub(crate) async fn exec(global: &GlobalOptions, args: &RevokeArgs) -> anyhow::Result<u8> {
+    // Bad input first, before any connection.
+    fencelock::check_name(&args.name)?;
+    for key in &args.resources {
+        fencelock::check_resource_key(key)?;
+    }
     let client = connect::client(global).await?;
     let opts = connect::options(global, &client);
     let opts = match args.replicas {

@@ -302,6 +302,9 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &RunArgs) -> anyhow::Resu
             ));
         }
     }
+    // A bad name is the user's to fix whatever the store's state: said
+    // before any connection is tried.
+    fencelock::check_name(&args.name)?;
     let started = Instant::now();
     let wait = if args.no_wait {
         Duration::ZERO

@@ -46,6 +46,7 @@ Exit code 0 whether held or free; read `held` in --json output.";
 
 /// `fencelock status`: always exit 0, held or free.
 pub(crate) async fn exec(global: &GlobalOptions, args: &StatusArgs) -> anyhow::Result<u8> {
+    fencelock::check_name(&args.name)?;
     let client = connect::client(global).await?;
     let layout = global.layout.into();
     let key = client.keys(&args.name, layout)?.lock().to_owned();

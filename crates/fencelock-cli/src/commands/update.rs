@@ -96,6 +96,7 @@ pub(crate) async fn exec(global: &GlobalOptions, args: &UpdateArgs) -> anyhow::R
         ));
     };
     refuse_reader_epoch("update", args.writer.fence)?;
+    fencelock::check_resource_key(&args.resource)?;
     let client = connect::client(global).await?;
     let hash = Resource::of(&client, &args.resource)?.in_slot(&args.slot);
     // Register first: from here on, no stale holder's write can land between

@@ -75,6 +75,7 @@ write epoch as the fence."
 /// `fencelock write`: exit 0 if accepted, [`REJECTED`] if stale.
 pub(crate) async fn exec(global: &GlobalOptions, args: &WriteArgs) -> anyhow::Result<u8> {
     refuse_reader_epoch("write", args.writer.fence)?;
+    fencelock::check_resource_key(&args.resource)?;
     let client = connect::client(global).await?;
     let outcome = match Resource::of(&client, &args.resource)?
         .in_slot(&args.slot)

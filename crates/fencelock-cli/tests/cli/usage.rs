@@ -77,6 +77,36 @@ fn usage_errors_name_the_missing_argument() {
     );
 }
 
+/// A bad lock name or resource key is the user's to fix whatever the
+/// store's state: refused (64) naming it before any connection is tried,
+/// so the same answer comes with no store at the URL.
+#[test]
+fn bad_names_and_keys_are_refused_before_connecting() {
+    let nowhere = "redis://127.0.0.1:1";
+    let long = "n".repeat(600);
+    for name in ["", "a\nb", long.as_str(), "pay\u{202E}lpt"] {
+        for args in [
+            vec!["run", name, "--", "true"],
+            vec!["status", name],
+            vec!["revoke", name],
+        ] {
+            let args = [&["--url", nowhere][..], &args[..]].concat();
+            assert_usage(&args, &["invalid name"]);
+        }
+    }
+    for (name, what) in [("", "is empty"), ("a\tb", "control characters")] {
+        for args in [
+            vec!["write", name, "v", "--fence", "1", "--holder", "t"],
+            vec!["read", name],
+            vec!["update", name, "--fence", "1", "--holder", "t", "--", "cat"],
+            vec!["revoke", "job", "--resource", name],
+        ] {
+            let args = [&["--url", nowhere][..], &args[..]].concat();
+            assert_usage(&args, &["invalid name", what]);
+        }
+    }
+}
+
 const HUGE: &str = "500000000000y";
 
 fn assert_no_panic(what: &str, code: Option<i32>, stderr: &str) {

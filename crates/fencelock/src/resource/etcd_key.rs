@@ -5,7 +5,7 @@ use std::future::Future;
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::holder::holder_id;
-use crate::keys::validate_resource_key;
+use crate::keys::check_resource_key;
 use crate::lease::LeaseHandle;
 use crate::metrics::StatsHandle;
 use crate::resource::{Fenced, ValidatedRead, WriteOutcome, check_holder};
@@ -19,7 +19,7 @@ const MAX_RMW_ATTEMPTS: usize = 100;
 
 /// Separates a fenced key from the slot of a slot view in etcd: the ASCII
 /// unit separator (U+001F). It is a control character, which no resource
-/// key may contain (`validate_resource_key` refuses them), so the key of a
+/// key may contain (`check_resource_key` refuses them), so the key of a
 /// slot can never be the key of another resource, whatever its name; and it
 /// is not `/`, so a slot of a key outside the lock space stays outside it.
 const SLOT_SEPARATOR: char = '\u{1f}';
@@ -113,7 +113,7 @@ impl FencedKey {
         lock_prefix: &str,
         stats: Option<StatsHandle>,
     ) -> Result<Self> {
-        validate_resource_key(key)?;
+        check_resource_key(key)?;
         if in_lock_space(lock_prefix, key) {
             // Never moved: old clients would no longer see them. Refused.
             return Err(Error::InvalidName {
@@ -421,6 +421,6 @@ mod tests {
         // No '/' added: a key outside the lock space stays outside it.
         assert!(!one.trim_start_matches("ns/doc").contains('/'));
         // No resource key may contain the separator, so none equals a slot's key.
-        assert!(validate_resource_key("doc\u{1f}slot:1").is_err());
+        assert!(check_resource_key("doc\u{1f}slot:1").is_err());
     }
 }

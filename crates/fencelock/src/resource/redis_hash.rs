@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
-use crate::keys::{is_lock_key, validate_resource_key};
+use crate::keys::{check_resource_key, is_lock_key};
 use crate::metrics::StatsHandle;
 use crate::options::Replication;
 use crate::resource::{Fenced, ValidatedRead, WriteOutcome, check_holder};
@@ -108,7 +108,7 @@ impl FencedHash {
         lock_prefix: &str,
         stats: Option<StatsHandle>,
     ) -> Result<Self> {
-        validate_resource_key(key)?;
+        check_resource_key(key)?;
         if is_lock_key(lock_prefix, key) {
             // A hash there would make that lock's next grant fail on a key
             // of the wrong type (or its fence unreadable): refused before

@@ -169,10 +169,11 @@ use super::inspect::{LockState, PermitHolder, RwHolder};
 use super::revoke::{Deposed, Revocation};
 use crate::error::{Error, LossReason, Result};
 use crate::fence::Fence;
+use crate::keys::check_name;
 use crate::keys::{KeyLayout, LockKeys};
 use crate::options::{ETCD_DEFAULT_FENCE_EPOCH, FENCE_EPOCH_SIZE, LockOptions};
 use crate::store::Checked;
-use crate::store::etcd::{EtcdConn, Held, HeldKey, RwShown, depose, lock_prefix, validate_name};
+use crate::store::etcd::{EtcdConn, Held, HeldKey, RwShown, depose, lock_prefix};
 
 /// The etcd side of one client: its connection and its sessions.
 #[derive(Debug)]
@@ -374,7 +375,7 @@ impl EtcdEngine {
     /// holder or waiter has the key `lock` + `LEASE/ACQ`; the other
     /// fields are empty (etcd needs no fence key, queue or channel).
     pub(crate) fn keys(&self, prefix: &str, name: &str) -> Result<LockKeys> {
-        validate_name(name)?;
+        check_name(name)?;
         Ok(LockKeys::from_lock_key(lock_prefix(
             self.conn.namespace(),
             prefix,

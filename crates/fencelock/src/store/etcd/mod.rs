@@ -34,9 +34,7 @@ pub(crate) use fenced::{KeyWrite, Stored, read_key, seal_key, write_key};
 pub(crate) use grant::grant_txn_for_tests;
 pub(crate) use grant::{Found, attach, lease_seconds, queue_txn, try_or_queue_txn, try_txn};
 pub(crate) use held::{Held, HeldKey, Status};
-pub(crate) use keys::{
-    RwKeys, SemKeys, check_key_space, holder_key, in_lock_space, lock_prefix, validate_name,
-};
+pub(crate) use keys::{RwKeys, SemKeys, check_key_space, holder_key, in_lock_space, lock_prefix};
 pub(crate) use queue::{Deletions, Look, look, watch_deletion, watch_deletions};
 pub(crate) use revoke::depose;
 pub(crate) use rwlock::{Joined, RwShown, Standing, join as join_rw, look as look_rw};
