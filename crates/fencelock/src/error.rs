@@ -442,6 +442,15 @@ impl Class {
 }
 
 impl Error {
+    /// [`Error::InvalidName`] for `text`, shown by its first 64 characters
+    /// (a huge name is not repeated back whole).
+    pub(crate) fn invalid_name(text: &str, reason: &'static str) -> Error {
+        Error::InvalidName {
+            name: text.chars().take(64).collect(),
+            reason,
+        }
+    }
+
     /// What to do about this error (see [`Retry`]).
     pub fn retry(&self) -> Retry {
         self.class().retry

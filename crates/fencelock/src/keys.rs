@@ -204,12 +204,7 @@ pub(crate) fn validate_name(name: &str, layout: KeyLayout) -> Result<()> {
         return Ok(());
     }
     check_name(name)?;
-    let reject = |reason| {
-        Err(Error::InvalidName {
-            name: name.chars().take(64).collect(),
-            reason,
-        })
-    };
+    let reject = |reason| Err(Error::invalid_name(name, reason));
     match layout {
         KeyLayout::HashTagged if name.bytes().any(|b| b == b'{' || b == b'}') => {
             // A brace inside the hash tag would move the two keys of one lock
@@ -273,12 +268,7 @@ pub fn check_resource_key(key: &str) -> Result<()> {
 /// [`MAX_NAME_LEN`] bytes (else `too_long`), no control or invisible
 /// characters.
 pub(crate) fn validate_text(text: &str, empty: &'static str, too_long: &'static str) -> Result<()> {
-    let reject = |reason| {
-        Err(Error::InvalidName {
-            name: text.chars().take(64).collect(),
-            reason,
-        })
-    };
+    let reject = |reason| Err(Error::invalid_name(text, reason));
     if text.is_empty() {
         return reject(empty);
     }

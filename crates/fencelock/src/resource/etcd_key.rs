@@ -116,10 +116,10 @@ impl FencedKey {
         check_resource_key(key)?;
         if in_lock_space(lock_prefix, key) {
             // Never moved: old clients would no longer see them. Refused.
-            return Err(Error::InvalidName {
-                name: key.chars().take(64).collect(),
-                reason: "a fenced etcd key must not start with the lock prefix and contain '/' after it: there it lies in a lock's key range (PREFIX NAME/), where etcd's lock recipe would take it for a holder that never expires; choose a key outside the lock prefix",
-            });
+            return Err(Error::invalid_name(
+                key,
+                "a fenced etcd key must not start with the lock prefix and contain '/' after it: there it lies in a lock's key range (PREFIX NAME/), where etcd's lock recipe would take it for a holder that never expires; choose a key outside the lock prefix",
+            ));
         }
         Ok(FencedKey {
             full_key: format!("{}{key}", conn.namespace()),

@@ -113,10 +113,10 @@ impl FencedHash {
             // A hash there would make that lock's next grant fail on a key
             // of the wrong type (or its fence unreadable): refused before
             // anything is sent.
-            return Err(Error::InvalidName {
-                name: key.chars().take(64).collect(),
-                reason: "the resource key is one of a lock's own keys (the lock prefix, then {NAME}, alone or with :fence, :queue or :waiters after it): a fenced hash there would break that lock; choose a key outside the lock keys",
-            });
+            return Err(Error::invalid_name(
+                key,
+                "the resource key is one of a lock's own keys (the lock prefix, then {NAME}, alone or with :fence, :queue or :waiters after it): a fenced hash there would break that lock; choose a key outside the lock keys",
+            ));
         }
         Ok(FencedHash {
             conn,

@@ -13,12 +13,7 @@ const MAX_IDENT_LEN: usize = 63;
 /// [`Error::InvalidName`] for an empty or over-long name, a double quote or
 /// a control character.
 pub(super) fn quote_ident(name: &str) -> Result<String> {
-    let reject = |reason| {
-        Err(Error::InvalidName {
-            name: name.chars().take(64).collect(),
-            reason,
-        })
-    };
+    let reject = |reason| Err(Error::invalid_name(name, reason));
     if name.is_empty() {
         return reject("an SQL identifier is empty");
     }
@@ -42,10 +37,10 @@ pub(super) fn quote_ident(name: &str) -> Result<String> {
 pub(super) fn quote_table(table: &str) -> Result<String> {
     let parts: Vec<&str> = table.split('.').collect();
     if parts.len() > 2 {
-        return Err(Error::InvalidName {
-            name: table.chars().take(64).collect(),
-            reason: "a table name has at most two parts: schema.table",
-        });
+        return Err(Error::invalid_name(
+            table,
+            "a table name has at most two parts: schema.table",
+        ));
     }
     let quoted: Result<Vec<String>> = parts.into_iter().map(quote_ident).collect();
     Ok(quoted?.join("."))
