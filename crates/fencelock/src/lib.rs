@@ -84,7 +84,7 @@
 //! | [`audit`] | audit | the deployment audit ([`LockClient::audit`], `fencelock doctor`): [`audit::Audit`], its [`audit::Check`] rows and their [`audit::Status`] |
 //! | `store` | store | I/O only. `store/redis/`: typed calls and replies, one file per operation (`store/redis/ops/`), the Lua scripts (`store/redis/scripts/*.lua`), the data kept in Redis (`wire.rs`), the connection (`conn.rs`, `connect.rs`, `invoke.rs`, `command.rs`), Sentinel, Cluster, pub/sub, batching (`coalesce.rs`). `store/etcd/` (feature `etcd`): the connection, keys, the grant transactions, the queue and its watch, keep-alive and release, `FencedKey`'s transactions. TLS and URL redaction |
 //! | `options` | foundation | [`LockOptions`], [`Renewal`], [`FenceMode`], [`WaitMode`] and their limits |
-//! | `keys` | foundation | name checks and [`KeyLayout`]: the Redis keys of a lock |
+//! | `keys` | foundation | name and resource key checks ([`check_name`], [`check_resource_key`], a lock's own keys) and [`KeyLayout`]: the Redis keys of a lock |
 //! | `fence` | foundation | the [`Fence`] newtype |
 //! | `holder` | foundation | the secret token, the public [`holder_id`], and [`REVOKED_HOLDER`], the holder a revoke's seal records |
 //! | `error` | foundation | [`Error`], [`Retry`], [`DriverError`] and [`LossReason`] |
