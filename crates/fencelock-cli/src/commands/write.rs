@@ -55,10 +55,10 @@ slots and the resource's own value, fence and holder are left alone.
 
 On Redis one of a lock's own keys (lock:{job}, lock:{job}:fence,
 :queue or :waiters, under --prefix) is refused (64): a hash there would
-break that lock. On etcd the resource is a fenced etcd key next to the locks: a key that
-starts with the lock prefix and has a '/' after it (lock:job/1) lies in a
-lock's key range, where it would be taken for a holder that never expires,
-and is refused (64).
+break that lock. On etcd the resource is a fenced etcd key next to the
+locks: a key that starts with the lock prefix and has a '/' after it
+(lock:job/1) lies in a lock's key range, where it would be taken for a
+holder that never expires, and is refused (64).
 
 Inside `fencelock run --read` (FENCELOCK_ACCESS=read), FENCELOCK_FENCE is
 a reader's write epoch, not a write fence: a write with it (from
